@@ -1,0 +1,174 @@
+"""Blob store on a local (or mounted) filesystem: ``file:///path`` or a bare path.
+
+Writes go to a temporary sibling, are fsynced, then published: by ``rename`` for plain writes and
+by ``link`` for write-once ones, because ``link`` fails if the target exists where ``rename`` would
+silently replace it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import uuid
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from statesnap.blob.base import BlobInfo
+from statesnap.errors import (
+    BlobExistsError,
+    BlobNotFoundError,
+    BlobStoreError,
+    StoreNotWritableError,
+)
+
+_TMP_MARK = ".tmp-"
+
+
+class FileBlobStore:
+    """A directory tree holding the blobs; created lazily on the first write."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self._root = Path(root).expanduser().absolute()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FileBlobStore, (str(self._root),))
+
+    def __repr__(self) -> str:
+        return f"FileBlobStore({self.url!r})"
+
+    @property
+    def url(self) -> str:
+        return self._root.as_uri()
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    def _path(self, key: str) -> Path:
+        parts = [p for p in key.split("/") if p]
+        if any(p in {".", ".."} for p in parts):
+            raise BlobStoreError(f"invalid key {key!r}: '.' and '..' are not allowed")
+        return self._root.joinpath(*parts)
+
+    def read(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError as e:
+            raise BlobNotFoundError(f"{self.url}/{key} does not exist") from e
+        except IsADirectoryError as e:
+            raise BlobNotFoundError(f"{self.url}/{key} is a directory, not a file") from e
+
+    def write(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
+        target = self._path(key)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f"{target.name}{_TMP_MARK}{uuid.uuid4().hex}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                if if_absent:
+                    try:
+                        os.link(tmp, target)
+                    except FileExistsError as e:
+                        raise BlobExistsError(f"{self.url}/{key} already exists") from e
+                else:
+                    os.replace(tmp, target)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+            _fsync_dir(target.parent)
+        except (PermissionError, NotADirectoryError, IsADirectoryError) as e:
+            raise StoreNotWritableError(f"cannot write {self.url}/{key}: {e.strerror}") from e
+        except OSError as e:
+            if e.errno in (errno.EROFS, errno.EACCES, errno.ENOSPC):
+                raise StoreNotWritableError(f"cannot write {self.url}/{key}: {e.strerror}") from e
+            raise
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def list(self, prefix: str = "") -> list[BlobInfo]:
+        base = self._path(prefix) if prefix.strip("/") else self._root
+        if base.is_file():
+            candidates = [base]
+        elif base.is_dir():
+            candidates = [p for p in base.rglob("*") if p.is_file()]
+        else:
+            return []
+        out = []
+        for path in candidates:
+            if _TMP_MARK in path.name:
+                continue
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                continue
+            key = path.relative_to(self._root).as_posix()
+            out.append(BlobInfo(key, st.st_size, datetime.fromtimestamp(st.st_mtime, UTC)))
+        out.sort(key=lambda b: b.key)
+        return out
+
+    def list_dirs(self, prefix: str = "") -> list[str]:
+        base = self._path(prefix) if prefix.strip("/") else self._root
+        if not base.is_dir():
+            return []
+        return sorted(p.name for p in base.iterdir() if p.is_dir())
+
+    def delete(self, keys: Iterable[str]) -> None:
+        parents: set[Path] = set()
+        for key in keys:
+            path = self._path(key)
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            parents.add(path.parent)
+        # Remove directories the deletes emptied (data/<generation>/), deepest first.
+        for parent in sorted(parents, key=lambda p: len(p.parts), reverse=True):
+            with contextlib.suppress(OSError):
+                if parent != self._root and parent.is_dir() and not any(parent.iterdir()):
+                    parent.rmdir()
+
+    def check(self, *, writable: bool) -> None:
+        probe = self._root
+        while not probe.exists():
+            if probe.parent == probe:
+                break
+            probe = probe.parent
+        if probe.exists() and not probe.is_dir():
+            raise StoreNotWritableError(f"{self.url}: {probe} is not a directory")
+        if writable and not os.access(probe, os.W_OK | os.X_OK):
+            raise StoreNotWritableError(f"{self.url}: directory {probe} is not writable")
+
+    def abort_stale_uploads(self, prefix: str, older_than: datetime, *, dry_run: bool = False) -> int:
+        """Remove temporary files a crashed writer left behind (the local analogue of multipart)."""
+        base = self._path(prefix) if prefix.strip("/") else self._root
+        if not base.is_dir():
+            return 0
+        removed = 0
+        cutoff = older_than.timestamp()
+        for path in base.rglob(f"*{_TMP_MARK}*"):
+            with contextlib.suppress(FileNotFoundError):
+                if path.is_file() and path.stat().st_mtime < cutoff:
+                    if not dry_run:
+                        path.unlink()
+                    removed += 1
+        return removed
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename or link durable: the directory entry must reach the disk too."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,224 @@
+"""Blob store on S3 or any S3-compatible endpoint: ``s3://bucket/prefix``.
+
+Endpoint, region and credentials come from the standard AWS settings (``AWS_ENDPOINT_URL``,
+``AWS_REGION``, profiles, instance roles) unless given as options. Write-once objects use a
+conditional put (``If-None-Match: *``), so two writers cannot both commit one manifest.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from statesnap.blob.base import BlobInfo
+from statesnap.errors import (
+    BlobExistsError,
+    BlobNotFoundError,
+    BlobStoreError,
+    MissingBucketError,
+    StoreNotWritableError,
+)
+
+#: Options the store understands; everything else is a typo and is rejected up front.
+S3_OPTIONS = frozenset(
+    {
+        "endpoint_url",
+        "region",
+        "profile",
+        "aws_access_key_id",
+        "aws_secret_access_key",
+        "aws_session_token",
+        "sse",
+        "sse_kms_key_id",
+        "addressing_style",
+    }
+)
+_SECRET_OPTIONS = frozenset({"aws_secret_access_key", "aws_session_token", "aws_access_key_id"})
+_DELETE_BATCH = 1000  # S3 DeleteObjects accepts at most 1000 keys per request
+
+
+class S3BlobStore:
+    """Objects under ``s3://bucket/prefix``; the boto3 client is created lazily per process."""
+
+    def __init__(self, bucket: str, prefix: str = "", **options: str) -> None:
+        unknown = set(options) - S3_OPTIONS
+        if unknown:
+            raise BlobStoreError(
+                f"unknown S3 option(s) {sorted(unknown)}; known: {sorted(S3_OPTIONS)}"
+            )
+        if not bucket:
+            raise BlobStoreError("S3 URL has no bucket: use s3://bucket/prefix")
+        self._bucket = bucket
+        self._prefix = prefix.strip("/")
+        self._options = dict(options)
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (self._bucket, self._prefix, self._options))
+
+    def __repr__(self) -> str:
+        return f"S3BlobStore({self.url!r})"
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self._bucket}/{self._prefix}".rstrip("/")
+
+    @property
+    def safe_options(self) -> dict[str, str]:
+        """Options with secrets masked, for logs and ``--json`` output."""
+        return {k: ("***" if k in _SECRET_OPTIONS else v) for k, v in self._options.items()}
+
+    def _key(self, key: str) -> str:
+        key = key.strip("/")
+        return f"{self._prefix}/{key}" if self._prefix else key
+
+    def _rel(self, full: str) -> str:
+        return full[len(self._prefix) + 1 :] if self._prefix else full
+
+    @property
+    def client(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                import boto3
+                from botocore.config import Config
+
+                session = boto3.session.Session(profile_name=self._options.get("profile"))
+                config = Config(
+                    retries={"max_attempts": 5, "mode": "standard"},
+                    s3={"addressing_style": self._options.get("addressing_style", "auto")},
+                    max_pool_connections=32,
+                )
+                self._client = session.client(
+                    "s3",
+                    endpoint_url=self._options.get("endpoint_url"),
+                    region_name=self._options.get("region"),
+                    aws_access_key_id=self._options.get("aws_access_key_id"),
+                    aws_secret_access_key=self._options.get("aws_secret_access_key"),
+                    aws_session_token=self._options.get("aws_session_token"),
+                    config=config,
+                )
+            return self._client
+
+    def _translate(self, e: Exception, what: str) -> BlobStoreError:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if isinstance(e, ClientError):
+            code = str(e.response.get("Error", {}).get("Code", ""))
+            if code in {"NoSuchBucket"}:
+                return MissingBucketError(f"bucket {self._bucket!r} does not exist ({self.url})")
+            if code in {"NoSuchKey", "404", "NotFound"}:
+                return BlobNotFoundError(f"{self.url}/{what} does not exist")
+            if code in {"PreconditionFailed", "412", "ConditionalRequestConflict"}:
+                return BlobExistsError(f"{self.url}/{what} already exists")
+            if code in {"AccessDenied", "403", "AllAccessDisabled"}:
+                return StoreNotWritableError(f"access denied to {self.url}/{what}")
+            return BlobStoreError(f"S3 error {code} on {self.url}/{what}")
+        if isinstance(e, BotoCoreError):
+            return BlobStoreError(f"cannot reach S3 for {self.url}: {e}")
+        return BlobStoreError(f"S3 failure on {self.url}/{what}: {e}")
+
+    def read(self, key: str) -> bytes:
+        try:
+            resp = self.client.get_object(Bucket=self._bucket, Key=self._key(key))
+            return bytes(resp["Body"].read())
+        except Exception as e:
+            raise self._translate(e, key) from e
+
+    def write(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
+        extra: dict[str, Any] = {}
+        if "sse" in self._options:
+            extra["ServerSideEncryption"] = self._options["sse"]
+        if "sse_kms_key_id" in self._options:
+            extra["SSEKMSKeyId"] = self._options["sse_kms_key_id"]
+        if if_absent:
+            extra["IfNoneMatch"] = "*"
+        try:
+            self.client.put_object(Bucket=self._bucket, Key=self._key(key), Body=data, **extra)
+        except Exception as e:
+            raise self._translate(e, key) from e
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.client.head_object(Bucket=self._bucket, Key=self._key(key))
+        except Exception as e:
+            err = self._translate(e, key)
+            if isinstance(err, BlobNotFoundError):
+                return False
+            raise err from e
+        return True
+
+    def list(self, prefix: str = "") -> list[BlobInfo]:
+        full = self._key(prefix) if prefix.strip("/") else self._prefix
+        if full and not full.endswith("/") and prefix.endswith("/"):
+            full += "/"
+        if full and not prefix:
+            full += "/"
+        out: list[BlobInfo] = []
+        try:
+            paginator = self.client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self._bucket, Prefix=full):
+                for obj in page.get("Contents", []):
+                    out.append(BlobInfo(self._rel(obj["Key"]), obj["Size"], obj["LastModified"]))
+        except Exception as e:
+            raise self._translate(e, prefix) from e
+        out.sort(key=lambda b: b.key)
+        return out
+
+    def list_dirs(self, prefix: str = "") -> list[str]:
+        full = self._key(prefix) if prefix.strip("/") else self._prefix
+        full = f"{full}/" if full else ""
+        names: list[str] = []
+        try:
+            paginator = self.client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self._bucket, Prefix=full, Delimiter="/"):
+                for cp in page.get("CommonPrefixes", []):
+                    names.append(cp["Prefix"][len(full) :].strip("/"))
+        except Exception as e:
+            raise self._translate(e, prefix) from e
+        return sorted(names)
+
+    def delete(self, keys: Iterable[str]) -> None:
+        batch = [self._key(k) for k in keys]
+        try:
+            for i in range(0, len(batch), _DELETE_BATCH):
+                chunk = batch[i : i + _DELETE_BATCH]
+                self.client.delete_objects(
+                    Bucket=self._bucket,
+                    Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True},
+                )
+        except Exception as e:
+            raise self._translate(e, "(delete)") from e
+
+    def check(self, *, writable: bool) -> None:
+        try:
+            self.client.head_bucket(Bucket=self._bucket)
+        except Exception as e:
+            err = self._translate(e, "")
+            if isinstance(err, BlobNotFoundError):
+                err = MissingBucketError(f"bucket {self._bucket!r} does not exist ({self.url})")
+            raise err from e
+
+    def abort_stale_uploads(self, prefix: str, older_than: datetime, *, dry_run: bool = False) -> int:
+        full = self._key(prefix) if prefix.strip("/") else self._prefix
+        aborted = 0
+        try:
+            paginator = self.client.get_paginator("list_multipart_uploads")
+            for page in paginator.paginate(Bucket=self._bucket, Prefix=full):
+                for upload in page.get("Uploads", []):
+                    if upload["Initiated"] >= older_than:
+                        continue
+                    if not dry_run:
+                        self.client.abort_multipart_upload(
+                            Bucket=self._bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                        )
+                    aborted += 1
+        except Exception as e:
+            raise self._translate(e, prefix) from e
+        return aborted
+
+
+def _rebuild(bucket: str, prefix: str, options: dict[str, str]) -> S3BlobStore:
+    return S3BlobStore(bucket, prefix, **options)

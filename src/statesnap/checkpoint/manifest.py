@@ -1,0 +1,175 @@
+"""The checkpoint manifest: one small JSON document that makes a checkpoint exist.
+
+Data files are written first; the manifest is written last and write-once, so a reader that finds
+a manifest finds a complete checkpoint, and a crash before it leaves only unreferenced files.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from statesnap.errors import CorruptCheckpointError
+
+#: Bumped on any change a reader of the previous version would misread.
+FORMAT_VERSION = 1
+SUPPORTED_FORMAT_VERSIONS = frozenset({1})
+
+FileKind = Literal["base", "delta"]
+
+
+class CheckpointState(StrEnum):
+    """Life cycle of a manifest. Per-process checkpoints are written directly as COMPLETED."""
+
+    CREATED = "CREATED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+
+
+@dataclass(frozen=True, slots=True)
+class DataFile:
+    """One Parquet file of a partition. ``path`` is relative to the table directory."""
+
+    path: str
+    kind: FileKind
+    rows: int
+    bytes: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "kind": self.kind, "rows": self.rows, "bytes": self.bytes,
+                "sha256": self.sha256}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> DataFile:
+        kind = obj["kind"]
+        if kind not in ("base", "delta"):
+            raise ValueError(f"unknown file kind {kind!r}")
+        return cls(str(obj["path"]), kind, int(obj["rows"]), int(obj["bytes"]), str(obj["sha256"]))
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionCheckpoint:
+    """A partition's state: the next offset to consume and the files holding every record below it.
+
+    Files apply in order: at most one ``base`` first, then ``delta`` files (merge-on-read).
+    """
+
+    partition: int
+    next_offset: int
+    files: tuple[DataFile, ...] = ()
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.files)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointManifest:
+    """Everything a reader needs to restore a table, and to check it is restoring the right one."""
+
+    table: str
+    topic: str
+    cluster_id: str
+    generation: int
+    partitions: Mapping[int, PartitionCheckpoint]
+    created_at: datetime
+    state: CheckpointState = CheckpointState.COMPLETED
+    writer: Mapping[str, Any] = field(default_factory=dict)
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def offsets(self) -> dict[int, int]:
+        """Next offset to consume per partition (Kafka's committed-offset convention)."""
+        return {p: pc.next_offset for p, pc in sorted(self.partitions.items())}
+
+    @property
+    def files(self) -> list[DataFile]:
+        return [f for _, pc in sorted(self.partitions.items()) for f in pc.files]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.bytes for f in self.files)
+
+    @property
+    def total_rows(self) -> int:
+        return sum(f.rows for f in self.files)
+
+    def age_seconds(self, now: datetime | None = None) -> float:
+        return ((now or datetime.now(UTC)) - self.created_at).total_seconds()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format_version": self.format_version,
+            "table": self.table,
+            "topic": self.topic,
+            "cluster_id": self.cluster_id,
+            "generation": self.generation,
+            "state": self.state.value,
+            "created_at": self.created_at.astimezone(UTC).isoformat(timespec="milliseconds"),
+            "writer": dict(self.writer),
+            "partitions": {
+                str(p): {
+                    "next_offset": pc.next_offset,
+                    "files": [f.to_json() for f in pc.files],
+                }
+                for p, pc in sorted(self.partitions.items())
+            },
+        }
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(self.to_json(), indent=2, sort_keys=False).encode() + b"\n"
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, source: str = "manifest") -> CheckpointManifest:
+        """Parse and validate; anything malformed is a :class:`CorruptCheckpointError`."""
+        try:
+            obj = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise CorruptCheckpointError(f"{source}: not valid JSON ({e})") from e
+        if not isinstance(obj, dict):
+            raise CorruptCheckpointError(f"{source}: not a JSON object")
+        version = obj.get("format_version")
+        if version not in SUPPORTED_FORMAT_VERSIONS:
+            raise CorruptCheckpointError(
+                f"{source}: unknown format version {version!r} "
+                f"(this statesnap reads {sorted(SUPPORTED_FORMAT_VERSIONS)})"
+            )
+        try:
+            partitions = {
+                int(p): PartitionCheckpoint(
+                    int(p),
+                    int(pc["next_offset"]),
+                    tuple(DataFile.from_json(f) for f in pc["files"]),
+                )
+                for p, pc in obj["partitions"].items()
+            }
+            created = datetime.fromisoformat(obj["created_at"])
+            if created.tzinfo is None:
+                created = created.replace(tzinfo=UTC)
+            manifest = cls(
+                table=str(obj["table"]),
+                topic=str(obj["topic"]),
+                cluster_id=str(obj["cluster_id"]),
+                generation=int(obj["generation"]),
+                partitions=partitions,
+                created_at=created,
+                state=CheckpointState(obj.get("state", "COMPLETED")),
+                writer=dict(obj.get("writer") or {}),
+                format_version=int(version),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise CorruptCheckpointError(f"{source}: malformed manifest ({e!r})") from e
+        for pc in partitions.values():
+            if pc.next_offset < 0:
+                raise CorruptCheckpointError(f"{source}: negative offset in partition {pc.partition}")
+            kinds = [f.kind for f in pc.files]
+            if "base" in kinds[1:]:
+                raise CorruptCheckpointError(
+                    f"{source}: partition {pc.partition} has a base file after a delta"
+                )
+        return manifest

@@ -1,0 +1,231 @@
+"""One table's checkpoints in a blob store: list, read, verify, load and commit manifests.
+
+A :class:`CheckpointRepository` is the only component that knows the storage layout; writers
+(Python :class:`~statesnap.Table`, Spark jobs) and readers all go through it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from statesnap.blob import BlobStore
+from statesnap.checkpoint import datafile, layout
+from statesnap.checkpoint.manifest import CheckpointManifest, DataFile
+from statesnap.errors import (
+    BlobExistsError,
+    BlobNotFoundError,
+    CheckpointConflictError,
+    CorruptCheckpointError,
+)
+
+log = logging.getLogger(__name__)
+
+#: Parallel downloads/uploads; S3 latency dominates small files, so a few in flight pay off.
+IO_THREADS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyResult:
+    """Outcome of verifying one generation; ``problems`` is empty when it is usable."""
+
+    generation: int
+    manifest: CheckpointManifest | None
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+class CheckpointRepository:
+    """Checkpoints of one table: ``<root>/<cluster-id>_<table>/`` in *store*."""
+
+    def __init__(self, store: BlobStore, directory: str) -> None:
+        self.store = store
+        self.directory = directory.strip("/")
+
+    @classmethod
+    def for_table(cls, store: BlobStore, cluster_id: str, table: str) -> CheckpointRepository:
+        return cls(store, layout.table_dir(cluster_id, table))
+
+    def __repr__(self) -> str:
+        return f"CheckpointRepository({self.url!r})"
+
+    @property
+    def url(self) -> str:
+        return f"{self.store.url.rstrip('/')}/{self.directory}"
+
+    def key(self, relative: str) -> str:
+        return f"{self.directory}/{relative}"
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def generations(self) -> list[int]:
+        """Generations that have a manifest, newest first."""
+        gens = []
+        for blob in self.store.list(self.key(layout.SNAPSHOTS_DIR) + "/"):
+            gen = layout.manifest_generation(blob.key[len(self.directory) + 1 :])
+            if gen is not None:
+                gens.append(gen)
+        return sorted(gens, reverse=True)
+
+    def read_manifest(self, generation: int) -> CheckpointManifest:
+        """Parse one manifest; a missing one raises BlobNotFoundError, a bad one CorruptCheckpointError."""
+        key = self.key(layout.manifest_key(generation))
+        manifest = CheckpointManifest.from_bytes(self.store.read(key), source=f"{self.url}/{layout.manifest_key(generation)}")
+        if manifest.generation != generation:
+            raise CorruptCheckpointError(
+                f"{key}: manifest says generation {manifest.generation}, its name says {generation}"
+            )
+        return manifest
+
+    def manifests(self) -> Iterator[tuple[int, CheckpointManifest | CorruptCheckpointError]]:
+        """Every generation newest first, with its manifest or the reason it cannot be read."""
+        for gen in self.generations():
+            try:
+                yield gen, self.read_manifest(gen)
+            except CorruptCheckpointError as e:
+                yield gen, e
+            except BlobNotFoundError:
+                continue  # deleted by GC between list and read
+
+    def latest(self) -> CheckpointManifest | None:
+        """Newest readable manifest (not deep-verified), or None."""
+        for _, item in self.manifests():
+            if isinstance(item, CheckpointManifest):
+                return item
+        return None
+
+    def read_file(self, f: DataFile) -> pa.Table:
+        """Download one data file and check size and checksum before trusting it."""
+        try:
+            data = self.store.read(self.key(f.path))
+        except BlobNotFoundError as e:
+            raise CorruptCheckpointError(f"{self.url}/{f.path}: data file missing") from e
+        if len(data) != f.bytes:
+            raise CorruptCheckpointError(
+                f"{self.url}/{f.path}: size {len(data)} != {f.bytes} recorded in the manifest"
+            )
+        return datafile.decode(data, expected_sha256=f.sha256, source=f"{self.url}/{f.path}")
+
+    def load_partition(self, manifest: CheckpointManifest, partition: int) -> pa.Table:
+        """The partition's table at this checkpoint: base + deltas merged, tombstones removed."""
+        pc = manifest.partitions[partition]
+        return datafile.merge([self.read_file(f) for f in pc.files])
+
+    def iter_partitions(
+        self, manifest: CheckpointManifest, partitions: list[int] | None = None
+    ) -> Iterator[tuple[int, pa.Table]]:
+        """Load partitions with downloads overlapped in a thread pool, yielding in order."""
+        wanted = sorted(manifest.partitions) if partitions is None else partitions
+        with ThreadPoolExecutor(IO_THREADS, thread_name_prefix="statesnap-load") as pool:
+            futures = [(p, pool.submit(self.load_partition, manifest, p)) for p in wanted]
+            try:
+                for p, fut in futures:
+                    yield p, fut.result()
+            finally:
+                for _, fut in futures:
+                    fut.cancel()
+
+    def verify(self, generation: int, *, deep: bool = True) -> VerifyResult:
+        """Check a generation: manifest readable, every file present with the right size (and,
+        when *deep*, checksum and Parquet structure)."""
+        try:
+            manifest = self.read_manifest(generation)
+        except (CorruptCheckpointError, BlobNotFoundError) as e:
+            return VerifyResult(generation, None, (str(e),))
+        problems: list[str] = []
+        present = {b.key: b.size for b in self.store.list(self.key(layout.DATA_DIR) + "/")}
+        for f in manifest.files:
+            size = present.get(self.key(f.path))
+            if size is None:
+                problems.append(f"{f.path}: data file missing")
+            elif size != f.bytes:
+                problems.append(f"{f.path}: size {size} != {f.bytes} recorded in the manifest")
+        if deep and not problems:
+
+            def check(f: DataFile) -> str | None:
+                try:
+                    self.read_file(f)
+                except CorruptCheckpointError as e:
+                    return str(e)
+                return None
+
+            with ThreadPoolExecutor(IO_THREADS) as pool:
+                problems.extend(p for p in pool.map(check, manifest.files) if p)
+        return VerifyResult(generation, manifest, tuple(problems))
+
+    # --- writing -------------------------------------------------------------------------------
+
+    def next_generation(self) -> int:
+        """One past every generation in use, including data directories of unfinished writers."""
+        top = 0
+        for blob in self.store.list(self.directory + "/"):
+            rel = blob.key[len(self.directory) + 1 :]
+            gen = layout.manifest_generation(rel)
+            if gen is None:
+                gen = layout.data_generation(rel)
+            if gen is not None:
+                top = max(top, gen)
+        return top + 1
+
+    def write_file(self, generation: int, partition: int, kind: str, n: int, table: pa.Table) -> DataFile:
+        """Write one data file (write-once) and describe it for the manifest."""
+        encoded = datafile.encode(table)
+        rel = layout.data_key(generation, partition, kind, n)
+        try:
+            self.store.write(self.key(rel), encoded.data, if_absent=True)
+        except BlobExistsError as e:
+            raise CheckpointConflictError(
+                f"{self.url}/{rel} already exists: another writer is using generation {generation}"
+            ) from e
+        return DataFile(rel, "base" if kind == "base" else "delta", encoded.rows, len(encoded.data), encoded.sha256)
+
+    def commit(self, manifest: CheckpointManifest) -> None:
+        """Publish a checkpoint by writing its manifest, write-once: the last step of every writer."""
+        rel = layout.manifest_key(manifest.generation)
+        try:
+            self.store.write(self.key(rel), manifest.to_bytes(), if_absent=True)
+        except BlobExistsError as e:
+            raise CheckpointConflictError(
+                f"generation {manifest.generation} of {self.url} was committed by another writer"
+            ) from e
+        log.info(
+            "committed checkpoint %s generation %d (%d rows, %d bytes)",
+            self.url, manifest.generation, manifest.total_rows, manifest.total_bytes,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TableLocation:
+    """A table directory found under a root, with what its newest manifest says about it."""
+
+    directory: str
+    table: str
+    cluster_id: str | None
+
+
+def discover_tables(store: BlobStore, table: str | None = None) -> list[TableLocation]:
+    """Table directories under the root; with *table*, only those of that table (any cluster)."""
+    found = []
+    for name in store.list_dirs(""):
+        if table is not None and not name.endswith(f"_{table}"):
+            continue
+        repo = CheckpointRepository(store, name)
+        latest = repo.latest()
+        if latest is None:
+            if not repo.generations() and not store.list(name + "/" + layout.DATA_DIR + "/"):
+                continue
+            guess = table if table is not None else name
+            cluster = name[: -len(table) - 1] if table is not None else None
+            found.append(TableLocation(name, guess, cluster))
+            continue
+        if table is not None and latest.table != table:
+            continue
+        found.append(TableLocation(name, latest.table, latest.cluster_id))
+    return found

@@ -1,0 +1,7 @@
+"""Real services on loopback for the demo, tests and benchmarks: the Tansu Kafka broker and a
+moto S3 server. Each starts on a free port, is waited for until it answers, and stops on exit."""
+
+from statesnap.devstack.broker import EmbeddedBroker
+from statesnap.devstack.s3 import EmbeddedS3
+
+__all__ = ["EmbeddedBroker", "EmbeddedS3"]

@@ -1,0 +1,120 @@
+"""A child process bound to a loopback port: start, wait until it accepts connections, stop."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from statesnap.errors import StatesnapError
+
+log = logging.getLogger(__name__)
+
+
+class DevServiceError(StatesnapError):
+    """An embedded dev service failed to start (binary missing, port busy, crashed at start)."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        socket.create_connection((host, port), timeout=0.2).close()
+    except OSError:
+        return False
+    return True
+
+
+class LoopbackService:
+    """Base for services run as child processes on 127.0.0.1."""
+
+    name = "service"
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.host = "127.0.0.1"
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log_path: Path | None = None
+
+    def command(self) -> Sequence[str]:
+        raise NotImplementedError
+
+    def environment(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def start(self, timeout: float = 30.0) -> None:
+        if self._proc is not None:
+            return
+        if port_open(self.port):
+            raise DevServiceError(f"{self.name}: port {self.port} is already in use")
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix=f"statesnap-{self.name}-", suffix=".log")
+        self._log_path = Path(path)
+        self._proc = subprocess.Popen(
+            list(self.command()),
+            stdout=fd,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.environment(),
+            start_new_session=True,
+        )
+        os.close(fd)
+        atexit.register(self.stop)
+        deadline = time.monotonic() + timeout
+        while not port_open(self.port):
+            if self._proc.poll() is not None:
+                raise DevServiceError(f"{self.name} exited with {self._proc.returncode}: {self.log_tail()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise DevServiceError(f"{self.name} did not answer on port {self.port} within {timeout}s")
+            time.sleep(0.05)
+        self.wait_ready(deadline)
+        log.info("%s listening on %s:%d", self.name, self.host, self.port)
+
+    def wait_ready(self, deadline: float) -> None:
+        """Hook for a protocol-level readiness check after the port opens."""
+
+    def log_tail(self, lines: int = 20) -> str:
+        if self._log_path is None or not self._log_path.exists():
+            return ""
+        return "\n".join(self._log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+        if self._log_path is not None:
+            with contextlib.suppress(OSError):
+                self._log_path.unlink()
+
+    def __enter__(self) -> LoopbackService:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,46 @@
+"""Human durations (``90s``, ``5m``, ``1h``, ``12h``, ``2d``) used by every interval option."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from statesnap.errors import InvalidDurationError
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_PATTERN = re.compile(r"^\s*(?P<num>[0-9]+(?:\.[0-9]+)?)\s*(?P<unit>ms|s|m|h|d|w)?\s*$")
+
+
+def parse_duration(text: str | float | timedelta) -> timedelta:
+    """Parse ``90s``/``5m``/``1h``/``12h``/``2d`` (a bare number means seconds).
+
+    Raises :class:`InvalidDurationError` naming the text for anything negative or unparsable.
+    """
+    if isinstance(text, timedelta):
+        if text < timedelta(0):
+            raise InvalidDurationError(f"duration must not be negative: {text}")
+        return text
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        if text < 0:
+            raise InvalidDurationError(f"duration must not be negative: {text}")
+        return timedelta(seconds=float(text))
+    if not isinstance(text, str):
+        raise InvalidDurationError(f"not a duration: {text!r}")
+    if text.strip().startswith("-"):
+        raise InvalidDurationError(f"duration must not be negative: {text!r}")
+    match = _PATTERN.match(text)
+    if match is None:
+        raise InvalidDurationError(
+            f"cannot parse duration {text!r}; use a number with a unit such as 90s, 5m, 1h, 12h, 2d"
+        )
+    return timedelta(seconds=float(match["num"]) * _UNITS[match["unit"] or "s"])
+
+
+def format_duration(value: timedelta) -> str:
+    """The shortest exact spelling of *value* in the units :func:`parse_duration` reads."""
+    seconds = value.total_seconds()
+    for unit in ("d", "h", "m", "s"):
+        size = _UNITS[unit]
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"

@@ -1,0 +1,142 @@
+"""Cluster metadata the table needs: cluster id, partitions, log-start offsets, topic configs.
+
+Every confluent-kafka error is translated here, so callers only see statesnap's typed errors.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaError as RdKafkaError
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+
+from statesnap.errors import BrokerUnavailableError, KafkaError, TopicNotFoundError
+from statesnap.kafka.config import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """What restore decisions depend on; ``configs`` holds only what the cluster reported."""
+
+    name: str
+    partitions: tuple[int, ...]
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def compacted(self) -> bool:
+        return "compact" in self.configs.get("cleanup.policy", "delete")
+
+    @property
+    def delete_retention_ms(self) -> int:
+        # Kafka's default for delete.retention.ms is one day.
+        return int(self.configs.get("delete.retention.ms", 86_400_000))
+
+
+class KafkaAdmin:
+    """A thin, typed wrapper around AdminClient for one cluster."""
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self.settings = settings
+        self._admin = AdminClient(settings.client_config())
+
+    def _unreachable(self, e: Exception | None = None) -> BrokerUnavailableError:
+        detail = f": {e}" if e else ""
+        return BrokerUnavailableError(
+            f"no Kafka broker answered at {self.settings.bootstrap_servers} "
+            f"within {self.settings.timeout:g}s{detail}"
+        )
+
+    def cluster_id(self) -> str:
+        try:
+            result = self._admin.describe_cluster(request_timeout=self.settings.timeout)
+            cid = result.result(timeout=self.settings.timeout).cluster_id
+        except KafkaException as e:
+            raise self._unreachable(e) from e
+        except Exception as e:  # futures raise plain errors on timeout
+            raise self._unreachable(e) from e
+        if not cid:
+            raise KafkaError(f"cluster at {self.settings.bootstrap_servers} reported no cluster id")
+        return str(cid)
+
+    def partitions(self, topic: str) -> tuple[int, ...]:
+        try:
+            md = self._admin.list_topics(topic=topic, timeout=self.settings.timeout)
+        except KafkaException as e:
+            raise self._unreachable(e) from e
+        tmd = md.topics.get(topic)
+        if tmd is None or tmd.error is not None and tmd.error.code() in (
+            RdKafkaError.UNKNOWN_TOPIC_OR_PART,
+            RdKafkaError._UNKNOWN_TOPIC,
+        ) or (tmd is not None and not tmd.partitions):
+            raise TopicNotFoundError(f"topic {topic!r} does not exist on {self.settings.bootstrap_servers}")
+        if tmd.error is not None:
+            raise KafkaError(f"metadata for topic {topic!r}: {tmd.error.str()}")
+        return tuple(sorted(tmd.partitions))
+
+    def topic_configs(self, topic: str) -> dict[str, str]:
+        """Explicit and default configs where the broker reports them; {} if it cannot say."""
+        try:
+            futures = self._admin.describe_configs([ConfigResource(ResourceType.TOPIC, topic)])
+            entries = next(iter(futures.values())).result(timeout=self.settings.timeout)
+        except Exception as e:
+            log.debug("describe_configs(%s) failed: %s", topic, e)
+            return {}
+        return {name: entry.value for name, entry in entries.items() if entry.value is not None}
+
+    def describe_topic(self, topic: str) -> TopicInfo:
+        return TopicInfo(topic, self.partitions(topic), self.topic_configs(topic))
+
+    def create_topic(self, topic: str, partitions: int, *, config: Mapping[str, str] | None = None) -> bool:
+        """Create *topic* if missing; returns whether this call created it."""
+        try:
+            self.partitions(topic)
+            return False
+        except TopicNotFoundError:
+            pass
+        futures = self._admin.create_topics(
+            [NewTopic(topic, partitions, 1, config=dict(config or {}))],
+            request_timeout=self.settings.timeout,
+        )
+        try:
+            futures[topic].result(timeout=self.settings.timeout)
+        except KafkaException as e:
+            if e.args and e.args[0].code() == RdKafkaError.TOPIC_ALREADY_EXISTS:
+                return False
+            raise KafkaError(f"cannot create topic {topic!r}: {e}") from e
+        return True
+
+
+def log_start_offsets(
+    settings: KafkaSettings, topic: str, partitions: tuple[int, ...]
+) -> dict[int, int]:
+    """The first offset still stored per partition (the low watermark).
+
+    Unlike the high watermark, which the dev broker under-reports, the low watermark is exact.
+    """
+    consumer = Consumer(settings.client_config(**{"group.id": "statesnap-metadata", "enable.auto.commit": False}))
+    try:
+        out = {}
+        for p in partitions:
+            low, _high = consumer.get_watermark_offsets(
+                TopicPartition(topic, p), timeout=settings.timeout, cached=False
+            )
+            out[p] = max(0, int(low))
+        return out
+    except KafkaException as e:
+        raise BrokerUnavailableError(
+            f"cannot read offsets of {topic!r} from {settings.bootstrap_servers}: {e}"
+        ) from e
+    finally:
+        consumer.close()
+
+
+def describe(settings: KafkaSettings, topic: str) -> tuple[str, TopicInfo]:
+    """Cluster id and topic description in one call (both needed before any restore)."""
+    admin = KafkaAdmin(settings)
+    return admin.cluster_id(), admin.describe_topic(topic)
+

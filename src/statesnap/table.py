@@ -1,0 +1,421 @@
+"""``Table``: the latest value per key of a Kafka topic, restored from checkpoints.
+
+Life cycle: ``Table(...)`` → ``start()`` (restore the newest valid checkpoint, replay the tail until
+every partition reports EOF) → reads while it keeps consuming → ``close()`` (final checkpoint).
+
+By default a background thread keeps consuming after ``start()``; pass ``background=False`` and
+call :meth:`Table.poll` yourself to consume on your own thread (e.g. inside an event loop).
+
+Commit points happen every ``commit_interval``: the store is flushed and, when
+``checkpoint_interval`` has elapsed since the last checkpoint, one is written — so the real
+checkpoint interval is a multiple of the commit interval. Writing a checkpoint is, in order:
+export the store → write data files → write the manifest (write-once) → retention GC.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from statesnap.blob import BlobStore, open_blob_store
+from statesnap.checkpoint import (
+    CheckpointManifest,
+    CheckpointRepository,
+    PartitionUpdate,
+    RetentionPolicy,
+    collect_garbage,
+    write_checkpoint,
+)
+from statesnap.checkpoint.datafile import empty_table
+from statesnap.checkpoint.selection import TopicState, check_identity, resume_offsets, unusable_reason
+from statesnap.durations import parse_duration
+from statesnap.errors import (
+    BlobNotFoundError,
+    ConfigError,
+    CorruptCheckpointError,
+    NoUsableCheckpointError,
+    TableStateError,
+)
+from statesnap.kafka.admin import KafkaAdmin, log_start_offsets
+from statesnap.kafka.config import KafkaSettings
+from statesnap.kafka.reader import ChangelogReader
+from statesnap.serde import Serde, resolve_serde
+from statesnap.stores import StateStore, open_state_store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedCheckpoint:
+    generation: int
+    reason: str
+
+
+@dataclass(slots=True)
+class RestoreReport:
+    """How ``start()`` got the table to the end of the changelog."""
+
+    checkpoint: int | None = None
+    restored_keys: int = 0
+    replayed_records: int = 0
+    load_seconds: float = 0.0
+    replay_seconds: float = 0.0
+    skipped: list[SkippedCheckpoint] = field(default_factory=list)
+
+    @property
+    def restore_seconds(self) -> float:
+        return self.load_seconds + self.replay_seconds
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "checkpoint": self.checkpoint,
+            "restored_keys": self.restored_keys,
+            "replayed_records": self.replayed_records,
+            "load_seconds": round(self.load_seconds, 3),
+            "replay_seconds": round(self.replay_seconds, 3),
+            "restore_seconds": round(self.restore_seconds, 3),
+            "skipped": [{"generation": s.generation, "reason": s.reason} for s in self.skipped],
+        }
+
+
+#: Called during start() with (records replayed so far, partitions caught up, partitions total).
+ProgressCallback = Callable[[int, int, int], None]
+
+
+class Table:
+    """A keyed table over *topic* (all partitions, assigned without a consumer group)."""
+
+    def __init__(
+        self,
+        topic: str,
+        *,
+        bootstrap_servers: str,
+        name: str | None = None,
+        checkpoints: str | BlobStore | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        store: str = "memory",
+        store_path: str | Path | None = None,
+        key_serde: Serde | str | None = None,
+        value_serde: Serde | str | None = None,
+        kafka_config: Mapping[str, Any] | None = None,
+        checkpoint_interval: str | float | timedelta = "1h",
+        commit_interval: str | float | timedelta = "5s",
+        retention: RetentionPolicy | None = None,
+        require_checkpoint: bool = False,
+        background: bool = True,
+        generation: int | None = None,
+        partitions: Collection[int] | None = None,
+        timeout: float = 15.0,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        """
+        Args:
+            topic: the changelog topic.
+            bootstrap_servers: Kafka bootstrap address(es).
+            name: table name in the checkpoint store (default: the topic name).
+            checkpoints: blob store URL (``file://…``, a path, ``s3://bucket/prefix``) or store;
+                None disables checkpoints (opt-in).
+            storage_options: blob-store options (``endpoint_url``, ``region``, ``sse``, …).
+            store: local state store, ``memory`` or ``rocksdb``.
+            kafka_config: extra librdkafka properties (TLS, SASL, …).
+            checkpoint_interval: minimum time between periodic checkpoints.
+            commit_interval: how often a commit point happens while consuming.
+            retention: GC policy applied after each checkpoint.
+            require_checkpoint: fail instead of replaying from the beginning when none verifies.
+            background: keep consuming on a background thread after start().
+            generation: restore exactly this generation instead of the newest valid one.
+            partitions: own only these partitions (default: all).
+        """
+        from statesnap.checkpoint.layout import valid_table_name
+
+        self.topic = topic
+        self.name = name or topic
+        if not valid_table_name(self.name):
+            raise ConfigError(f"invalid table name {self.name!r}: use letters, digits, '.', '_', '-'")
+        self.settings = KafkaSettings(bootstrap_servers, dict(kafka_config or {}), timeout)
+        if isinstance(checkpoints, str):
+            self.blob: BlobStore | None = open_blob_store(checkpoints, **dict(storage_options or {}))
+        else:
+            self.blob = checkpoints
+        self.checkpoint_interval = parse_duration(checkpoint_interval)
+        self.commit_interval = parse_duration(commit_interval)
+        self.retention = retention or RetentionPolicy()
+        self.require_checkpoint = require_checkpoint
+        self.background = background
+        self.generation = generation
+        self.wanted_partitions = None if partitions is None else tuple(sorted(set(partitions)))
+        self.key_serde = resolve_serde(key_serde)
+        self.value_serde = resolve_serde(value_serde)
+        self._store_kind = store
+        self._store_path = store_path
+        self._clock = clock
+        self.store: StateStore = open_state_store(store, path=store_path, name=self.name)
+        self.repo: CheckpointRepository | None = None
+        self.report = RestoreReport()
+        self.last_checkpoint: CheckpointManifest | None = None
+        self._reader: ChangelogReader | None = None
+        self._state = "new"
+        self._dirty: set[int] = set()
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._thread_error: BaseException | None = None
+        self._last_commit = time.monotonic()
+        self._last_checkpoint_at = time.monotonic()
+        self.cluster_id = ""
+        self.partitions: tuple[int, ...] = ()
+
+    # --- life cycle ----------------------------------------------------------------------------
+
+    def start(self, *, progress: ProgressCallback | None = None) -> RestoreReport:
+        """Restore from the newest valid checkpoint, then replay the tail until caught up."""
+        if self._state != "new":
+            raise TableStateError("start", self._state, "new")
+        admin = KafkaAdmin(self.settings)
+        self.cluster_id = admin.cluster_id()
+        info = admin.describe_topic(self.topic)
+        all_partitions = info.partitions
+        if self.wanted_partitions is not None:
+            missing = set(self.wanted_partitions) - set(all_partitions)
+            if missing:
+                raise ConfigError(f"topic {self.topic!r} has no partitions {sorted(missing)}")
+        self.partitions = self.wanted_partitions or all_partitions
+        if self.blob is not None:
+            self.blob.check(writable=False)
+            self.repo = CheckpointRepository.for_table(self.blob, self.cluster_id, self.name)
+        state = TopicState(
+            self.topic,
+            self.cluster_id,
+            self.partitions,
+            log_start_offsets(self.settings, self.topic, self.partitions),
+            info.compacted,
+            info.delete_retention_ms,
+        )
+        started = time.monotonic()
+        manifest = self._restore_checkpoint(state)
+        self.report.load_seconds = time.monotonic() - started
+        self.last_checkpoint = manifest
+        offsets = resume_offsets(manifest, self.partitions)
+        self._reader = ChangelogReader(self.settings, self.topic, offsets)
+        self._state = "restoring"
+        started = time.monotonic()
+        while not self._reader.caught_up:
+            self.report.replayed_records += self._consume(0.5)
+            if progress is not None:
+                progress(self.report.replayed_records, len(self._reader.at_eof), len(self.partitions))
+        self.report.replay_seconds = time.monotonic() - started
+        self._state = "running"
+        self._last_commit = self._last_checkpoint_at = time.monotonic()
+        log.info(
+            "table %s restored: checkpoint=%s keys=%d replayed=%d in %.2fs",
+            self.name, self.report.checkpoint, len(self.store), self.report.replayed_records,
+            self.report.restore_seconds,
+        )
+        if self.background:
+            self._thread = threading.Thread(target=self._run, name=f"statesnap-{self.name}", daemon=True)
+            self._thread.start()
+        return self.report
+
+    def _restore_checkpoint(self, state: TopicState) -> CheckpointManifest | None:
+        if self.repo is None:
+            return None
+        now = self._clock()
+        for gen, item in self.repo.manifests():
+            if self.generation is not None and gen != self.generation:
+                continue
+            if isinstance(item, CorruptCheckpointError):
+                self._skip(gen, str(item))
+                continue
+            check_identity(item, self.name, state)
+            reason = unusable_reason(item, state, now)
+            if reason is not None:
+                self._skip(gen, reason)
+                continue
+            try:
+                wanted = [p for p in self.partitions if p in item.partitions]
+                for p, rows in self.repo.iter_partitions(item, wanted):
+                    self.store.load(p, rows)
+            except (CorruptCheckpointError, BlobNotFoundError) as e:
+                self._skip(gen, str(e))
+                self.store.clear()
+                continue
+            self.report.checkpoint = gen
+            self.report.restored_keys = len(self.store)
+            return item
+        if self.require_checkpoint:
+            raise NoUsableCheckpointError(
+                f"no usable checkpoint for table {self.name!r} in {self.repo.url}"
+                + (f" at generation {self.generation}" if self.generation is not None else "")
+            )
+        if self.generation is not None:
+            raise NoUsableCheckpointError(f"generation {self.generation} of {self.repo.url} is not usable")
+        if self.report.skipped:
+            log.warning("table %s: no usable checkpoint, replaying %s from the beginning", self.name, self.topic)
+        return None
+
+    def _skip(self, generation: int, reason: str) -> None:
+        log.warning("table %s: skipping checkpoint generation %d: %s", self.name, generation, reason)
+        self.report.skipped.append(SkippedCheckpoint(generation, reason))
+
+    def _consume(self, timeout: float) -> int:
+        assert self._reader is not None
+        applied = 0
+        with self._lock:
+            for partition, records in self._reader.poll(timeout).items():
+                self.store.apply(partition, records)
+                self._dirty.add(partition)
+                applied += len(records)
+        return applied
+
+    def poll(self, timeout: float = 0.5) -> int:
+        """Consume one batch and run a commit point if due; returns the records applied.
+
+        Only for ``background=False`` tables; background tables poll on their own thread.
+        """
+        self._require("poll", "running")
+        if self._thread is not None:
+            raise TableStateError("poll", "consuming in the background", "background=False")
+        applied = self._consume(timeout)
+        self._maybe_commit()
+        return applied
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._consume(0.2)
+                self._maybe_commit()
+        except BaseException as e:
+            self._thread_error = e
+            log.exception("table %s: background consumer failed", self.name)
+
+    def _maybe_commit(self) -> None:
+        now = time.monotonic()
+        if now - self._last_commit < self.commit_interval.total_seconds():
+            return
+        self.commit()
+
+    def commit(self) -> CheckpointManifest | None:
+        """A commit point: flush the store; write a checkpoint if the interval has elapsed."""
+        with self._lock:
+            self.store.flush()
+            self._last_commit = time.monotonic()
+            due = self._last_commit - self._last_checkpoint_at >= self.checkpoint_interval.total_seconds()
+            if self.repo is not None and due:
+                return self.checkpoint()
+        return None
+
+    def checkpoint(self) -> CheckpointManifest | None:
+        """Write a checkpoint now (at a commit point), then run retention GC.
+
+        Returns None when checkpoints are disabled or nothing changed since the last one.
+        """
+        if self.repo is None or self._reader is None:
+            return None
+        with self._lock:
+            self.store.flush()
+            offsets = {p: self._reader.positions[p] for p in self.partitions}
+            previous = self.last_checkpoint
+            self._last_checkpoint_at = time.monotonic()
+            if previous is not None and previous.offsets == offsets:
+                return None
+            dirty = set(self._dirty) if previous is not None else set(self.partitions)
+            exported = self.store.export() if dirty else {}
+            updates = {}
+            for p in self.partitions:
+                known = previous is not None and p in previous.partitions
+                if p in dirty or not known:
+                    updates[p] = PartitionUpdate(p, offsets[p], base=exported.get(p, empty_table()))
+                else:
+                    updates[p] = PartitionUpdate(p, offsets[p])
+            manifest = write_checkpoint(
+                self.repo,
+                table=self.name,
+                topic=self.topic,
+                cluster_id=self.cluster_id,
+                updates=updates,
+                previous=previous,
+                extra={"store": self._store_kind, "keys": len(self.store)},
+            )
+            self.last_checkpoint = manifest
+            self._dirty.clear()
+        collect_garbage(self.repo, self.retention, now=self._clock())
+        return manifest
+
+    def close(self, *, checkpoint: bool = True) -> None:
+        """Stop consuming; on a clean shutdown write a final checkpoint first."""
+        if self._state == "closed":
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        try:
+            if checkpoint and self._state == "running" and self._thread_error is None:
+                self.checkpoint()
+        finally:
+            if self._reader is not None:
+                self._reader.close()
+            self.store.close()
+            self._state = "closed"
+
+    def __enter__(self) -> Table:
+        if self._state == "new":
+            self.start()
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.close(checkpoint=exc_type is None)
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def _require(self, action: str, *states: str) -> None:
+        if self._thread_error is not None:
+            raise TableStateError(action, f"failed ({self._thread_error})", "running")
+        if self._state not in states:
+            raise TableStateError(action, self._state, " or ".join(states))
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """The current value of *key* (deserialized), or *default*."""
+        self._require("get", "running")
+        raw = self.store.get(self.key_serde.serialize(key))
+        return default if raw is None else self.value_serde.deserialize(raw)
+
+    def __getitem__(self, key: Any) -> Any:
+        sentinel = object()
+        value = self.get(key, sentinel)
+        if value is sentinel:
+            raise KeyError(key)
+        return value
+
+    def __contains__(self, key: object) -> bool:
+        self._require("look up", "running")
+        return self.key_serde.serialize(key) in self.store
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        """Every (key, value), deserialized, in no particular order."""
+        self._require("iterate", "running")
+        kd, vd = self.key_serde.deserialize, self.value_serde.deserialize
+        for k, v in self.store.items():
+            yield kd(k), vd(v)
+
+    def raw_items(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every (key, value) as stored bytes."""
+        self._require("iterate", "running")
+        return self.store.items()
+
+    @property
+    def offsets(self) -> dict[int, int]:
+        """Next offset to consume per owned partition (everything below is applied)."""
+        return dict(self._reader.positions) if self._reader is not None else {}
+
+    @property
+    def caught_up(self) -> bool:
+        return self._reader is not None and self._reader.caught_up
