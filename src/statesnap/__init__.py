@@ -4,10 +4,10 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from statesnap.checkpoint.retention import RetentionPolicy  # noqa: E402
-from statesnap.errors import StatesnapError  # noqa: E402
-from statesnap.serde import BytesSerde, JsonSerde, Serde, StringSerde  # noqa: E402
-from statesnap.table import Table  # noqa: E402
+from statesnap.checkpoint.retention import RetentionPolicy
+from statesnap.errors import StatesnapError
+from statesnap.serde import BytesSerde, JsonSerde, Serde, StringSerde
+from statesnap.table import Table
 
 __all__ = [
     "BytesSerde",

@@ -34,7 +34,9 @@ class SampleSpec:
             raise ConfigError(f"tombstone ratio must be within [0, 1], got {self.tombstone_ratio}")
 
 
-def sample_records(spec: SampleSpec, start: int = 0, count: int | None = None) -> list[tuple[bytes, bytes | None]]:
+def sample_records(
+    spec: SampleSpec, start: int = 0, count: int | None = None
+) -> list[tuple[bytes, bytes | None]]:
     """Records ``start`` … ``start+count`` of the changelog *spec* describes (deterministic)."""
     count = spec.updates - start if count is None else count
     rng = np.random.default_rng([spec.seed, start])

@@ -6,6 +6,7 @@ Keys are ``/``-separated paths relative to the store's root URL. Stores pickle b
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -46,11 +47,11 @@ class BlobStore(Protocol):
         """Whether *key* exists."""
         ...
 
-    def list(self, prefix: str = "") -> list[BlobInfo]:
+    def list(self, prefix: str = "") -> builtins.list[BlobInfo]:
         """Every object under *prefix* (recursively), sorted by key."""
         ...
 
-    def list_dirs(self, prefix: str = "") -> list[str]:
+    def list_dirs(self, prefix: str = "") -> builtins.list[str]:
         """The immediate "sub-directories" under *prefix*, as names without slashes."""
         ...
 

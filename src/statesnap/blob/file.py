@@ -7,6 +7,7 @@ silently replace it.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import errno
 import os
@@ -93,7 +94,7 @@ class FileBlobStore:
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
 
-    def list(self, prefix: str = "") -> list[BlobInfo]:
+    def list(self, prefix: str = "") -> builtins.list[BlobInfo]:
         base = self._path(prefix) if prefix.strip("/") else self._root
         if base.is_file():
             candidates = [base]
@@ -114,7 +115,7 @@ class FileBlobStore:
         out.sort(key=lambda b: b.key)
         return out
 
-    def list_dirs(self, prefix: str = "") -> list[str]:
+    def list_dirs(self, prefix: str = "") -> builtins.list[str]:
         base = self._path(prefix) if prefix.strip("/") else self._root
         if not base.is_dir():
             return []

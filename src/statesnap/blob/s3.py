@@ -7,6 +7,7 @@ conditional put (``If-None-Match: *``), so two writers cannot both commit one ma
 
 from __future__ import annotations
 
+import builtins
 import threading
 from collections.abc import Iterable
 from datetime import datetime
@@ -45,9 +46,7 @@ class S3BlobStore:
     def __init__(self, bucket: str, prefix: str = "", **options: str) -> None:
         unknown = set(options) - S3_OPTIONS
         if unknown:
-            raise BlobStoreError(
-                f"unknown S3 option(s) {sorted(unknown)}; known: {sorted(S3_OPTIONS)}"
-            )
+            raise BlobStoreError(f"unknown S3 option(s) {sorted(unknown)}; known: {sorted(S3_OPTIONS)}")
         if not bucket:
             raise BlobStoreError("S3 URL has no bucket: use s3://bucket/prefix")
         self._bucket = bucket
@@ -150,7 +149,7 @@ class S3BlobStore:
             raise err from e
         return True
 
-    def list(self, prefix: str = "") -> list[BlobInfo]:
+    def list(self, prefix: str = "") -> builtins.list[BlobInfo]:
         full = self._key(prefix) if prefix.strip("/") else self._prefix
         if full and not full.endswith("/") and prefix.endswith("/"):
             full += "/"
@@ -167,7 +166,7 @@ class S3BlobStore:
         out.sort(key=lambda b: b.key)
         return out
 
-    def list_dirs(self, prefix: str = "") -> list[str]:
+    def list_dirs(self, prefix: str = "") -> builtins.list[str]:
         full = self._key(prefix) if prefix.strip("/") else self._prefix
         full = f"{full}/" if full else ""
         names: list[str] = []

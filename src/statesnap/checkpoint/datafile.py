@@ -97,7 +97,9 @@ def merge(tables: Sequence[pa.Table]) -> pa.Table:
     keys = stacked.column("key").combine_chunks()
     if len(keys) > 1:
         changed = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1))
-        first = pa.concat_arrays([pa.array([True]), changed.combine_chunks() if isinstance(changed, pa.ChunkedArray) else changed])
+        first = pa.concat_arrays(
+            [pa.array([True]), changed.combine_chunks() if isinstance(changed, pa.ChunkedArray) else changed]
+        )
     else:
         first = pa.array([True] * len(keys))
     newest = stacked.filter(first).drop_columns(["_seq"])

@@ -41,8 +41,13 @@ class DataFile:
     sha256: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": self.path, "kind": self.kind, "rows": self.rows, "bytes": self.bytes,
-                "sha256": self.sha256}
+        return {
+            "path": self.path,
+            "kind": self.kind,
+            "rows": self.rows,
+            "bytes": self.bytes,
+            "sha256": self.sha256,
+        }
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> DataFile:

@@ -77,7 +77,9 @@ class CheckpointRepository:
     def read_manifest(self, generation: int) -> CheckpointManifest:
         """Parse one manifest; a missing one raises BlobNotFoundError, a bad one CorruptCheckpointError."""
         key = self.key(layout.manifest_key(generation))
-        manifest = CheckpointManifest.from_bytes(self.store.read(key), source=f"{self.url}/{layout.manifest_key(generation)}")
+        manifest = CheckpointManifest.from_bytes(
+            self.store.read(key), source=f"{self.url}/{layout.manifest_key(generation)}"
+        )
         if manifest.generation != generation:
             raise CorruptCheckpointError(
                 f"{key}: manifest says generation {manifest.generation}, its name says {generation}"
@@ -184,7 +186,9 @@ class CheckpointRepository:
             raise CheckpointConflictError(
                 f"{self.url}/{rel} already exists: another writer is using generation {generation}"
             ) from e
-        return DataFile(rel, "base" if kind == "base" else "delta", encoded.rows, len(encoded.data), encoded.sha256)
+        return DataFile(
+            rel, "base" if kind == "base" else "delta", encoded.rows, len(encoded.data), encoded.sha256
+        )
 
     def commit(self, manifest: CheckpointManifest) -> None:
         """Publish a checkpoint by writing its manifest, write-once: the last step of every writer."""
@@ -197,7 +201,10 @@ class CheckpointRepository:
             ) from e
         log.info(
             "committed checkpoint %s generation %d (%d rows, %d bytes)",
-            self.url, manifest.generation, manifest.total_rows, manifest.total_bytes,
+            self.url,
+            manifest.generation,
+            manifest.total_rows,
+            manifest.total_bytes,
         )
 
 

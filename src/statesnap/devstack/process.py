@@ -12,6 +12,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Self
 
 from statesnap.errors import StatesnapError
 
@@ -112,7 +113,7 @@ class LoopbackService:
             with contextlib.suppress(OSError):
                 self._log_path.unlink()
 
-    def __enter__(self) -> LoopbackService:
+    def __enter__(self) -> Self:
         self.start()
         return self
 

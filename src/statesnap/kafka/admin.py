@@ -11,7 +11,12 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 from statesnap.errors import BrokerUnavailableError, KafkaError, TopicNotFoundError
 from statesnap.kafka.config import KafkaSettings
@@ -64,15 +69,14 @@ class KafkaAdmin:
         return str(cid)
 
     def partitions(self, topic: str) -> tuple[int, ...]:
+        # Ask for all topics: a metadata request naming a missing topic makes brokers with
+        # auto.create.topics.enable (Tansu, many Kafka defaults) create it with default settings.
         try:
-            md = self._admin.list_topics(topic=topic, timeout=self.settings.timeout)
+            md = self._admin.list_topics(timeout=self.settings.timeout)
         except KafkaException as e:
             raise self._unreachable(e) from e
         tmd = md.topics.get(topic)
-        if tmd is None or tmd.error is not None and tmd.error.code() in (
-            RdKafkaError.UNKNOWN_TOPIC_OR_PART,
-            RdKafkaError._UNKNOWN_TOPIC,
-        ) or (tmd is not None and not tmd.partitions):
+        if tmd is None or not tmd.partitions:
             raise TopicNotFoundError(f"topic {topic!r} does not exist on {self.settings.bootstrap_servers}")
         if tmd.error is not None:
             raise KafkaError(f"metadata for topic {topic!r}: {tmd.error.str()}")
@@ -111,14 +115,14 @@ class KafkaAdmin:
         return True
 
 
-def log_start_offsets(
-    settings: KafkaSettings, topic: str, partitions: tuple[int, ...]
-) -> dict[int, int]:
+def log_start_offsets(settings: KafkaSettings, topic: str, partitions: tuple[int, ...]) -> dict[int, int]:
     """The first offset still stored per partition (the low watermark).
 
     Unlike the high watermark, which the dev broker under-reports, the low watermark is exact.
     """
-    consumer = Consumer(settings.client_config(**{"group.id": "statesnap-metadata", "enable.auto.commit": False}))
+    consumer = Consumer(
+        settings.client_config(**{"group.id": "statesnap-metadata", "enable.auto.commit": False})
+    )
     try:
         out = {}
         for p in partitions:
@@ -139,4 +143,3 @@ def describe(settings: KafkaSettings, topic: str) -> tuple[str, TopicInfo]:
     """Cluster id and topic description in one call (both needed before any restore)."""
     admin = KafkaAdmin(settings)
     return admin.cluster_id(), admin.describe_topic(topic)
-

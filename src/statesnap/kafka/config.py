@@ -25,7 +25,9 @@ class KafkaSettings:
 
     def __post_init__(self) -> None:
         if not self.bootstrap_servers or not str(self.bootstrap_servers).strip():
-            raise ConfigError("bootstrap servers are required (--bootstrap-servers / STATESNAP_BOOTSTRAP_SERVERS)")
+            raise ConfigError(
+                "bootstrap servers are required (--bootstrap-servers / STATESNAP_BOOTSTRAP_SERVERS)"
+            )
 
     def client_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka settings: ours, then the user's ``config`` (theirs win), then *overrides*."""
@@ -61,7 +63,9 @@ def config_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     }
 
 
-def parse_properties(pairs: list[str] | tuple[str, ...] = (), files: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
+def parse_properties(
+    pairs: list[str] | tuple[str, ...] = (), files: list[str] | tuple[str, ...] = ()
+) -> dict[str, str]:
     """``KEY=VALUE`` pairs and Java-style properties files, later entries winning."""
     out: dict[str, str] = {}
     for path in files:
@@ -69,8 +73,8 @@ def parse_properties(pairs: list[str] | tuple[str, ...] = (), files: list[str] |
             text = Path(path).read_text()
         except OSError as e:
             raise ConfigError(f"cannot read Kafka properties file {path}: {e.strerror}") from e
-        for line in text.splitlines():
-            line = line.strip()
+        for raw in text.splitlines():
+            line = raw.strip()
             if not line or line.startswith(("#", "!")):
                 continue
             key, sep, value = line.partition("=")

@@ -7,7 +7,6 @@ broker under-reports watermarks, and EOF is also exact on Apache Kafka.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,7 +15,6 @@ from confluent_kafka import KafkaError as RdKafkaError
 
 from statesnap.errors import BrokerUnavailableError, KafkaError
 from statesnap.kafka.config import KafkaSettings
-from statesnap.stores.base import NO_TIMESTAMP, Record
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +32,7 @@ class ChangelogReader:
         self.topic = topic
         self.positions: dict[int, int] = dict(offsets)
         self.at_eof: set[int] = set()
+        self._eof_offset: dict[int, int] = {}
         self._consumer = Consumer(
             settings.client_config(
                 **{
@@ -61,36 +60,42 @@ class ChangelogReader:
     def caught_up(self) -> bool:
         return self.at_eof >= set(self.positions)
 
-    def poll(self, timeout: float = 0.5) -> dict[int, list[Record]]:
-        """The next batch of records grouped by partition, in offset order."""
+    def poll(self, timeout: float = 0.5) -> dict[int, list[Any]]:
+        """The next batch of messages grouped by partition, in offset order.
+
+        Messages are confluent-kafka ``Message`` objects (see
+        :class:`~statesnap.stores.base.KafkaMessage`); stores read them directly, so the hot path
+        builds no intermediate tuples.
+        """
         try:
-            messages = self._consumer.consume(BATCH_SIZE, timeout)
+            messages: list[Any] = self._consumer.consume(BATCH_SIZE, timeout)
         except KafkaException as e:
             raise KafkaError(f"consuming {self.topic!r}: {e}") from e
-        batches: dict[int, list[Record]] = defaultdict(list)
+        batches: dict[int, list[Any]] = {}
+        current_p = -1
+        current: list[Any] = []
+        # Messages arrive in runs of one partition: look the list up once per run.
         for msg in messages:
-            err = msg.error()
-            if err is not None:
-                self._handle_error(err, msg)
+            if msg.error() is not None:
+                self._handle_error(msg.error(), msg)
+                current_p = -1
                 continue
             p = msg.partition()
-            off = msg.offset()
-            if off < self.positions.get(p, 0):
-                continue  # re-delivered below our position after a reassign
-            self.positions[p] = off + 1
-            key = msg.key()
-            if key is None:
-                continue  # a table is keyed: like Kafka Streams, records without a key are skipped
-            ts_type, ts = msg.timestamp()
-            batches[p].append((key, msg.value(), off, ts if ts_type else NO_TIMESTAMP))
-            self.at_eof.discard(p)
+            if p != current_p:
+                current = batches.setdefault(p, [])
+                current_p = p
+            current.append(msg)
+        for p, msgs in batches.items():
+            self.positions[p] = msgs[-1].offset() + 1
+            if msgs[-1].offset() >= self._eof_offset.get(p, -1):
+                self.at_eof.discard(p)
         return batches
 
     def _handle_error(self, err: Any, msg: Any) -> None:
         code = err.code()
         if code == RdKafkaError._PARTITION_EOF:
             self.at_eof.add(msg.partition())
-            # EOF's offset is the end of the log; an empty partition's position stays where it is.
+            self._eof_offset[msg.partition()] = msg.offset()
             return
         if code in (RdKafkaError._TRANSPORT, RdKafkaError._ALL_BROKERS_DOWN):
             if err.fatal() or code == RdKafkaError._ALL_BROKERS_DOWN:

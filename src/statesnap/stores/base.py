@@ -26,6 +26,18 @@ NO_TIMESTAMP = -1
 Record = tuple[bytes, bytes | None, int, int]
 
 
+class KafkaMessage(Protocol):
+    """The part of confluent-kafka's ``Message`` the stores read on the replay hot path."""
+
+    def key(self) -> bytes | None: ...
+
+    def value(self) -> bytes | None: ...
+
+    def offset(self) -> int: ...
+
+    def timestamp(self) -> tuple[int, int]: ...
+
+
 class StateStore(Protocol):
     """Local state of one table (all partitions it owns). Not thread-safe for writers."""
 
@@ -42,7 +54,14 @@ class StateStore(Protocol):
         ...
 
     def apply(self, partition: int, records: Sequence[Record]) -> None:
-        """Apply changelog records of one partition in offset order (the hot path)."""
+        """Apply changelog records of one partition in offset order."""
+        ...
+
+    def apply_messages(self, partition: int, messages: Sequence[KafkaMessage]) -> None:
+        """Apply Kafka messages of one partition in offset order (the replay hot path).
+
+        Messages without a key are skipped: a table is keyed (Kafka Streams does the same).
+        """
         ...
 
     def load(self, partition: int, rows: pa.Table) -> None:
@@ -82,7 +101,9 @@ def decode_rows(keys: pa.Array, blobs: pa.Array) -> dict[int, pa.Table]:
     if len(keys) == 0:
         return {}
     fixed = pc.binary_slice(blobs, 0, HEADER_SIZE).cast(pa.binary(HEADER_SIZE))
-    header = np.frombuffer(fixed.buffers()[1], dtype=HEADER, count=len(fixed), offset=fixed.offset * HEADER_SIZE)
+    header = np.frombuffer(
+        fixed.buffers()[1], dtype=HEADER, count=len(fixed), offset=fixed.offset * HEADER_SIZE
+    )
     ts = header["timestamp"].astype(np.int64)
     table = pa.table(
         {

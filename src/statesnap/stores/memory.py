@@ -10,7 +10,15 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
-from statesnap.stores.base import HEADER_SIZE, HEADER_STRUCT, Record, decode_rows, encode_rows
+from statesnap.stores.base import (
+    HEADER_SIZE,
+    HEADER_STRUCT,
+    NO_TIMESTAMP,
+    KafkaMessage,
+    Record,
+    decode_rows,
+    encode_rows,
+)
 
 
 class MemoryStore:
@@ -43,6 +51,20 @@ class MemoryStore:
                 rows.pop(key, None)
             else:
                 rows[key] = pack(partition, offset, ts) + value
+
+    def apply_messages(self, partition: int, messages: Sequence[KafkaMessage]) -> None:
+        rows = self._rows
+        pack = HEADER_STRUCT.pack
+        for msg in messages:
+            key = msg.key()
+            if key is None:
+                continue
+            value = msg.value()
+            if value is None:
+                rows.pop(key, None)
+            else:
+                ts_type, ts = msg.timestamp()
+                rows[key] = pack(partition, msg.offset(), ts if ts_type else NO_TIMESTAMP) + value
 
     def load(self, partition: int, rows: pa.Table) -> None:
         if rows.num_rows == 0:

@@ -9,13 +9,22 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import cast
 
 import pyarrow as pa
 from rocksdict import Options, Rdict, SstFileWriter, WriteBatch, WriteOptions
 
-from statesnap.stores.base import HEADER_SIZE, HEADER_STRUCT, Record, decode_rows, encode_rows
+from statesnap.stores.base import (
+    HEADER_SIZE,
+    HEADER_STRUCT,
+    NO_TIMESTAMP,
+    KafkaMessage,
+    Record,
+    decode_rows,
+    encode_rows,
+)
 
 _EXPORT_CHUNK = 256 * 1024
 
@@ -40,7 +49,7 @@ class RocksDBStore:
         # The changelog is the source of truth and the directory is rebuilt at start-up, so the
         # write-ahead log would only double the write cost.
         self._write_opts = WriteOptions()
-        self._write_opts.disable_wal = True
+        self._write_opts.disable_wal = True  # type: ignore[method-assign,assignment]
         self._db.set_write_options(self._write_opts)
         self._count = 0
 
@@ -56,9 +65,22 @@ class RocksDBStore:
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         for key, blob in self._db.items():
-            yield key, blob[HEADER_SIZE:]
+            yield cast(bytes, key), cast(bytes, blob)[HEADER_SIZE:]
 
     def apply(self, partition: int, records: Sequence[Record]) -> None:
+        self._write(partition, records)
+
+    def apply_messages(self, partition: int, messages: Sequence[KafkaMessage]) -> None:
+        records: list[Record] = []
+        for m in messages:
+            key = m.key()
+            if key is None:
+                continue
+            ts_type, ts = m.timestamp()
+            records.append((key, m.value(), m.offset(), ts if ts_type else NO_TIMESTAMP))
+        self._write(partition, records)
+
+    def _write(self, partition: int, records: Iterable[Record]) -> None:
         db = self._db
         batch = WriteBatch(raw_mode=True)
         pack = HEADER_STRUCT.pack
@@ -105,8 +127,8 @@ class RocksDBStore:
             blobs.clear()
 
         for key, blob in snapshot.items():
-            keys.append(key)
-            blobs.append(blob)
+            keys.append(cast(bytes, key))
+            blobs.append(cast(bytes, blob))
             if len(keys) >= _EXPORT_CHUNK:
                 drain()
         drain()

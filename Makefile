@@ -1,0 +1,24 @@
+.DEFAULT_GOAL := help
+VENV := .venv/bin
+
+help:  ## Show this help
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+setup:  ## Create .venv with statesnap and its test and Spark extras
+	bash scripts/setup.sh
+
+demo: setup  ## Run the end-to-end demo on the embedded broker
+	$(VENV)/statesnap demo
+
+test:  ## Run the whole test suite
+	$(VENV)/python -m pytest
+
+test-fast:  ## Unit tests only
+	$(VENV)/python -m pytest tests/unit
+
+lint:  ## ruff + mypy
+	$(VENV)/ruff check src tests benchmarks
+	$(VENV)/mypy
+
+bench:  ## Restore benchmark (prints a table)
+	$(VENV)/python benchmarks/restore.py

@@ -1,0 +1,178 @@
+"""``statesnap checkpoints list|show|verify|gc``: inspect and maintain a checkpoint store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from statesnap.blob import open_blob_store
+from statesnap.checkpoint import (
+    CheckpointManifest,
+    CheckpointRepository,
+    RetentionPolicy,
+    collect_garbage,
+)
+from statesnap.checkpoint.repository import TableLocation, discover_tables
+from statesnap.cli.options import emit_json, json_option, pairs_to_dict, storage_options
+from statesnap.durations import parse_duration
+from statesnap.errors import CheckpointError, CorruptCheckpointError
+
+
+@click.group()
+def checkpoints() -> None:
+    """Inspect and maintain checkpoints in a store (URL: path, file:///path or s3://bucket/prefix)."""
+
+
+def _locations(url: str, table: str | None, storage_pairs: tuple[str, ...]) -> list[CheckpointRepository]:
+    store = open_blob_store(url, **pairs_to_dict(storage_pairs, "--storage-option"))
+    store.check(writable=False)
+    found: list[TableLocation] = discover_tables(store, table)
+    if not found:
+        raise CheckpointError(f"no checkpoints{f' for table {table!r}' if table else ''} under {store.url}")
+    return [CheckpointRepository(store, loc.directory) for loc in found]
+
+
+def _summary(gen: int, item: CheckpointManifest | CorruptCheckpointError) -> dict[str, Any]:
+    if isinstance(item, CorruptCheckpointError):
+        return {"generation": gen, "state": "CORRUPT", "error": str(item)}
+    return {
+        "generation": gen,
+        "state": item.state.value,
+        "created_at": item.created_at.isoformat(),
+        "table": item.table,
+        "topic": item.topic,
+        "cluster_id": item.cluster_id,
+        "partitions": len(item.partitions),
+        "rows": item.total_rows,
+        "bytes": item.total_bytes,
+        "offsets": item.offsets,
+        "engine": item.writer.get("engine"),
+    }
+
+
+def common(f: Any) -> Any:
+    f = click.option(
+        "--table", envvar="STATESNAP_TABLE", help="Table name; omit to act on every table under URL."
+    )(f)
+    f = storage_options(f)
+    f = json_option(f)
+    return click.argument("url", envvar="STATESNAP_CHECKPOINTS")(f)
+
+
+@checkpoints.command("list")
+@common
+def list_cmd(url: str, table: str | None, storage_pairs: tuple[str, ...], as_json: bool) -> None:
+    """List checkpoints, newest first."""
+    rows = []
+    for repo in _locations(url, table, storage_pairs):
+        for gen, item in repo.manifests():
+            rows.append({"location": repo.url, **_summary(gen, item)})
+    if as_json:
+        emit_json(rows)
+        return
+    for r in rows:
+        if r["state"] == "CORRUPT":
+            click.echo(f"{r['location']}  gen {r['generation']:>6}  CORRUPT  {r['error']}")
+        else:
+            click.echo(
+                f"{r['location']}  gen {r['generation']:>6}  {r['state']:<9} {r['created_at']}  "
+                f"{r['rows']:>10,} rows  {r['bytes']:>12,} B  engine={r['engine']}"
+            )
+
+
+@checkpoints.command()
+@common
+@click.argument("generation", type=int, required=False)
+def show(
+    url: str, table: str | None, storage_pairs: tuple[str, ...], as_json: bool, generation: int | None
+) -> None:
+    """Show one checkpoint's manifest (default: the newest), including how it was written."""
+    repos = _locations(url, table, storage_pairs)
+    if len(repos) > 1:
+        raise click.UsageError("several tables under URL; pick one with --table")
+    repo = repos[0]
+    gen = generation if generation is not None else next(iter(repo.generations()), None)
+    if gen is None:
+        raise CheckpointError(f"no checkpoints in {repo.url}")
+    manifest = repo.read_manifest(gen)
+    if as_json:
+        emit_json(manifest.to_json())
+        return
+    click.echo(
+        f"{repo.url} generation {gen}: {manifest.state.value}, created {manifest.created_at.isoformat()}"
+    )
+    click.echo(f"  table {manifest.table} over topic {manifest.topic} on cluster {manifest.cluster_id}")
+    writer = ", ".join(f"{k}={v}" for k, v in manifest.writer.items())
+    click.echo(f"  written by: {writer}")
+    for p, pc in sorted(manifest.partitions.items()):
+        files = ", ".join(f"{f.kind}:{f.rows} rows/{f.bytes} B" for f in pc.files) or "empty"
+        click.echo(f"  partition {p:>4}: next offset {pc.next_offset:>12}  {files}")
+
+
+@checkpoints.command()
+@common
+@click.option("--shallow", is_flag=True, help="Only check files exist with the right size (no checksums).")
+def verify(url: str, table: str | None, storage_pairs: tuple[str, ...], as_json: bool, shallow: bool) -> None:
+    """Verify every checkpoint: manifest readable, files present, sizes and checksums match.
+
+    Exits 1 if any checkpoint is corrupt (restores would skip it).
+    """
+    results: list[dict[str, Any]] = []
+    for repo in _locations(url, table, storage_pairs):
+        for gen in repo.generations():
+            verdict = repo.verify(gen, deep=not shallow)
+            results.append(
+                {
+                    "location": repo.url,
+                    "generation": gen,
+                    "ok": verdict.ok,
+                    "problems": list(verdict.problems),
+                }
+            )
+    if as_json:
+        emit_json(results)
+    else:
+        for r in results:
+            status = "ok" if r["ok"] else "CORRUPT: " + "; ".join(r["problems"])
+            click.echo(f"{r['location']}  gen {r['generation']:>6}  {status}")
+    if not all(r["ok"] for r in results):
+        raise SystemExit(1)
+
+
+@checkpoints.command()
+@common
+@click.option("--min-count", default=10, show_default=True, help="Keep at least this many checkpoints.")
+@click.option("--min-age", default="12h", show_default=True, help="Keep every checkpoint younger than this.")
+@click.option(
+    "--orphan-grace",
+    default="1h",
+    show_default=True,
+    help="Keep unreferenced files younger than this (writers in flight).",
+)
+@click.option("--dry-run", is_flag=True, help="Report what would be deleted, delete nothing.")
+def gc(
+    url: str,
+    table: str | None,
+    storage_pairs: tuple[str, ...],
+    as_json: bool,
+    min_count: int,
+    min_age: str,
+    orphan_grace: str,
+    dry_run: bool,
+) -> None:
+    """Delete checkpoints that are neither among the newest --min-count nor younger than --min-age,
+    then data files no retained checkpoint references, orphans and stale uploads."""
+    policy = RetentionPolicy(min_count, parse_duration(min_age), parse_duration(orphan_grace))
+    reports = [
+        collect_garbage(repo, policy, dry_run=dry_run) for repo in _locations(url, table, storage_pairs)
+    ]
+    if as_json:
+        emit_json([r.to_json() for r in reports])
+        return
+    verb = "would delete" if dry_run else "deleted"
+    for r in reports:
+        click.echo(
+            f"{r.table_url}: kept {r.retained}, {verb} generations {r.deleted_generations}, "
+            f"{len(r.deleted_files)} files, {len(r.orphans)} orphans, {r.aborted_uploads} stale uploads"
+        )

@@ -1,0 +1,9 @@
+"""``--engine spark``: materialize on PySpark (wired to :mod:`statesnap.spark`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def materialize_on_spark(**kwargs: Any) -> None:
+    raise NotImplementedError

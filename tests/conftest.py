@@ -1,0 +1,63 @@
+"""Session-wide real services: one Tansu broker and one moto S3 server, started on first use."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from statesnap.devstack import EmbeddedBroker, EmbeddedS3
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[EmbeddedBroker]:
+    """A real Kafka-protocol broker (Tansu, in-memory storage) on loopback."""
+    b = EmbeddedBroker()
+    b.start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[EmbeddedS3]:
+    """A real S3 HTTP endpoint (moto server) on loopback."""
+    s = EmbeddedS3()
+    s.start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def bootstrap(broker: EmbeddedBroker) -> str:
+    return broker.bootstrap_servers
+
+
+@pytest.fixture
+def topic_name() -> str:
+    """A fresh topic name per test: the broker is shared by the whole session."""
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@dataclass(frozen=True)
+class S3Location:
+    url: str
+    bucket: str
+    options: dict[str, str]
+
+
+@pytest.fixture
+def s3_location(s3_server: EmbeddedS3) -> S3Location:
+    """A fresh bucket per test, with the options a client needs to reach the moto server."""
+    bucket = s3_server.create_bucket(f"b-{uuid.uuid4().hex[:12]}")
+    return S3Location(f"s3://{bucket}/checkpoints", bucket, s3_server.storage_options())
+
+
+@pytest.fixture(params=["file", "s3"])
+def checkpoint_location(request: pytest.FixtureRequest, tmp_path: object) -> S3Location:
+    """Both blob stores, for tests that must hold on each (url + storage options)."""
+    if request.param == "file":
+        return S3Location(f"file://{tmp_path}/checkpoints", "", {})
+    loc: S3Location = request.getfixturevalue("s3_location")
+    return loc

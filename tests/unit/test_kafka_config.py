@@ -1,0 +1,131 @@
+"""Kafka client settings: env parsing, properties files, pass-through and secret redaction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from statesnap.errors import ConfigError
+from statesnap.kafka.config import (
+    KafkaSettings,
+    config_from_env,
+    is_secret,
+    parse_properties,
+    redact,
+)
+
+SECRET = "hunter2-S3CR3T"
+
+
+def test_env_variables_become_librdkafka_properties() -> None:
+    env = {
+        "STATESNAP_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+        "STATESNAP_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+        "STATESNAP_KAFKA_SASL_PASSWORD": SECRET,
+        "STATESNAP_KAFKA_SSL_CA_LOCATION": "/etc/ca.pem",
+        "STATESNAP_KAFKA_": "ignored: no property name",
+        "STATESNAP_BOOTSTRAP_SERVERS": "not a kafka property",
+        "KAFKA_SASL_USERNAME": "other prefix",
+        "PATH": "/usr/bin",
+    }
+    assert config_from_env(env) == {
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.password": SECRET,
+        "ssl.ca.location": "/etc/ca.pem",
+    }
+
+
+def test_env_is_read_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STATESNAP_KAFKA_CLIENT_RACK", "az1")
+    assert config_from_env() == {"client.rack": "az1"}
+    assert config_from_env({}) == {}
+
+
+def test_user_config_wins_over_defaults_and_overrides_win_over_both() -> None:
+    s = KafkaSettings("b:9092", {"client.id": "mine", "sasl.password": SECRET})
+    conf = s.client_config(**{"group.id": "g"})
+    assert conf["bootstrap.servers"] == "b:9092"
+    assert conf["client.id"] == "mine"
+    assert conf["sasl.password"] == SECRET  # passed through to librdkafka untouched
+    assert conf["group.id"] == "g"
+    assert s.client_config(**{"client.id": "forced"})["client.id"] == "forced"
+
+
+@pytest.mark.parametrize("bootstrap", ["", "   "])
+def test_bootstrap_servers_are_required(bootstrap: str) -> None:
+    with pytest.raises(ConfigError, match="bootstrap"):
+        KafkaSettings(bootstrap)
+
+
+# Every property librdkafka itself flags as sensitive (_RK_SENSITIVE in rdkafka_conf.c) that
+# carries a secret, plus the Java client's names users copy over.
+SECRET_PROPERTIES = [
+    "sasl.password",
+    "ssl.key.password",
+    "ssl.keystore.password",
+    "ssl.key.pem",
+    "sasl.oauthbearer.client.secret",
+    "sasl.oauthbearer.config",
+    "sasl.jaas.config",
+    "SASL.PASSWORD",
+]
+
+
+@pytest.mark.parametrize("name", SECRET_PROPERTIES)
+def test_secret_properties_are_recognized(name: str) -> None:
+    assert is_secret(name)
+
+
+@pytest.mark.parametrize(
+    "name", ["bootstrap.servers", "security.protocol", "sasl.mechanism", "ssl.ca.location",
+             "client.id", "group.id"],
+)
+def test_ordinary_properties_are_not_secret(name: str) -> None:
+    assert not is_secret(name)
+
+
+@pytest.mark.parametrize("name", SECRET_PROPERTIES)
+def test_secrets_never_appear_in_repr_or_str(name: str) -> None:
+    s = KafkaSettings("b:9092", {name: SECRET, "security.protocol": "SASL_SSL"})
+    for text in (repr(s), str(s), f"{s}", repr(redact(s.config))):
+        assert SECRET not in text, text
+    assert "SASL_SSL" in repr(s)  # non-secrets stay visible for debugging
+    assert redact(s.config)[name] == "***"
+
+
+def test_redact_does_not_mutate_the_input() -> None:
+    conf = {"sasl.password": SECRET}
+    assert redact(conf) == {"sasl.password": "***"}
+    assert conf == {"sasl.password": SECRET}
+
+
+def test_properties_files_and_pairs(tmp_path: Path) -> None:
+    f = tmp_path / "client.properties"
+    f.write_text(
+        "# a comment\n! another\n\nsecurity.protocol = SASL_SSL\n"
+        "sasl.password=a=b=c\nsasl.mechanism=PLAIN\n"
+    )
+    got = parse_properties(["sasl.mechanism=SCRAM-SHA-256", "x.y= spaced "], [str(f)])
+    assert got == {
+        "security.protocol": "SASL_SSL",
+        "sasl.password": "a=b=c",  # only the first '=' separates
+        "sasl.mechanism": "SCRAM-SHA-256",  # pairs win over files
+        "x.y": " spaced ",
+    }
+
+
+@pytest.mark.parametrize("pair", ["novalue", "=value", "  =v"])
+def test_bad_pairs_are_config_errors(pair: str) -> None:
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_properties([pair])
+
+
+def test_bad_properties_files_are_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        parse_properties(files=[str(tmp_path / "missing.properties")])
+    bad = tmp_path / "bad.properties"
+    bad.write_text(f"sasl.password {SECRET}\n")
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_properties(files=[str(bad)])

@@ -1,0 +1,86 @@
+"""Serdes: pure byte <-> object pairs; the table itself stores bytes."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from statesnap.errors import ConfigError
+from statesnap.serde import BytesSerde, JsonSerde, Serde, StringSerde, resolve_serde
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text() | st.floats(allow_nan=False,
+                                                                      allow_infinity=False),
+    lambda children: st.lists(children) | st.dictionaries(st.text(), children),
+    max_leaves=10,
+)
+
+
+@given(st.binary())
+def test_bytes_round_trip(data: bytes) -> None:
+    s = BytesSerde()
+    assert s.deserialize(s.serialize(data)) == data
+
+
+def test_bytes_accepts_buffers_and_rejects_text() -> None:
+    s = BytesSerde()
+    assert s.serialize(bytearray(b"ab")) == b"ab"
+    assert s.serialize(memoryview(b"cd")) == b"cd"
+    with pytest.raises(TypeError, match="str"):
+        s.serialize("text")
+
+
+@given(st.text())
+def test_string_round_trip(text: str) -> None:
+    s = StringSerde()
+    assert s.deserialize(s.serialize(text)) == text
+
+
+def test_string_other_encoding() -> None:
+    s = StringSerde("latin-1")
+    assert s.serialize("é") == b"\xe9"
+    assert s.deserialize(b"\xe9") == "é"
+
+
+@given(_json)
+def test_json_round_trip(obj: object) -> None:
+    s = JsonSerde()
+    assert s.deserialize(s.serialize(obj)) == obj
+
+
+def test_json_is_canonical() -> None:
+    """Equal objects must give equal bytes, or two writers would produce different tables."""
+    s = JsonSerde()
+    assert s.serialize({"b": 1, "a": [1, 2]}) == s.serialize({"a": [1, 2], "b": 1}) == \
+        b'{"a":[1,2],"b":1}'
+
+
+@pytest.mark.parametrize(
+    ("name", "cls"),
+    [(None, BytesSerde), ("bytes", BytesSerde), ("string", StringSerde), ("str", StringSerde),
+     ("json", JsonSerde), ("JSON", JsonSerde)],
+)
+def test_resolve_by_name(name: str | None, cls: type) -> None:
+    assert isinstance(resolve_serde(name), cls)
+
+
+def test_resolve_instances_and_custom_serdes() -> None:
+    class Upper:
+        def serialize(self, obj: object) -> bytes:
+            return str(obj).upper().encode()
+
+        def deserialize(self, data: bytes) -> object:
+            return data.decode()
+
+    custom = Upper()
+    assert isinstance(custom, Serde)
+    assert resolve_serde(custom) is custom
+    j = JsonSerde()
+    assert resolve_serde(j) is j
+
+
+@pytest.mark.parametrize("bad", ["avro", "", 42, object()])
+def test_unknown_serdes_are_config_errors(bad: object) -> None:
+    with pytest.raises(ConfigError):
+        resolve_serde(bad)  # type: ignore[arg-type]
