@@ -99,6 +99,10 @@ class TableError(StatesnapError):
     """A table was used in a way its state does not allow."""
 
 
+class ReadOnlyTableError(TableError):
+    """A write was attempted through a read-only table (a follower); followers never write."""
+
+
 class TableStateError(TableError):
     """A method was called in the wrong lifecycle state (e.g. ``get`` before ``start``)."""
 

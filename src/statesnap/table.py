@@ -47,11 +47,13 @@ from statesnap.errors import (
     ConfigError,
     CorruptCheckpointError,
     NoUsableCheckpointError,
+    ReadOnlyTableError,
     TableStateError,
 )
 from statesnap.kafka.admin import KafkaAdmin, log_start_offsets
 from statesnap.kafka.config import KafkaSettings
 from statesnap.kafka.reader import ChangelogReader
+from statesnap.rowfilter import RowFilter
 from statesnap.serde import Serde, resolve_serde
 from statesnap.stores import StateStore, open_state_store
 
@@ -95,6 +97,11 @@ class RestoreReport:
 ProgressCallback = Callable[[int, int, int], None]
 
 
+#: How often a restore starts over when the checkpoint it loads is deleted under it.
+RESTORE_ATTEMPTS = 5
+_RETRY = object()
+
+
 @contextmanager
 def _gc_paused() -> Iterator[None]:
     """Pause the cyclic GC during catch-up: replay allocates millions of short-lived objects and
@@ -132,6 +139,9 @@ class Table:
         generation: int | None = None,
         partitions: Collection[int] | None = None,
         timeout: float = 15.0,
+        read_only: bool = False,
+        key_filter: Callable[[bytes], bool] | None = None,
+        value_projection: Callable[[bytes], bytes | None] | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         """
@@ -151,6 +161,9 @@ class Table:
             background: keep consuming on a background thread after start().
             generation: restore exactly this generation instead of the newest valid one.
             partitions: own only these partitions (default: all).
+            read_only: never write or delete checkpoints (a replica of someone else's table).
+            key_filter: keep only keys for which it returns True (applied to raw key bytes).
+            value_projection: rewrite raw values before storing; returning None drops the key.
         """
         from statesnap.checkpoint.layout import valid_table_name
 
@@ -172,6 +185,14 @@ class Table:
         self.wanted_partitions = None if partitions is None else tuple(sorted(set(partitions)))
         self.key_serde = resolve_serde(key_serde)
         self.value_serde = resolve_serde(value_serde)
+        self.read_only = read_only
+        self.row_filter = (
+            RowFilter(key_filter, value_projection)
+            if key_filter is not None or value_projection is not None
+            else None
+        )
+        self._newest_ts = -1
+        self._applied = threading.Condition()
         self._store_kind = store
         self._store_path = store_path
         self._clock = clock
@@ -249,6 +270,17 @@ class Table:
     def _restore_checkpoint(self, state: TopicState) -> CheckpointManifest | None:
         if self.repo is None:
             return None
+        for _attempt in range(RESTORE_ATTEMPTS):
+            outcome = self._try_checkpoints(state)
+            if outcome is not _RETRY:
+                return outcome  # type: ignore[return-value]
+        self._no_checkpoint()
+        return None
+
+    def _try_checkpoints(self, state: TopicState) -> CheckpointManifest | object | None:
+        """One pass over the manifests, newest first. Returns ``_RETRY`` when the checkpoint being
+        loaded vanished (the owner's GC deleted it) and a newer one has appeared meanwhile."""
+        assert self.repo is not None
         now = self._clock()
         for gen, item in self.repo.manifests():
             if self.generation is not None and gen != self.generation:
@@ -264,14 +296,28 @@ class Table:
             try:
                 wanted = [p for p in self.partitions if p in item.partitions]
                 for p, rows in self.repo.iter_partitions(item, wanted):
-                    self.store.load(p, rows)
+                    self.store.load(p, rows if self.row_filter is None else self.row_filter.rows(rows))
             except (CorruptCheckpointError, BlobNotFoundError) as e:
-                self._skip(gen, str(e))
                 self.store.clear()
+                newest = next(iter(self.repo.generations()), gen)
+                if newest > gen and self.generation is None:
+                    log.info(
+                        "table %s: checkpoint %d vanished during restore; retrying with %d",
+                        self.name,
+                        gen,
+                        newest,
+                    )
+                    return _RETRY
+                self._skip(gen, str(e))
                 continue
             self.report.checkpoint = gen
             self.report.restored_keys = len(self.store)
             return item
+        self._no_checkpoint()
+        return None
+
+    def _no_checkpoint(self) -> None:
+        assert self.repo is not None
         if self.require_checkpoint:
             raise NoUsableCheckpointError(
                 f"no usable checkpoint for table {self.name!r} in {self.repo.url}"
@@ -283,7 +329,6 @@ class Table:
             log.warning(
                 "table %s: no usable checkpoint, replaying %s from the beginning", self.name, self.topic
             )
-        return None
 
     def _skip(self, generation: int, reason: str) -> None:
         log.warning("table %s: skipping checkpoint generation %d: %s", self.name, generation, reason)
@@ -294,9 +339,18 @@ class Table:
         applied = 0
         with self._lock:
             for partition, messages in self._reader.poll(timeout).items():
-                self.store.apply_messages(partition, messages)
+                if self.row_filter is None:
+                    self.store.apply_messages(partition, messages)
+                else:
+                    self.store.apply(partition, self.row_filter.records(messages))
                 self._dirty.add(partition)
                 applied += len(messages)
+                ts_type, ts = messages[-1].timestamp()
+                if ts_type:
+                    self._newest_ts = max(self._newest_ts, ts)
+        if applied:
+            with self._applied:
+                self._applied.notify_all()
         return applied
 
     def poll(self, timeout: float = 0.5) -> int:
@@ -332,7 +386,7 @@ class Table:
             self.store.flush()
             self._last_commit = time.monotonic()
             due = self._last_commit - self._last_checkpoint_at >= self.checkpoint_interval.total_seconds()
-            if self.repo is not None and due:
+            if self.repo is not None and due and not self.read_only:
                 return self.checkpoint()
         return None
 
@@ -341,6 +395,8 @@ class Table:
 
         Returns None when checkpoints are disabled or nothing changed since the last one.
         """
+        if self.read_only:
+            raise ReadOnlyTableError(f"table {self.name!r} is read-only: it never writes checkpoints")
         if self.repo is None or self._reader is None:
             return None
         with self._lock:
@@ -381,7 +437,7 @@ class Table:
         if self._thread is not None:
             self._thread.join()
         try:
-            if checkpoint and self._state == "running" and self._thread_error is None:
+            if checkpoint and self._state == "running" and self._thread_error is None and not self.read_only:
                 self.checkpoint()
         finally:
             if self._reader is not None:
@@ -449,4 +505,57 @@ class Table:
 
     @property
     def caught_up(self) -> bool:
+        """Whether every partition has reported end-of-partition since its last record."""
         return self._reader is not None and self._reader.caught_up
+
+    # --- freshness -----------------------------------------------------------------------------
+
+    def lag(self) -> dict[int, int]:
+        """Records behind per partition: 0 at end-of-partition, else the broker's last reported
+        high watermark minus our position (no extra round trip; may under-estimate on brokers
+        that under-report watermarks, as the dev broker does)."""
+        if self._reader is None:
+            return {}
+        return self._reader.lag()
+
+    def newest_record_age(self) -> float | None:
+        """Seconds since the timestamp of the newest record applied, or None if none was."""
+        if self._newest_ts < 0:
+            return None
+        return max(0.0, self._clock().timestamp() - self._newest_ts / 1000)
+
+    def wait_for(
+        self,
+        offsets: Mapping[int, int] | None = None,
+        *,
+        timestamp: datetime | None = None,
+        timeout: float = 30.0,
+    ) -> bool:
+        """Block until the record at *offsets* (partition → offset of a record someone wrote) is
+        applied, or a record at least as new as *timestamp* is; False on timeout.
+
+        The read-your-writes primitive: the writer passes the offset its produce() reported.
+        """
+        deadline = time.monotonic() + timeout
+        want_ms = None if timestamp is None else int(timestamp.timestamp() * 1000)
+
+        def done() -> bool:
+            positions = self.offsets
+            if offsets and any(positions.get(p, 0) <= off for p, off in offsets.items()):
+                return False
+            return want_ms is None or self._newest_ts >= want_ms
+
+        with self._applied:
+            while not done():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                if self._thread is None and self._state == "running":
+                    self._applied.release()
+                    try:
+                        self.poll(min(remaining, 0.2))
+                    finally:
+                        self._applied.acquire()
+                else:
+                    self._applied.wait(min(remaining, 0.2))
+        return True

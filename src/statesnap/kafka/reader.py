@@ -108,5 +108,19 @@ class ChangelogReader:
             raise KafkaError(f"fatal error consuming {self.topic!r}: {err.str()}")
         log.warning("Kafka error on %s: %s", self.topic, err.str())
 
+    def lag(self) -> dict[int, int]:
+        """Records behind per partition from cached watermarks (no broker round trip)."""
+        out = {}
+        for p, pos in self.positions.items():
+            if p in self.at_eof:
+                out[p] = 0
+                continue
+            try:
+                _low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), cached=True)
+            except KafkaException:
+                high = -1
+            out[p] = max(0, int(high) - pos) if high is not None and high >= 0 else 0
+        return out
+
     def close(self) -> None:
         self._consumer.close()
