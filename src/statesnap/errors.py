@@ -111,3 +111,26 @@ class TableStateError(TableError):
         self.action = action
         self.state = state
         self.expected = expected
+
+
+# --- snapshots ----------------------------------------------------------------------------------
+
+
+class SnapshotError(StatesnapError):
+    """A snapshot operation failed."""
+
+
+class SnapshotNotFoundError(SnapshotError):
+    """No snapshot has this generation (never created, or deleted)."""
+
+
+class StaleGenerationError(SnapshotError):
+    """A report or update names a generation other than the current ``CREATED`` one: it is fenced.
+
+    The task should ask ``target_generation()`` again and report for that one.
+    """
+
+
+class GenerationConflictError(SnapshotError):
+    """An update would move the generation backwards or lost a race too many times; nothing was
+    written. Retry against the current snapshot."""

@@ -15,6 +15,10 @@ SNAPSHOTS_DIR = "snapshots"
 DATA_DIR = "data"
 _MANIFEST_RE = re.compile(r"^snapshots/(\d{20})\.json$")
 _DATA_GEN_RE = re.compile(r"^data/(\d{20})/")
+_RECORD_GEN_RE = re.compile(r"^generations/(\d{20})/")
+#: A small write-once descriptor (table, topic, cluster, partitions) that makes a table
+#: discoverable before its first checkpoint exists.
+DESCRIPTOR = "table.json"
 _TABLE_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
 
@@ -39,6 +43,12 @@ def data_key(generation: int, partition: int, kind: str, n: int) -> str:
 def manifest_generation(key: str) -> int | None:
     """The generation a manifest key names, or None if *key* is not a manifest."""
     match = _MANIFEST_RE.match(key)
+    return int(match.group(1)) if match else None
+
+
+def record_generation(key: str) -> int | None:
+    """The generation a snapshot record key belongs to, or None."""
+    match = _RECORD_GEN_RE.match(key)
     return int(match.group(1)) if match else None
 
 

@@ -6,10 +6,13 @@ A :class:`CheckpointRepository` is the only component that knows the storage lay
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -172,6 +175,8 @@ class CheckpointRepository:
             gen = layout.manifest_generation(rel)
             if gen is None:
                 gen = layout.data_generation(rel)
+            if gen is None:
+                gen = layout.record_generation(rel)
             if gen is not None:
                 top = max(top, gen)
         return top + 1
@@ -189,6 +194,22 @@ class CheckpointRepository:
         return DataFile(
             rel, "base" if kind == "base" else "delta", encoded.rows, len(encoded.data), encoded.sha256
         )
+
+    def ensure_descriptor(self, table: str, topic: str, cluster_id: str, partitions: int) -> None:
+        """Write the table descriptor once, so tools find the table before its first checkpoint."""
+        key = self.key(layout.DESCRIPTOR)
+        if self.store.exists(key):
+            return
+        body = {"table": table, "topic": topic, "cluster_id": cluster_id, "partitions": partitions}
+        with contextlib.suppress(BlobExistsError):
+            self.store.write(key, json.dumps(body).encode(), if_absent=True)
+
+    def descriptor(self) -> dict[str, Any] | None:
+        try:
+            obj = json.loads(self.store.read(self.key(layout.DESCRIPTOR)))
+        except (BlobNotFoundError, ValueError):
+            return None
+        return obj if isinstance(obj, dict) else None
 
     def commit(self, manifest: CheckpointManifest) -> None:
         """Publish a checkpoint by writing its manifest, write-once: the last step of every writer."""
@@ -224,6 +245,11 @@ def discover_tables(store: BlobStore, table: str | None = None) -> list[TableLoc
         if table is not None and not name.endswith(f"_{table}"):
             continue
         repo = CheckpointRepository(store, name)
+        described = repo.descriptor()
+        if described is not None:
+            if table is None or described.get("table") == table:
+                found.append(TableLocation(name, str(described["table"]), str(described["cluster_id"])))
+            continue
         latest = repo.latest()
         if latest is None:
             if not repo.generations() and not store.list(name + "/" + layout.DATA_DIR + "/"):

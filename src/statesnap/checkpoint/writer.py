@@ -43,6 +43,45 @@ class PartitionUpdate:
     delta: pa.Table | None = None
 
 
+def write_partition_files(
+    repo: CheckpointRepository,
+    generation: int,
+    updates: Mapping[int, PartitionUpdate],
+    previous: CheckpointManifest | None = None,
+) -> dict[int, PartitionCheckpoint]:
+    """Write the data files of *updates* into *generation* (in parallel) and describe each
+    partition as the manifest will: new base, previous files + a new delta, or previous files."""
+    jobs: list[tuple[int, str, pa.Table]] = []
+    for p, upd in updates.items():
+        if upd.base is not None:
+            jobs.append((p, "base", upd.base))
+        elif upd.delta is not None and upd.delta.num_rows:
+            jobs.append((p, "delta", upd.delta))
+
+    with ThreadPoolExecutor(min(IO_THREADS, max(1, len(jobs)))) as pool:
+        written = dict(
+            zip(
+                [(p, kind) for p, kind, _ in jobs],
+                pool.map(lambda job: repo.write_file(generation, job[0], job[1], 0, job[2]), jobs),
+                strict=True,
+            )
+        )
+
+    partitions: dict[int, PartitionCheckpoint] = {}
+    for p, upd in sorted(updates.items()):
+        prior: tuple[DataFile, ...] = ()
+        if previous is not None and p in previous.partitions:
+            prior = previous.partitions[p].files
+        if (p, "base") in written:
+            files: tuple[DataFile, ...] = (written[(p, "base")],)
+        elif (p, "delta") in written:
+            files = (*prior, written[(p, "delta")])
+        else:
+            files = prior
+        partitions[p] = PartitionCheckpoint(p, upd.next_offset, files)
+    return partitions
+
+
 def write_checkpoint(
     repo: CheckpointRepository,
     *,
@@ -62,35 +101,8 @@ def write_checkpoint(
     """
     started = time.monotonic()
     gen = generation if generation is not None else repo.next_generation()
-    jobs: list[tuple[int, str, pa.Table]] = []
-    for p, upd in updates.items():
-        if upd.base is not None:
-            jobs.append((p, "base", upd.base))
-        elif upd.delta is not None and upd.delta.num_rows:
-            jobs.append((p, "delta", upd.delta))
-
-    with ThreadPoolExecutor(min(IO_THREADS, max(1, len(jobs)))) as pool:
-        written = dict(
-            zip(
-                [(p, kind) for p, kind, _ in jobs],
-                pool.map(lambda job: repo.write_file(gen, job[0], job[1], 0, job[2]), jobs),
-                strict=True,
-            )
-        )
-
-    partitions: dict[int, PartitionCheckpoint] = {}
-    for p, upd in sorted(updates.items()):
-        prior: tuple[DataFile, ...] = ()
-        if previous is not None and p in previous.partitions:
-            prior = previous.partitions[p].files
-        if (p, "base") in written:
-            files: tuple[DataFile, ...] = (written[(p, "base")],)
-        elif (p, "delta") in written:
-            files = (*prior, written[(p, "delta")])
-        else:
-            files = prior
-        partitions[p] = PartitionCheckpoint(p, upd.next_offset, files)
-
+    partitions = write_partition_files(repo, gen, updates, previous)
+    new_files = [f for pc in partitions.values() for f in pc.files if f.path.startswith(f"data/{gen:020d}/")]
     manifest = CheckpointManifest(
         table=table,
         topic=topic,
@@ -104,8 +116,8 @@ def write_checkpoint(
             "version": __version__,
             "engine": engine,
             "duration_seconds": round(time.monotonic() - started, 3),
-            "files_written": len(jobs),
-            "bytes_written": sum(f.bytes for f in written.values()),
+            "files_written": len(new_files),
+            "bytes_written": sum(f.bytes for f in new_files),
             **(extra or {}),
         },
     )

@@ -1,0 +1,14 @@
+"""Consistent snapshots by generation: model, stores (blob, topic), orchestrator and API."""
+
+from statesnap.snapshot.model import EMPTY, CheckpointRef, Snapshot, SnapshotState, TaskSnapshot
+from statesnap.snapshot.store import BlobSnapshotStore, SnapshotStore
+
+__all__ = [
+    "EMPTY",
+    "BlobSnapshotStore",
+    "CheckpointRef",
+    "Snapshot",
+    "SnapshotState",
+    "SnapshotStore",
+    "TaskSnapshot",
+]
