@@ -29,12 +29,8 @@ from statesnap.blob import BlobStore, open_blob_store
 from statesnap.checkpoint import (
     CheckpointManifest,
     CheckpointRepository,
-    PartitionUpdate,
     RetentionPolicy,
-    collect_garbage,
-    write_checkpoint,
 )
-from statesnap.checkpoint.datafile import empty_table
 from statesnap.checkpoint.selection import (
     TopicState,
     check_identity,
@@ -55,6 +51,7 @@ from statesnap.kafka.config import KafkaSettings
 from statesnap.kafka.reader import ChangelogReader
 from statesnap.rowfilter import RowFilter
 from statesnap.serde import Serde, resolve_serde
+from statesnap.snapshot.participant import SnapshotTask, TaskState
 from statesnap.stores import StateStore, open_state_store
 
 log = logging.getLogger(__name__)
@@ -139,6 +136,10 @@ class Table:
         generation: int | None = None,
         partitions: Collection[int] | None = None,
         timeout: float = 15.0,
+        instance: int | None = None,
+        instances: int | None = None,
+        task_id: str | None = None,
+        snapshot_timeout: str | float | timedelta = "60s",
         read_only: bool = False,
         key_filter: Callable[[bytes], bool] | None = None,
         value_projection: Callable[[bytes], bytes | None] | None = None,
@@ -161,6 +162,10 @@ class Table:
             background: keep consuming on a background thread after start().
             generation: restore exactly this generation instead of the newest valid one.
             partitions: own only these partitions (default: all).
+            instance, instances: static assignment: own partitions ``p`` with ``p % instances ==
+                instance``; each instance is a task of the table's snapshots.
+            task_id: this task's name in snapshots (default ``instance-<i>`` or ``main``).
+            snapshot_timeout: a snapshot not complete within this is marked FAILED.
             read_only: never write or delete checkpoints (a replica of someone else's table).
             key_filter: keep only keys for which it returns True (applied to raw key bytes).
             value_projection: rewrite raw values before storing; returning None drops the key.
@@ -183,6 +188,14 @@ class Table:
         self.background = background
         self.generation = generation
         self.wanted_partitions = None if partitions is None else tuple(sorted(set(partitions)))
+        if (instance is None) != (instances is None):
+            raise ConfigError("instance and instances go together")
+        if instance is not None and instances is not None:
+            if not 0 <= instance < instances:
+                raise ConfigError(f"instance must be in [0, {instances}), got {instance}")
+            self._instance: tuple[int, int] | None = (instance, instances)
+        else:
+            self._instance = None
         self.key_serde = resolve_serde(key_serde)
         self.value_serde = resolve_serde(value_serde)
         self.read_only = read_only
@@ -198,11 +211,13 @@ class Table:
         self._clock = clock
         self.store: StateStore = open_state_store(store, path=store_path, name=self.name)
         self.repo: CheckpointRepository | None = None
+        self.snapshots: SnapshotTask | None = None
+        self.task_id = task_id or (f"instance-{instance}" if instance is not None else "main")
+        self.snapshot_timeout = parse_duration(snapshot_timeout)
         self.report = RestoreReport()
         self.last_checkpoint: CheckpointManifest | None = None
         self._reader: ChangelogReader | None = None
         self._state = "new"
-        self._dirty: set[int] = set()
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -227,6 +242,9 @@ class Table:
             if missing:
                 raise ConfigError(f"topic {self.topic!r} has no partitions {sorted(missing)}")
         self.partitions = self.wanted_partitions or all_partitions
+        if self._instance is not None:
+            i, n = self._instance
+            self.partitions = tuple(p for p in self.partitions if p % n == i)
         if self.blob is not None:
             self.blob.check(writable=False)
             self.repo = CheckpointRepository.for_table(self.blob, self.cluster_id, self.name)
@@ -242,6 +260,21 @@ class Table:
         manifest = self._restore_checkpoint(state)
         self.report.load_seconds = time.monotonic() - started
         self.last_checkpoint = manifest
+        if self.repo is not None and not self.read_only:
+            self.repo.ensure_descriptor(self.name, self.topic, self.cluster_id, len(all_partitions))
+            self.snapshots = SnapshotTask(
+                self.repo,
+                task_id=self.task_id,
+                table=self.name,
+                topic=self.topic,
+                cluster_id=self.cluster_id,
+                all_partitions=all_partitions,
+                owned=self.partitions,
+                retention=self.retention,
+                snapshot_timeout=self.snapshot_timeout,
+                refresh_interval=min(1.0, max(0.05, self.commit_interval.total_seconds() / 2)),
+                previous=manifest,
+            )
         offsets = resume_offsets(manifest, self.partitions)
         self._reader = ChangelogReader(self.settings, self.topic, offsets)
         self._state = "restoring"
@@ -262,6 +295,8 @@ class Table:
             self.report.replayed_records,
             self.report.restore_seconds,
         )
+        if self.snapshots is not None:
+            self.snapshots.start()
         if self.background:
             self._thread = threading.Thread(target=self._run, name=f"statesnap-{self.name}", daemon=True)
             self._thread.start()
@@ -343,7 +378,6 @@ class Table:
                     self.store.apply_messages(partition, messages)
                 else:
                     self.store.apply(partition, self.row_filter.records(messages))
-                self._dirty.add(partition)
                 applied += len(messages)
                 ts_type, ts = messages[-1].timestamp()
                 if ts_type:
@@ -381,52 +415,41 @@ class Table:
         self.commit()
 
     def commit(self) -> CheckpointManifest | None:
-        """A commit point: flush the store; write a checkpoint if the interval has elapsed."""
+        """A commit point: flush the store, take part in a pending snapshot, and start one when
+        ``checkpoint_interval`` has elapsed. Returns the checkpoint completed here, if any."""
         with self._lock:
             self.store.flush()
             self._last_commit = time.monotonic()
+            if self.snapshots is None:
+                return None
             due = self._last_commit - self._last_checkpoint_at >= self.checkpoint_interval.total_seconds()
-            if self.repo is not None and due and not self.read_only:
-                return self.checkpoint()
-        return None
+            if due:
+                self._last_checkpoint_at = self._last_commit
+            return self._completed(self.snapshots.on_commit(self._task_state(), checkpoint_due=due))
 
     def checkpoint(self) -> CheckpointManifest | None:
-        """Write a checkpoint now (at a commit point), then run retention GC.
-
-        Returns None when checkpoints are disabled or nothing changed since the last one.
-        """
+        """Write a checkpoint now (at a commit point): a snapshot in which this table's partitions
+        take part. Returns the committed manifest when the snapshot completed here (always, for a
+        table owning every partition), None when nothing changed since the last one or other
+        instances have yet to report."""
         if self.read_only:
             raise ReadOnlyTableError(f"table {self.name!r} is read-only: it never writes checkpoints")
-        if self.repo is None or self._reader is None:
+        if self.snapshots is None or self._reader is None:
             return None
         with self._lock:
             self.store.flush()
-            offsets = {p: self._reader.positions[p] for p in self.partitions}
-            previous = self.last_checkpoint
             self._last_checkpoint_at = time.monotonic()
-            if previous is not None and previous.offsets == offsets:
-                return None
-            dirty = set(self._dirty) if previous is not None else set(self.partitions)
-            exported = self.store.export() if dirty else {}
-            updates = {}
-            for p in self.partitions:
-                known = previous is not None and p in previous.partitions
-                if p in dirty or not known:
-                    updates[p] = PartitionUpdate(p, offsets[p], base=exported.get(p, empty_table()))
-                else:
-                    updates[p] = PartitionUpdate(p, offsets[p])
-            manifest = write_checkpoint(
-                self.repo,
-                table=self.name,
-                topic=self.topic,
-                cluster_id=self.cluster_id,
-                updates=updates,
-                previous=previous,
-                extra={"store": self._store_kind, "keys": len(self.store)},
-            )
+            return self._completed(self.snapshots.checkpoint(self._task_state()))
+
+    def _task_state(self) -> TaskState:
+        assert self._reader is not None
+        return TaskState(
+            {p: self._reader.positions[p] for p in self.partitions}, self.store.export, len(self.store)
+        )
+
+    def _completed(self, manifest: CheckpointManifest | None) -> CheckpointManifest | None:
+        if manifest is not None:
             self.last_checkpoint = manifest
-            self._dirty.clear()
-        collect_garbage(self.repo, self.retention, now=self._clock())
         return manifest
 
     def close(self, *, checkpoint: bool = True) -> None:
@@ -440,6 +463,8 @@ class Table:
             if checkpoint and self._state == "running" and self._thread_error is None and not self.read_only:
                 self.checkpoint()
         finally:
+            if self.snapshots is not None:
+                self.snapshots.close()
             if self._reader is not None:
                 self._reader.close()
             self.store.close()

@@ -82,6 +82,7 @@ class GcReport:
     deleted_generations: list[int] = field(default_factory=list)
     deleted_files: list[str] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
+    deleted_records: list[str] = field(default_factory=list)
     aborted_uploads: int = 0
     dry_run: bool = False
 
@@ -92,6 +93,7 @@ class GcReport:
             "deleted_generations": self.deleted_generations,
             "deleted_files": len(self.deleted_files),
             "orphans_deleted": len(self.orphans),
+            "snapshot_records_deleted": len(self.deleted_records),
             "aborted_uploads": self.aborted_uploads,
             "dry_run": self.dry_run,
         }
@@ -135,6 +137,20 @@ def collect_garbage(
     doomed_refs = {
         f.path for gen in report.deleted_generations if (m := manifests.get(gen)) is not None for f in m.files
     }
+    newest_manifest = max(manifests, default=0)
+    for rel in sorted(present):
+        gen = layout.record_generation(rel)
+        if gen is None:
+            continue
+        # Snapshot records go with their checkpoint; records of snapshots that never committed one
+        # (FAILED, abandoned) go once they are older than min_age and a newer checkpoint exists.
+        if gen in report.deleted_generations or (
+            gen not in manifests
+            and gen < newest_manifest
+            and not keep(gen)
+            and now - modified[rel] >= policy.min_age
+        ):
+            report.deleted_records.append(rel)
     for rel in sorted(present):
         if layout.data_generation(rel) is None or rel in referenced:
             continue
@@ -145,7 +161,9 @@ def collect_garbage(
 
     if not dry_run:
         repo.store.delete(repo.key(layout.manifest_key(g)) for g in report.deleted_generations)
-        repo.store.delete(repo.key(rel) for rel in [*report.deleted_files, *report.orphans])
+        repo.store.delete(
+            repo.key(rel) for rel in [*report.deleted_files, *report.orphans, *report.deleted_records]
+        )
     report.aborted_uploads = repo.store.abort_stale_uploads(
         repo.directory, now - policy.orphan_grace, dry_run=dry_run
     )

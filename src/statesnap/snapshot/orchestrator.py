@@ -1,0 +1,217 @@
+"""How tasks learn the target generation and report their part of a snapshot.
+
+Protocol, per generation G:
+
+1. ``SnapshotApi.create()`` writes G as ``CREATED`` (or returns the current ``CREATED`` one).
+2. Each task, after its next commit, sees G via ``target_generation()`` (cached: no round trip),
+   writes its data files into ``data/G/`` and calls ``report(G, task_snapshot)``. A task with no
+   new data since the last commit reports too, so an idle partition never stalls a snapshot.
+3. The report that makes the reports cover every expected partition commits G's checkpoint
+   manifest (write-once) and marks G ``COMPLETED``. A crash in between is finished by whoever
+   looks next (``refresh``), idempotently.
+4. A report for any generation but the current ``CREATED`` one is fenced
+   (:class:`~statesnap.errors.StaleGenerationError`); a snapshot past its deadline is marked
+   ``FAILED`` naming the partitions and tasks that did not report; a failing task marks it
+   ``FAILED``. Nothing is ever ``COMPLETED`` with a partition missing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Protocol
+
+from statesnap import __version__
+from statesnap.checkpoint.manifest import CheckpointManifest, CheckpointState, PartitionCheckpoint
+from statesnap.checkpoint.repository import CheckpointRepository
+from statesnap.errors import CheckpointConflictError, StaleGenerationError
+from statesnap.snapshot.model import Snapshot, SnapshotState, TaskSnapshot
+from statesnap.snapshot.store import SnapshotStore
+
+log = logging.getLogger(__name__)
+
+
+class Orchestrator(Protocol):
+    """What a task needs: the target generation, and somewhere to report."""
+
+    def target_generation(self, block: bool = False) -> Snapshot: ...
+
+    def report(self, generation: int, task: TaskSnapshot) -> Snapshot: ...
+
+    def fail(self, generation: int, task_id: str, reason: str) -> Snapshot: ...
+
+
+def manifest_of(snapshot: Snapshot, *, table: str, topic: str, cluster_id: str) -> CheckpointManifest:
+    """The checkpoint manifest a complete snapshot commits: every task's partitions, merged."""
+    partitions: dict[int, PartitionCheckpoint] = {}
+    for task in snapshot.tasks.values():
+        ref = task.checkpoints.get(table)
+        if ref is None:
+            continue
+        partitions.update(ref.partitions)
+    files = [f for pc in partitions.values() for f in pc.files]
+    return CheckpointManifest(
+        table=table,
+        topic=topic,
+        cluster_id=cluster_id,
+        generation=snapshot.generation,
+        partitions=partitions,
+        created_at=datetime.now(UTC),
+        state=CheckpointState.COMPLETED,
+        writer={
+            "name": "statesnap",
+            "version": __version__,
+            "engine": "python",
+            "tasks": sorted(snapshot.tasks),
+            "label": snapshot.label,
+            "bytes": sum(f.bytes for f in files),
+            "snapshot_seconds": round((datetime.now(UTC) - snapshot.created_at).total_seconds(), 3),
+        },
+    )
+
+
+class LocalOrchestrator:
+    """An orchestrator embedded in each application process, coordinating through the shared
+    :class:`SnapshotStore`. A background thread refreshes the cached current snapshot every
+    ``refresh_interval`` seconds, so ``target_generation()`` after each commit costs nothing."""
+
+    def __init__(
+        self,
+        store: SnapshotStore,
+        repo: CheckpointRepository,
+        *,
+        table: str,
+        topic: str,
+        cluster_id: str,
+        refresh_interval: float = 0.5,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        on_completed: Callable[[CheckpointManifest], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.repo = repo
+        self.table = table
+        self.topic = topic
+        self.cluster_id = cluster_id
+        self.refresh_interval = refresh_interval
+        self._clock = clock
+        self._on_completed = on_completed
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the background refresher (idempotent)."""
+        if self._thread is None:
+            self.refresh()
+            self._thread = threading.Thread(target=self._run, name="statesnap-orchestrator", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.refresh_interval):
+            try:
+                self.refresh()
+            except Exception:
+                log.exception("snapshot refresh failed; will retry")
+
+    def refresh(self) -> Snapshot:
+        """Re-read the current snapshot; finish a complete one, fail an expired one."""
+        current = self.store.current(block=True)
+        if current.state is not SnapshotState.CREATED:
+            return current
+        if current.complete:
+            return self._finish(current)
+        if current.deadline is not None and self._clock() > current.deadline:
+            return self.expire(current.generation)
+        return current
+
+    def target_generation(self, block: bool = False) -> Snapshot:
+        """The current snapshot; tasks act when it is ``CREATED``. Cached unless *block*."""
+        return self.store.current(block=block)
+
+    def report(self, generation: int, task: TaskSnapshot) -> Snapshot:
+        """Record *task*'s part of *generation*; completes the snapshot when every partition is in."""
+
+        def add(current: Snapshot) -> Snapshot:
+            if current.generation != generation or current.state is not SnapshotState.CREATED:
+                raise StaleGenerationError(
+                    f"report of task {task.task_id!r} for generation {generation} fenced: current is "
+                    f"generation {current.generation} ({current.state.value})"
+                )
+            return current.evolve(tasks={**current.tasks, task.task_id: task})
+
+        snapshot = self.store.update_current(add)
+        log.info(
+            "task %s reported generation %d (%d/%d partitions)",
+            task.task_id,
+            generation,
+            len(snapshot.reported_partitions),
+            len(snapshot.expected_partitions),
+        )
+        if snapshot.complete:
+            return self._finish(snapshot)
+        return snapshot
+
+    def _finish(self, snapshot: Snapshot) -> Snapshot:
+        manifest = manifest_of(snapshot, table=self.table, topic=self.topic, cluster_id=self.cluster_id)
+        try:
+            self.repo.commit(manifest)
+        except CheckpointConflictError:
+            manifest = self.repo.read_manifest(snapshot.generation)  # finished by someone else
+
+        def complete(current: Snapshot) -> Snapshot | None:
+            if current.generation != snapshot.generation or current.state is not SnapshotState.CREATED:
+                return None
+            return current.evolve(state=SnapshotState.COMPLETED)
+
+        done = self.store.update_current(complete)
+        log.info(
+            "snapshot generation %d completed with tasks %s", snapshot.generation, sorted(snapshot.tasks)
+        )
+        if self._on_completed is not None:
+            self._on_completed(manifest)
+        return done
+
+    def fail(self, generation: int, task_id: str, reason: str) -> Snapshot:
+        """A task could not take part: the snapshot fails; a new ``create`` starts a new one."""
+
+        def mark(current: Snapshot) -> Snapshot | None:
+            if current.generation != generation or current.state is not SnapshotState.CREATED:
+                return None
+            return current.evolve(state=SnapshotState.FAILED, error=f"task {task_id} failed: {reason}")
+
+        return self.store.update_current(mark)
+
+    def expire(self, generation: int) -> Snapshot:
+        """Fail *generation* for missing its deadline, naming what did not report."""
+
+        def mark(current: Snapshot) -> Snapshot | None:
+            if current.generation != generation or current.state is not SnapshotState.CREATED:
+                return None
+            if current.complete:
+                return None
+            missing = current.missing_partitions
+            owners = self._owners(missing)
+            who = f"; tasks that owned them last time: {', '.join(owners)}" if owners else ""
+            return current.evolve(
+                state=SnapshotState.FAILED,
+                error=f"timed out waiting for partitions {missing}{who}",
+            )
+
+        result = self.store.update_current(mark)
+        if result.state is SnapshotState.FAILED:
+            log.warning("snapshot generation %d failed: %s", generation, result.error)
+        return result
+
+    def _owners(self, partitions: list[int]) -> list[str]:
+        """Task ids that reported *partitions* in the newest completed snapshot."""
+        for snap in self.store.list():
+            if snap.state is SnapshotState.COMPLETED:
+                return sorted({t.task_id for t in snap.tasks.values() if t.partitions & set(partitions)})
+        return []
