@@ -139,15 +139,15 @@ def collect_garbage(
     }
     newest_manifest = max(manifests, default=0)
     for rel in sorted(present):
-        gen = layout.record_generation(rel)
-        if gen is None:
+        record_gen = layout.record_generation(rel)
+        if record_gen is None:
             continue
         # Snapshot records go with their checkpoint; records of snapshots that never committed one
         # (FAILED, abandoned) go once they are older than min_age and a newer checkpoint exists.
-        if gen in report.deleted_generations or (
-            gen not in manifests
-            and gen < newest_manifest
-            and not keep(gen)
+        if record_gen in report.deleted_generations or (
+            record_gen not in manifests
+            and record_gen < newest_manifest
+            and not keep(record_gen)
             and now - modified[rel] >= policy.min_age
         ):
             report.deleted_records.append(rel)
