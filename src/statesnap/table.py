@@ -215,7 +215,7 @@ class Table:
         self.task_id = task_id or (f"instance-{instance}" if instance is not None else "main")
         self.snapshot_timeout = parse_duration(snapshot_timeout)
         self.report = RestoreReport()
-        self.last_checkpoint: CheckpointManifest | None = None
+        self._restored: CheckpointManifest | None = None
         self._reader: ChangelogReader | None = None
         self._state = "new"
         self._lock = threading.RLock()
@@ -259,7 +259,7 @@ class Table:
         started = time.monotonic()
         manifest = self._restore_checkpoint(state)
         self.report.load_seconds = time.monotonic() - started
-        self.last_checkpoint = manifest
+        self._restored = manifest
         if self.repo is not None and not self.read_only:
             self.repo.ensure_descriptor(self.name, self.topic, self.cluster_id, len(all_partitions))
             self.snapshots = SnapshotTask(
@@ -425,7 +425,7 @@ class Table:
             due = self._last_commit - self._last_checkpoint_at >= self.checkpoint_interval.total_seconds()
             if due:
                 self._last_checkpoint_at = self._last_commit
-            return self._completed(self.snapshots.on_commit(self._task_state(), checkpoint_due=due))
+            return self.snapshots.on_commit(self._task_state(), checkpoint_due=due)
 
     def checkpoint(self) -> CheckpointManifest | None:
         """Write a checkpoint now (at a commit point): a snapshot in which this table's partitions
@@ -439,7 +439,7 @@ class Table:
         with self._lock:
             self.store.flush()
             self._last_checkpoint_at = time.monotonic()
-            return self._completed(self.snapshots.checkpoint(self._task_state()))
+            return self.snapshots.checkpoint(self._task_state())
 
     def _task_state(self) -> TaskState:
         assert self._reader is not None
@@ -447,10 +447,13 @@ class Table:
             {p: self._reader.positions[p] for p in self.partitions}, self.store.export, len(self.store)
         )
 
-    def _completed(self, manifest: CheckpointManifest | None) -> CheckpointManifest | None:
-        if manifest is not None:
-            self.last_checkpoint = manifest
-        return manifest
+    @property
+    def last_checkpoint(self) -> CheckpointManifest | None:
+        """The newest checkpoint this table's state is known to match (restored, written here, or
+        completed by the table's other tasks)."""
+        if self.snapshots is not None:
+            return self.snapshots.last_checkpoint
+        return self._restored
 
     def close(self, *, checkpoint: bool = True) -> None:
         """Stop consuming; on a clean shutdown write a final checkpoint first."""

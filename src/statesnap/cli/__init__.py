@@ -73,13 +73,14 @@ def cli(log_level: str) -> None:
 
 
 def _register() -> None:
-    from statesnap.cli import broker, checkpoints, demo, sample, tables
+    from statesnap.cli import broker, checkpoints, demo, sample, snapshot, tables
 
     cli.add_command(broker.broker)
     cli.add_command(sample.produce_sample_cmd)
     cli.add_command(tables.materialize)
     cli.add_command(tables.dump)
     cli.add_command(checkpoints.checkpoints)
+    cli.add_command(snapshot.snapshot)
     cli.add_command(demo.demo)
 
 

@@ -7,3 +7,7 @@ from typing import Any
 
 def materialize_on_spark(**kwargs: Any) -> None:
     raise NotImplementedError
+
+
+def diff_on_spark(api: Any, old: int, new: int) -> Any:
+    raise NotImplementedError

@@ -108,6 +108,12 @@ def _table(
 @click.option(
     "--commit-interval", default="5s", show_default=True, help="With --follow: time between commit points."
 )
+@click.option("--instance", type=int, default=None, help="With --instances: own partitions p % N == I.")
+@click.option("--instances", type=int, default=None, help="Tasks the table's partitions are spread over.")
+@click.option(
+    "--generation", type=int, default=None, help="Restore this snapshot generation, not the newest."
+)
+@click.option("--snapshot-timeout", default="60s", show_default=True, help="Fail snapshots not done by then.")
 @click.option(
     "--min-count", default=10, show_default=True, help="Retention: keep at least this many checkpoints."
 )
@@ -128,6 +134,10 @@ def materialize(
     follow: bool,
     checkpoint_interval: str,
     commit_interval: str,
+    instance: int | None,
+    instances: int | None,
+    generation: int | None,
+    snapshot_timeout: str,
     min_count: int,
     min_age: str,
     storage_pairs: tuple[str, ...],
@@ -172,6 +182,10 @@ def materialize(
         checkpoint_interval=checkpoint_interval,
         commit_interval=commit_interval,
         background=follow,
+        instance=instance,
+        instances=instances,
+        generation=generation,
+        snapshot_timeout=snapshot_timeout,
     )
     try:
         report = start_with_progress(t, quiet or as_json)
@@ -186,8 +200,10 @@ def materialize(
             while not stop.wait(0.5):
                 t.raise_if_failed()
         started = time.monotonic()
-        manifest = t.checkpoint()
+        # One task of several cannot complete a snapshot alone; its peers report on their own.
+        manifest = t.checkpoint() if not instances or instances == 1 or not follow else None
         write_seconds = time.monotonic() - started
+        keys = len(t.store)
     finally:
         t.close(checkpoint=False)
     current = manifest or t.last_checkpoint
@@ -196,7 +212,7 @@ def materialize(
         "topic": topic,
         "checkpoint": current.generation if current else None,
         "written": manifest is not None,
-        "keys": len(t.store) if manifest is None else manifest.writer.get("keys"),
+        "keys": keys,
         "offsets": current.offsets if current else {},
         "restore": report.to_json(),
         "checkpoint_seconds": round(write_seconds, 3),

@@ -91,7 +91,7 @@ class SnapshotTask:
     def on_commit(self, state: TaskState, *, checkpoint_due: bool) -> CheckpointManifest | None:
         """Called at every commit point: report to a pending snapshot; start one if due."""
         target = self.orchestrator.target_generation(block=False)
-        if target.state is SnapshotState.COMPLETED and target.generation == self.reported:
+        if target.state is SnapshotState.COMPLETED and 0 < target.generation == self.reported:
             self._adopt(target.generation)
         if checkpoint_due and target.state is not SnapshotState.CREATED:
             if self.unchanged(state):

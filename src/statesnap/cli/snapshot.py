@@ -1,0 +1,181 @@
+"""``statesnap snapshot …``: consistent snapshots of a table across all its tasks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from statesnap.cli.options import emit_json, json_option, pairs_to_dict, storage_options
+from statesnap.snapshot.api import SnapshotApi, snapshot_json
+from statesnap.snapshot.diff import diff_snapshots
+from statesnap.snapshot.model import Snapshot, SnapshotState
+
+
+@click.group()
+def snapshot() -> None:
+    """Create, list, show, pin and delete consistent snapshots of a table.
+
+    \b
+    A snapshot is one generation in which every task owning partitions of the table (every
+    `materialize --instance I --instances N` process) wrote its checkpoint after a commit. It
+    is COMPLETED when all partitions reported, FAILED when a task failed or it timed out.
+    Restore one with `statesnap dump ... --generation GEN` or Table(generation=GEN).
+    """
+
+
+def common(f: Any) -> Any:
+    f = json_option(f)
+    f = storage_options(f)
+    f = click.option(
+        "--table", required=True, envvar="STATESNAP_TABLE", help="Table name. [env: STATESNAP_TABLE]"
+    )(f)
+    return click.argument("url", envvar="STATESNAP_CHECKPOINTS")(f)
+
+
+def _api(url: str, table: str, storage_pairs: tuple[str, ...]) -> SnapshotApi:
+    return SnapshotApi.open(url, table, **pairs_to_dict(storage_pairs, "--storage-option"))
+
+
+def _line(s: Snapshot) -> str:
+    flags = " pinned" if s.pinned else ""
+    label = f" [{s.label}]" if s.label else ""
+    tasks = ",".join(sorted(s.tasks)) or "-"
+    extra = f"  {s.error}" if s.error else ""
+    return (
+        f"gen {s.generation:>6}  {s.state.value:<9} {s.created_at.isoformat()}  tasks={tasks}"
+        f"{label}{flags}{extra}"
+    )
+
+
+def _print(s: Snapshot, as_json: bool) -> None:
+    if as_json:
+        emit_json(snapshot_json(s))
+    else:
+        click.echo(_line(s))
+        if s.state is SnapshotState.CREATED and s.missing_partitions:
+            click.echo(f"  waiting for partitions {s.missing_partitions}")
+
+
+@snapshot.command()
+@common
+@click.option("--wait", is_flag=True, help="Wait until the snapshot completes, fails or --timeout passes.")
+@click.option("--timeout", default="60s", show_default=True, help="Deadline for every task to report.")
+@click.option("--label", default=None, help="A free-form label stored with the snapshot.")
+@click.option("--pin", is_flag=True, help="Keep it through retention GC until unpinned.")
+@click.option("--expires-in", default=None, help="Keep it through GC at least this long (e.g. 7d).")
+def create(
+    url: str,
+    table: str,
+    storage_pairs: tuple[str, ...],
+    as_json: bool,
+    wait: bool,
+    timeout: str,
+    label: str | None,
+    pin: bool,
+    expires_in: str | None,
+) -> None:
+    """Start a snapshot (or return the one in progress); with --wait, print it once finished.
+
+    Exits 1 if --wait ends with the snapshot FAILED or still incomplete.
+    """
+    api = _api(url, table, storage_pairs)
+    snap = api.create(label=label, pin=pin, timeout=timeout, expires_in=expires_in)
+    if wait:
+        snap = api.wait(snap.generation, timeout)
+    _print(snap, as_json)
+    if wait and snap.state is not SnapshotState.COMPLETED:
+        raise SystemExit(1)
+
+
+@snapshot.command("list")
+@common
+def list_cmd(url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool) -> None:
+    """List snapshots, newest first."""
+    snaps = _api(url, table, storage_pairs).list()
+    if as_json:
+        emit_json([snapshot_json(s) for s in snaps])
+    else:
+        for s in snaps:
+            click.echo(_line(s))
+
+
+@snapshot.command()
+@common
+@click.argument("generation", type=int)
+def show(url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool, generation: int) -> None:
+    """Show one snapshot with every task's offsets."""
+    s = _api(url, table, storage_pairs).get(generation)
+    if as_json:
+        emit_json(snapshot_json(s))
+        return
+    click.echo(_line(s))
+    for task in sorted(s.tasks.values(), key=lambda t: t.task_id):
+        offsets = ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(task.offsets.items()))
+        click.echo(f"  task {task.task_id}: {offsets}")
+
+
+@snapshot.command()
+@common
+def current(url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool) -> None:
+    """Show the current (newest) snapshot."""
+    _print(_api(url, table, storage_pairs).current(), as_json)
+
+
+@snapshot.command()
+@common
+@click.argument("generation", type=int)
+def delete(url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool, generation: int) -> None:
+    """Delete a snapshot (its files are removed by the next GC)."""
+    _api(url, table, storage_pairs).delete(generation)
+    if as_json:
+        emit_json({"deleted": generation})
+    else:
+        click.echo(f"deleted snapshot {generation}")
+
+
+@snapshot.command()
+@common
+@click.argument("generation", type=int)
+def pin(url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool, generation: int) -> None:
+    """Pin a snapshot: retention GC keeps it."""
+    _print(_api(url, table, storage_pairs).pin(generation), as_json)
+
+
+@snapshot.command()
+@common
+@click.argument("generation", type=int)
+def unpin(url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool, generation: int) -> None:
+    """Unpin a snapshot: retention GC may delete it again."""
+    _print(_api(url, table, storage_pairs).unpin(generation), as_json)
+
+
+@snapshot.command()
+@common
+@click.argument("old", type=int)
+@click.argument("new", type=int)
+@click.option(
+    "--engine",
+    type=click.Choice(["python", "spark"]),
+    default="python",
+    show_default=True,
+    help="spark: run the join on Spark (for tables larger than memory).",
+)
+def diff(
+    url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool, old: int, new: int, engine: str
+) -> None:
+    """Keys added, removed and changed between snapshots OLD and NEW."""
+    api = _api(url, table, storage_pairs)
+    if engine == "spark":
+        from statesnap.cli.spark_engine import diff_on_spark
+
+        result = diff_on_spark(api, old, new)
+    else:
+        result = diff_snapshots(api.repo, old, new)
+    if as_json:
+        emit_json(result.to_json())
+    else:
+        click.echo(
+            f"{old} → {new}: +{result.added} added, -{result.removed} removed, ~{result.changed} changed, "
+            f"{result.unchanged} unchanged ({result.old} → {result.new} keys)"
+        )

@@ -1,0 +1,518 @@
+"""``Follower``: a read-only replica of a table that another application owns.
+
+A follower boots from the owner's newest valid checkpoint, then tails the changelog for as long as
+it runs. It is a façade over ``Table(read_only=True, background=True)`` and inherits its
+guarantees:
+
+- it **never writes**: no checkpoint, no retention GC, nothing produced, no offsets committed
+  (partitions are assigned without joining a consumer group); a write attempt raises
+  :class:`~statesnap.errors.ReadOnlyTableError`;
+- when the owner's GC deletes the checkpoint while the follower is loading it, the restore starts
+  over with the newest one; a checkpoint the owner writes later does not affect a running
+  follower (it only tails the changelog), a restarted one boots from the newest;
+- it may keep a subset: ``key_filter`` and ``value_projection`` are applied while restoring and
+  while tailing (a key the filter rejects never enters the table).
+
+Freshness. ``offsets`` are the next offset to consume per partition: every read reflects at least
+every record below them. ``caught_up`` is decided by partition EOF (exact, also on brokers that
+under-report high watermarks); ``lag()`` is an estimate from the last high watermark the broker
+reported. Read-your-writes: the writer passes the offset its produce() delivery report gave to
+:meth:`Follower.wait_for`, then reads.
+
+Life cycle: ``new`` → ``restoring`` → ``running`` → ``closed``, or ``failed`` when the restore or
+the background consumer raised (the error is kept in :attr:`Follower.error`).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from statesnap.blob import BlobStore
+from statesnap.errors import ConfigError, ReadOnlyTableError, TableStateError
+from statesnap.serde import Serde, resolve_serde
+from statesnap.table import ProgressCallback, RestoreReport, Table
+
+log = logging.getLogger(__name__)
+
+#: Consume timeout once the replica tails the changelog. librdkafka's batch consume blocks until
+#: the batch (10 000 records) is full or the timeout expires, so Table's 200 ms tail timeout adds up
+#: to 200 ms to every update's visibility on a quiet topic (measured: p50 150 ms, max 200 ms);
+#: 20 ms keeps it near the broker's fetch wait at ~50 idle wake-ups per second.
+TAIL_POLL_SECONDS = 0.02
+#: How often wait_caught_up() samples the EOF state; caught-up windows last a consume call or more.
+_CAUGHT_UP_SAMPLE_SECONDS = 0.005
+
+STATES = ("new", "restoring", "running", "failed", "closed")
+
+
+class _ReplicaTable(Table):
+    """A read-only Table that also records when it last applied a record and tails with a short
+    consume timeout. Both belong in Table itself (see the follower's notes); until then they live
+    here so the replica does not depend on a Table change."""
+
+    last_applied: float | None = None
+    tailing: bool = False
+
+    def _consume(self, timeout: float) -> int:
+        applied = super()._consume(min(timeout, TAIL_POLL_SECONDS) if self.tailing else timeout)
+        if applied:
+            self.last_applied = time.monotonic()
+        return applied
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerStatus:
+    """A point-in-time view of a follower: what it holds and how fresh it is.
+
+    ``offsets`` are the next offset to consume per partition (everything below is applied);
+    ``lag`` is records behind per partition (0 at EOF; an estimate otherwise). ``restore_seconds``
+    and ``checkpoint_generation`` describe the boot (``checkpoint_generation`` is None after a full
+    replay). ``last_update_age`` is seconds since the replica last applied a record;
+    ``newest_record_age`` is seconds since the newest applied record's own timestamp.
+    """
+
+    table: str
+    topic: str
+    state: str
+    caught_up: bool
+    offsets: Mapping[int, int]
+    lag: Mapping[int, int]
+    keys: int
+    checkpoint_generation: int | None
+    restore_seconds: float | None
+    replayed_records: int
+    last_update_age: float | None
+    newest_record_age: float | None
+    error: str | None = None
+
+    @property
+    def ready(self) -> bool:
+        """Restored, caught up once, and the background consumer is healthy."""
+        return self.state == "running"
+
+    @property
+    def total_lag(self) -> int:
+        return sum(self.lag.values())
+
+    def to_json(self) -> dict[str, Any]:
+        def rounded(x: float | None) -> float | None:
+            return None if x is None else round(x, 3)
+
+        return {
+            "table": self.table,
+            "topic": self.topic,
+            "state": self.state,
+            "ready": self.ready,
+            "caught_up": self.caught_up,
+            "offsets": {str(p): o for p, o in sorted(self.offsets.items())},
+            "lag": {str(p): n for p, n in sorted(self.lag.items())},
+            "total_lag": self.total_lag,
+            "keys": self.keys,
+            "checkpoint_generation": self.checkpoint_generation,
+            "restore_seconds": rounded(self.restore_seconds),
+            "replayed_records": self.replayed_records,
+            "last_update_age": rounded(self.last_update_age),
+            "newest_record_age": rounded(self.newest_record_age),
+            "error": self.error,
+        }
+
+
+class Follower:
+    """A read-only replica of the table *topic* whose checkpoints another application writes.
+
+    Example::
+
+        with Follower("orders", bootstrap_servers="kafka:9092", checkpoints="s3://ckpt/prod",
+                      key_serde="string", value_serde="json") as orders:
+            orders.get("o-17")
+            orders.wait_for({3: 1234})      # the offset the writer's delivery report gave
+            orders.get("o-17")              # now reflects that write
+    """
+
+    def __init__(
+        self,
+        topic: str,
+        *,
+        bootstrap_servers: str,
+        checkpoints: str | BlobStore | None,
+        name: str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        store: str = "memory",
+        store_path: str | Path | None = None,
+        key_serde: Serde | str | None = None,
+        value_serde: Serde | str | None = None,
+        kafka_config: Mapping[str, Any] | None = None,
+        key_filter: Callable[[bytes], bool] | None = None,
+        value_projection: Callable[[bytes], bytes | None] | None = None,
+        require_checkpoint: bool = False,
+        partitions: Collection[int] | None = None,
+        timeout: float = 15.0,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        """
+        Args:
+            topic: the owner's changelog topic.
+            bootstrap_servers: Kafka bootstrap address(es).
+            checkpoints: the owner's checkpoint store URL (or store), read only; None replays the
+                whole topic.
+            name: the owner's table name in the checkpoint store (default: the topic name).
+            storage_options: blob-store options (``endpoint_url``, ``region``, …).
+            store: local state store, ``memory`` or ``rocksdb``.
+            key_serde, value_serde: how :meth:`get` and :meth:`items` convert keys and values
+                (default: raw bytes). Filters and projections always see raw bytes.
+            kafka_config: extra librdkafka properties (TLS, SASL, …).
+            key_filter: keep only keys for which it returns True.
+            value_projection: rewrite each value before storing it; returning None drops the key.
+            require_checkpoint: fail instead of replaying the whole topic when no checkpoint verifies.
+            partitions: follow only these partitions (default: all).
+            timeout: how long to wait for the cluster's first answers.
+        """
+        self._key_serde = resolve_serde(key_serde)
+        self._value_serde = resolve_serde(value_serde)
+        self._key_filter = key_filter
+        self._table = _ReplicaTable(
+            topic,
+            bootstrap_servers=bootstrap_servers,
+            name=name,
+            checkpoints=checkpoints,
+            storage_options=storage_options,
+            store=store,
+            store_path=store_path,
+            kafka_config=kafka_config,
+            require_checkpoint=require_checkpoint,
+            background=True,
+            partitions=partitions,
+            timeout=timeout,
+            read_only=True,
+            key_filter=key_filter,
+            value_projection=value_projection,
+            clock=clock,
+        )
+        self._state = "new"
+        self._state_lock = threading.Lock()
+        self._settled = threading.Event()  # set once running or failed
+        self._close_after_start = False
+        self._error: BaseException | None = None
+        self._boot_seconds: float | None = None
+        self._restore_thread: threading.Thread | None = None
+
+    def __repr__(self) -> str:
+        return f"Follower(table={self.name!r}, topic={self.topic!r}, state={self.state!r})"
+
+    # --- identity ------------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._table.name
+
+    @property
+    def topic(self) -> str:
+        return self._table.topic
+
+    @property
+    def partitions(self) -> tuple[int, ...]:
+        """Partitions followed (known once the restore has read the topic's metadata)."""
+        return self._table.partitions
+
+    @property
+    def report(self) -> RestoreReport:
+        """How the boot went: checkpoint used, keys restored, records replayed, seconds."""
+        return self._table.report
+
+    @property
+    def checkpoint_url(self) -> str | None:
+        """The owner's table directory in the checkpoint store (no credentials)."""
+        return self._table.repo.url if self._table.repo is not None else None
+
+    def keeps(self, key: bytes) -> bool:
+        """Whether this replica's key filter keeps *key* (raw bytes)."""
+        return self._key_filter is None or bool(self._key_filter(key))
+
+    # --- life cycle ----------------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        """One of ``new``, ``restoring``, ``running``, ``failed``, ``closed``."""
+        if self._state == "running" and self._table_failed() is not None:
+            return "failed"
+        return self._state
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error that stopped the restore or the background consumer, if any."""
+        return self._error or self._table_failed()
+
+    def _table_failed(self) -> BaseException | None:
+        try:
+            self._table.raise_if_failed()
+        except BaseException as e:
+            return e
+        return None
+
+    def start(self, *, progress: ProgressCallback | None = None) -> RestoreReport:
+        """Boot from the owner's newest valid checkpoint and replay the tail until every partition
+        reports EOF; afterwards a background thread keeps tailing. Blocks until then."""
+        with self._state_lock:
+            if self._state != "new":
+                raise TableStateError("start", self._state, "new")
+            self._state = "restoring"
+        started = time.monotonic()
+        try:
+            report = self._table.start(progress=progress)
+        except BaseException as e:
+            self._error = e
+            with self._state_lock:
+                self._state = "closed" if self._close_after_start else "failed"
+            self._settled.set()
+            self._table.close(checkpoint=False)
+            raise
+        self._table.tailing = True
+        self._boot_seconds = time.monotonic() - started
+        with self._state_lock:
+            closing = self._close_after_start
+            self._state = "running"
+        self._settled.set()
+        if closing:
+            self.close()
+        return report
+
+    def start_in_background(self, *, progress: ProgressCallback | None = None) -> None:
+        """Run :meth:`start` on a thread and return at once; :attr:`state` says ``restoring`` until
+        it is done. Use :meth:`wait_until_ready` to block until the replica is usable."""
+
+        def run() -> None:
+            try:
+                self.start(progress=progress)
+            except BaseException:
+                log.exception("follower %s: restore failed", self.name)
+
+        if self._state != "new":
+            raise TableStateError("start", self._state, "new")
+        self._restore_thread = threading.Thread(
+            target=run, name=f"statesnap-restore-{self.name}", daemon=True
+        )
+        self._restore_thread.start()
+
+    def wait_until_ready(self, timeout: float | None = None) -> bool:
+        """Block until the restore finished (True) or *timeout* passed (False); a failed restore
+        re-raises its error here."""
+        if not self._settled.wait(timeout):
+            return False
+        err = self.error
+        if err is not None:
+            raise err
+        return self._state == "running"
+
+    def close(self) -> None:
+        """Stop tailing and release the consumer and the local store. Never writes a checkpoint.
+
+        Called during a background restore, it returns at once and the restore thread closes
+        the replica as soon as the restore ends (a restore cannot be interrupted half-way).
+        """
+        with self._state_lock:
+            if self._state == "closed":
+                return
+            if self._state == "restoring":
+                self._close_after_start = True
+                return
+            self._state = "closed"
+        self._table.close(checkpoint=False)
+
+    def __enter__(self) -> Follower:
+        if self._state == "new":
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- reads ---------------------------------------------------------------------------------
+
+    def _require_running(self, action: str) -> None:
+        if self._state != "running":
+            raise TableStateError(action, self._state, "running")
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        """The current value of *key* (converted by the value serde), or *default*."""
+        raw = self.get_raw(self._key_serde.serialize(key))
+        return default if raw is None else self._value_serde.deserialize(raw)
+
+    def get_raw(self, key: bytes) -> bytes | None:
+        """The stored value bytes of the raw *key*, or None."""
+        self._require_running("get")
+        value: bytes | None = self._table.get(key)
+        return value
+
+    def __getitem__(self, key: Any) -> Any:
+        sentinel = object()
+        value = self.get(key, sentinel)
+        if value is sentinel:
+            raise KeyError(key)
+        return value
+
+    def __contains__(self, key: object) -> bool:
+        self._require_running("look up")
+        return self._key_serde.serialize(key) in self._table
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        """Every (key, value), converted by the serdes, in no particular order."""
+        kd, vd = self._key_serde.deserialize, self._value_serde.deserialize
+        for k, v in self.raw_items():
+            yield kd(k), vd(v)
+
+    def raw_items(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every (key, value) as stored bytes, in no particular order."""
+        self._require_running("iterate")
+        return self._table.raw_items()
+
+    def scan(self, after: bytes | None = None, limit: int = 100) -> list[tuple[bytes, bytes]]:
+        """Up to *limit* raw (key, value) pairs with keys greater than *after*, ascending by key
+        bytes: one page of a scan (pass the last key as the next *after*).
+
+        Costs one pass over the table per page (the state stores offer no ordered range read).
+        """
+        if limit < 1:
+            raise ConfigError(f"scan limit must be >= 1, got {limit}")
+        self._require_running("scan")
+        items: Iterator[tuple[bytes, bytes]] = self._table.raw_items()
+        if after is not None:
+            items = (kv for kv in items if kv[0] > after)
+        # Keys are unique, so tuples never compare their values.
+        return heapq.nsmallest(limit, items)
+
+    # --- writes: a follower has none -----------------------------------------------------------
+
+    def _read_only(self, what: str) -> ReadOnlyTableError:
+        return ReadOnlyTableError(
+            f"cannot {what}: follower of table {self.name!r} is read-only; "
+            f"write to topic {self.topic!r} through the table's owner"
+        )
+
+    def checkpoint(self) -> None:
+        """Always raises :class:`ReadOnlyTableError`: checkpoints are the owner's job."""
+        self._table.checkpoint()  # the read-only Table raises before touching anything
+        raise self._read_only("write a checkpoint")  # pragma: no cover - Table raises first
+
+    def put(self, key: Any, value: Any) -> None:
+        """Always raises :class:`ReadOnlyTableError`."""
+        raise self._read_only(f"put {key!r}")
+
+    def delete(self, key: Any) -> None:
+        """Always raises :class:`ReadOnlyTableError`."""
+        raise self._read_only(f"delete {key!r}")
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.put(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self.delete(key)
+
+    # --- freshness -----------------------------------------------------------------------------
+
+    @property
+    def offsets(self) -> dict[int, int]:
+        """Next offset to consume per partition: every record below is applied."""
+        return self._table.offsets
+
+    @property
+    def caught_up(self) -> bool:
+        """Whether every partition reported end-of-partition since its last record."""
+        return self.state == "running" and self._table.caught_up
+
+    def lag(self) -> dict[int, int]:
+        """Records behind per partition: 0 at end-of-partition, else an estimate from the broker's
+        last reported high watermark (brokers that under-report watermarks make it too low)."""
+        return self._table.lag()
+
+    def newest_record_age(self) -> float | None:
+        """Seconds since the timestamp of the newest record applied, or None if none was."""
+        return self._table.newest_record_age()
+
+    def last_update_age(self) -> float | None:
+        """Seconds since this replica last applied a changelog record, or None if it never did."""
+        last = self._table.last_applied
+        return None if last is None else max(0.0, time.monotonic() - last)
+
+    def wait_for(
+        self,
+        offsets: Mapping[int, int] | None = None,
+        *,
+        timestamp: datetime | None = None,
+        timeout: float = 30.0,
+    ) -> bool:
+        """Block until the records at *offsets* (partition → offset of a record someone wrote,
+        e.g. from a produce() delivery report) are applied, and/or a record at least as new as
+        *timestamp* is; False on timeout.
+
+        Raises :class:`ConfigError` for a partition this replica does not follow, and the
+        consumer's error if the replica failed while waiting.
+        """
+        if self._state in ("new", "closed"):
+            raise TableStateError("wait", self._state, "restoring or running")
+        self._raise_if_failed()
+        if offsets and self.partitions:
+            unknown = sorted(set(offsets) - set(self.partitions))
+            if unknown:
+                raise ConfigError(
+                    f"follower of {self.topic!r} does not follow partitions {unknown} "
+                    f"(it follows {list(self.partitions)})"
+                )
+        deadline = time.monotonic() + timeout
+        while True:
+            # Short slices, so a consumer failure surfaces instead of waiting out the timeout.
+            remaining = deadline - time.monotonic()
+            done = self._table.wait_for(offsets, timestamp=timestamp, timeout=max(0.0, min(remaining, 0.5)))
+            if done:
+                return True
+            self._raise_if_failed()
+            if remaining <= 0.5:
+                return False
+
+    def wait_caught_up(self, timeout: float = 30.0) -> bool:
+        """Block until every partition is at end-of-partition (running and caught up); False on
+        timeout. Under a steady write load the replica is caught up between two fetches."""
+        deadline = time.monotonic() + timeout
+        while not self.caught_up:
+            self._raise_if_failed()
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_CAUGHT_UP_SAMPLE_SECONDS)
+        return True
+
+    def _raise_if_failed(self) -> None:
+        err = self.error
+        if err is not None:
+            raise err
+
+    def status(self) -> FollowerStatus:
+        """A consistent-enough snapshot of the replica's freshness (each field read once)."""
+        err = self.error
+        state = self.state
+        running = state == "running"
+        return FollowerStatus(
+            table=self.name,
+            topic=self.topic,
+            state=state,
+            caught_up=running and self._table.caught_up,
+            offsets=MappingProxyType(self.offsets),
+            lag=MappingProxyType(self.lag()),
+            keys=len(self._table),
+            checkpoint_generation=self.report.checkpoint,
+            restore_seconds=self._boot_seconds,
+            replayed_records=self.report.replayed_records,
+            last_update_age=self.last_update_age(),
+            newest_record_age=self.newest_record_age(),
+            error=None if err is None else f"{type(err).__name__}: {err}",
+        )
