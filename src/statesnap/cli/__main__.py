@@ -1,0 +1,5 @@
+"""``python -m statesnap.cli``."""
+
+from statesnap.cli import main
+
+main()
