@@ -25,24 +25,19 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from statesnap.blob import BlobStore, open_blob_store
 from statesnap.checkpoint import (
     CheckpointManifest,
     CheckpointRepository,
     RetentionPolicy,
 )
-from statesnap.checkpoint.selection import (
-    TopicState,
-    check_identity,
-    resume_offsets,
-    unusable_reason,
-)
+from statesnap.checkpoint.restore import CheckpointRestorer, SkippedCheckpoint
+from statesnap.checkpoint.selection import TopicState, resume_offsets
 from statesnap.durations import parse_duration
 from statesnap.errors import (
-    BlobNotFoundError,
     ConfigError,
-    CorruptCheckpointError,
-    NoUsableCheckpointError,
     ReadOnlyTableError,
     TableStateError,
 )
@@ -55,12 +50,6 @@ from statesnap.snapshot.participant import SnapshotTask, TaskState
 from statesnap.stores import StateStore, open_state_store
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class SkippedCheckpoint:
-    generation: int
-    reason: str
 
 
 @dataclass(slots=True)
@@ -94,9 +83,10 @@ class RestoreReport:
 ProgressCallback = Callable[[int, int, int], None]
 
 
-#: How often a restore starts over when the checkpoint it loads is deleted under it.
-RESTORE_ATTEMPTS = 5
-_RETRY = object()
+#: consume() blocks until a full batch or the timeout, so a short timeout keeps both the end of
+#: catch-up and each new record's visibility prompt (a long one adds its whole length to both).
+CATCH_UP_POLL = 0.05
+TAIL_POLL = 0.05
 
 
 @contextmanager
@@ -281,7 +271,7 @@ class Table:
         started = time.monotonic()
         with _gc_paused():
             while not self._reader.caught_up:
-                self.report.replayed_records += self._consume(0.5)
+                self.report.replayed_records += self._consume(CATCH_UP_POLL)
                 if progress is not None:
                     progress(self.report.replayed_records, len(self._reader.at_eof), len(self.partitions))
         self.report.replay_seconds = time.monotonic() - started
@@ -305,69 +295,20 @@ class Table:
     def _restore_checkpoint(self, state: TopicState) -> CheckpointManifest | None:
         if self.repo is None:
             return None
-        for _attempt in range(RESTORE_ATTEMPTS):
-            outcome = self._try_checkpoints(state)
-            if outcome is not _RETRY:
-                return outcome  # type: ignore[return-value]
-        self._no_checkpoint()
-        return None
+        restorer = CheckpointRestorer(self.repo, self.name, self.generation, self.require_checkpoint)
+        row_filter = self.row_filter
 
-    def _try_checkpoints(self, state: TopicState) -> CheckpointManifest | object | None:
-        """One pass over the manifests, newest first. Returns ``_RETRY`` when the checkpoint being
-        loaded vanished (the owner's GC deleted it) and a newer one has appeared meanwhile."""
-        assert self.repo is not None
-        now = self._clock()
-        for gen, item in self.repo.manifests():
-            if self.generation is not None and gen != self.generation:
-                continue
-            if isinstance(item, CorruptCheckpointError):
-                self._skip(gen, str(item))
-                continue
-            check_identity(item, self.name, state)
-            reason = unusable_reason(item, state, now)
-            if reason is not None:
-                self._skip(gen, reason)
-                continue
-            try:
-                wanted = [p for p in self.partitions if p in item.partitions]
-                for p, rows in self.repo.iter_partitions(item, wanted):
-                    self.store.load(p, rows if self.row_filter is None else self.row_filter.rows(rows))
-            except (CorruptCheckpointError, BlobNotFoundError) as e:
-                self.store.clear()
-                newest = next(iter(self.repo.generations()), gen)
-                if newest > gen and self.generation is None:
-                    log.info(
-                        "table %s: checkpoint %d vanished during restore; retrying with %d",
-                        self.name,
-                        gen,
-                        newest,
-                    )
-                    return _RETRY
-                self._skip(gen, str(e))
-                continue
-            self.report.checkpoint = gen
+        def load(partition: int, rows: pa.Table) -> None:
+            self.store.load(partition, rows if row_filter is None else row_filter.rows(rows))
+
+        try:
+            manifest = restorer.restore(state, self.partitions, load, self.store.clear, self._clock())
+        finally:
+            self.report.skipped = restorer.skipped
+        if manifest is not None:
+            self.report.checkpoint = manifest.generation
             self.report.restored_keys = len(self.store)
-            return item
-        self._no_checkpoint()
-        return None
-
-    def _no_checkpoint(self) -> None:
-        assert self.repo is not None
-        if self.require_checkpoint:
-            raise NoUsableCheckpointError(
-                f"no usable checkpoint for table {self.name!r} in {self.repo.url}"
-                + (f" at generation {self.generation}" if self.generation is not None else "")
-            )
-        if self.generation is not None:
-            raise NoUsableCheckpointError(f"generation {self.generation} of {self.repo.url} is not usable")
-        if self.report.skipped:
-            log.warning(
-                "table %s: no usable checkpoint, replaying %s from the beginning", self.name, self.topic
-            )
-
-    def _skip(self, generation: int, reason: str) -> None:
-        log.warning("table %s: skipping checkpoint generation %d: %s", self.name, generation, reason)
-        self.report.skipped.append(SkippedCheckpoint(generation, reason))
+        return manifest
 
     def _consume(self, timeout: float) -> int:
         assert self._reader is not None
@@ -402,7 +343,7 @@ class Table:
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
-                self._consume(0.2)
+                self._consume(TAIL_POLL)
                 self._maybe_commit()
         except BaseException as e:
             self._thread_error = e
