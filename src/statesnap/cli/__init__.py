@@ -70,6 +70,11 @@ def cli(log_level: str) -> None:
         handlers=[RichHandler(console=stderr, show_path=False)],
     )
     logging.getLogger("statesnap").setLevel(log_level.upper())
+    # librdkafka reports every failed connection attempt; the typed error after the timeout says it
+    # once. Its lines show at DEBUG.
+    logging.getLogger("statesnap.librdkafka").setLevel(
+        logging.DEBUG if log_level.upper() == "DEBUG" else logging.CRITICAL
+    )
 
 
 def _register() -> None:

@@ -50,7 +50,7 @@ class KafkaAdmin:
         self._admin = AdminClient(settings.client_config())
 
     def _unreachable(self, e: Exception | None = None) -> BrokerUnavailableError:
-        detail = f": {e}" if e else ""
+        detail = f": {e}" if e is not None and str(e) else ""
         return BrokerUnavailableError(
             f"no Kafka broker answered at {self.settings.bootstrap_servers} "
             f"within {self.settings.timeout:g}s{detail}"

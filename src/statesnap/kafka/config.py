@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -11,6 +12,8 @@ from typing import Any
 from statesnap.errors import ConfigError
 
 ENV_PREFIX = "STATESNAP_KAFKA_"
+#: librdkafka's own log lines (connection failures, retries) go to this logger instead of stderr.
+CLIENT_LOGGER = logging.getLogger("statesnap.librdkafka")
 _SECRET_MARKERS = ("password", "secret", "jaas", "token", "key.pem", "private", "credential")
 
 
@@ -31,7 +34,11 @@ class KafkaSettings:
 
     def client_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka settings: ours, then the user's ``config`` (theirs win), then *overrides*."""
-        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers, "client.id": "statesnap"}
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "client.id": "statesnap",
+            "logger": CLIENT_LOGGER,
+        }
         conf.update(self.config)
         conf.update(overrides)
         return conf
