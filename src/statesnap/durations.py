@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import timedelta
 
@@ -23,7 +24,7 @@ def parse_duration(text: str | float | timedelta) -> timedelta:
     if isinstance(text, int | float) and not isinstance(text, bool):
         if text < 0:
             raise InvalidDurationError(f"duration must not be negative: {text}")
-        return timedelta(seconds=float(text))
+        return _seconds(float(text), text)
     if not isinstance(text, str):
         raise InvalidDurationError(f"not a duration: {text!r}")
     if text.strip().startswith("-"):
@@ -33,14 +34,25 @@ def parse_duration(text: str | float | timedelta) -> timedelta:
         raise InvalidDurationError(
             f"cannot parse duration {text!r}; use a number with a unit such as 90s, 5m, 1h, 12h, 2d"
         )
-    return timedelta(seconds=float(match["num"]) * _UNITS[match["unit"] or "s"])
+    return _seconds(float(match["num"]) * _UNITS[match["unit"] or "s"], text)
+
+
+def _seconds(seconds: float, source: object) -> timedelta:
+    if not math.isfinite(seconds):
+        raise InvalidDurationError(f"duration must be finite: {source!r}")
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError as e:
+        raise InvalidDurationError(f"duration too large: {source!r}") from e
 
 
 def format_duration(value: timedelta) -> str:
     """The shortest exact spelling of *value* in the units :func:`parse_duration` reads."""
-    seconds = value.total_seconds()
-    for unit in ("d", "h", "m", "s"):
-        size = _UNITS[unit]
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
+    micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+    if micros == 0:
+        return "0s"
+    for unit in ("w", "d", "h", "m", "s", "ms"):
+        size = round(_UNITS[unit] * 1_000_000)
+        if micros >= size and micros % size == 0:
+            return f"{micros // size}{unit}"
+    return f"{micros / 1_000_000:.6f}s"

@@ -145,22 +145,27 @@ class S3BlobStore:
         except Exception as e:
             err = self._translate(e, key)
             if isinstance(err, BlobNotFoundError):
+                # HEAD answers a bare 404 for a missing bucket too; a missing bucket is an error.
+                self.check(writable=False)
                 return False
             raise err from e
         return True
 
     def list(self, prefix: str = "") -> builtins.list[BlobInfo]:
-        full = self._key(prefix) if prefix.strip("/") else self._prefix
-        if full and not full.endswith("/") and prefix.endswith("/"):
-            full += "/"
-        if full and not prefix:
-            full += "/"
+        # Directory semantics, like the filesystem store: "tbl" lists "tbl/…", never "tbl2/…".
+        stem = prefix.strip("/")
+        full = f"{self._key(stem)}/" if stem else (f"{self._prefix}/" if self._prefix else "")
         out: list[BlobInfo] = []
         try:
             paginator = self.client.get_paginator("list_objects_v2")
             for page in paginator.paginate(Bucket=self._bucket, Prefix=full):
                 for obj in page.get("Contents", []):
                     out.append(BlobInfo(self._rel(obj["Key"]), obj["Size"], obj["LastModified"]))
+            if stem and not prefix.endswith("/"):
+                exact = self.client.list_objects_v2(Bucket=self._bucket, Prefix=self._key(stem), MaxKeys=1)
+                for obj in exact.get("Contents", []):
+                    if obj["Key"] == self._key(stem):
+                        out.append(BlobInfo(self._rel(obj["Key"]), obj["Size"], obj["LastModified"]))
         except Exception as e:
             raise self._translate(e, prefix) from e
         out.sort(key=lambda b: b.key)
@@ -201,7 +206,8 @@ class S3BlobStore:
             raise err from e
 
     def abort_stale_uploads(self, prefix: str, older_than: datetime, *, dry_run: bool = False) -> int:
-        full = self._key(prefix) if prefix.strip("/") else self._prefix
+        stem = prefix.strip("/")
+        full = f"{self._key(stem)}/" if stem else (f"{self._prefix}/" if self._prefix else "")
         aborted = 0
         try:
             paginator = self.client.get_paginator("list_multipart_uploads")

@@ -29,7 +29,7 @@ def table_dir(cluster_id: str, table: str) -> str:
 
 def valid_table_name(name: str) -> bool:
     """Table names become path segments, so only a safe character set is allowed."""
-    return bool(_TABLE_NAME_RE.match(name)) and name not in {".", ".."}
+    return bool(_TABLE_NAME_RE.fullmatch(name)) and name not in {".", ".."}
 
 
 def manifest_key(generation: int) -> str:

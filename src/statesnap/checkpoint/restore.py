@@ -75,7 +75,9 @@ class CheckpointRestorer:
         clear: Callable[[], None],
         now: datetime,
     ) -> CheckpointManifest | None:
+        listed_top: int | None = None
         for gen, item in self.repo.manifests():
+            listed_top = gen if listed_top is None else listed_top
             if self.generation is not None and gen != self.generation:
                 continue
             if isinstance(item, CorruptCheckpointError):
@@ -92,8 +94,10 @@ class CheckpointRestorer:
                     load(p, rows)
             except (CorruptCheckpointError, BlobNotFoundError) as e:
                 clear()
+                # Deleted under us (the owner's GC) while a newer checkpoint appeared: start over
+                # from that one. A newer one that was already listed (and skipped) does not count.
                 newest = next(iter(self.repo.generations()), gen)
-                if newest > gen and self.generation is None:
+                if listed_top is not None and newest > listed_top and self.generation is None:
                     log.info(
                         "table %s: checkpoint %d vanished during restore; retrying with %d",
                         self.table,

@@ -14,7 +14,16 @@ from statesnap.errors import ConfigError
 ENV_PREFIX = "STATESNAP_KAFKA_"
 #: librdkafka's own log lines (connection failures, retries) go to this logger instead of stderr.
 CLIENT_LOGGER = logging.getLogger("statesnap.librdkafka")
-_SECRET_MARKERS = ("password", "secret", "jaas", "token", "key.pem", "private", "credential")
+_SECRET_MARKERS = (
+    "password",
+    "secret",
+    "jaas",
+    "token",
+    "key.pem",
+    "private",
+    "credential",
+    "oauthbearer.config",
+)
 
 
 @dataclass(frozen=True, slots=True)
