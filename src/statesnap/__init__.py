@@ -11,6 +11,8 @@ from statesnap.table import Table
 
 __all__ = [
     "BytesSerde",
+    "Follower",
+    "FollowerStatus",
     "JsonSerde",
     "RetentionPolicy",
     "Serde",

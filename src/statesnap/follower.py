@@ -55,18 +55,31 @@ STATES = ("new", "restoring", "running", "failed", "closed")
 
 
 class _ReplicaTable(Table):
-    """A read-only Table that also records when it last applied a record and tails with a short
-    consume timeout. Both belong in Table itself (see the follower's notes); until then they live
-    here so the replica does not depend on a Table change."""
+    """A read-only Table with three additions a replica needs; all belong in Table itself (see the
+    notes handed over with this module), and live here until then:
+
+    - it records when it last applied a record (``last_update_age``);
+    - it tails with a short consume timeout (:data:`TAIL_POLL_SECONDS`);
+    - ``lag()`` never touches the consumer from the caller's thread. confluent-kafka >= 2.16 lets
+      one thread at a time into a Consumer (a "gate"; other threads spin until it is free), and
+      the background loop re-enters consume() at once, so ``Table.lag()`` called from another
+      thread (an HTTP handler) waits until the loop pauses — forever under a steady write load
+      (measured). The consuming thread refreshes a cached copy after every poll instead.
+    """
 
     last_applied: float | None = None
     tailing: bool = False
+    _lag: Mapping[int, int] = MappingProxyType({})
 
     def _consume(self, timeout: float) -> int:
         applied = super()._consume(min(timeout, TAIL_POLL_SECONDS) if self.tailing else timeout)
         if applied:
             self.last_applied = time.monotonic()
+        self._lag = MappingProxyType(super().lag())  # on the consuming thread: cached watermarks only
         return applied
+
+    def lag(self) -> dict[int, int]:
+        return dict(self._lag)
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,10 +274,32 @@ class Follower:
     def start(self, *, progress: ProgressCallback | None = None) -> RestoreReport:
         """Boot from the owner's newest valid checkpoint and replay the tail until every partition
         reports EOF; afterwards a background thread keeps tailing. Blocks until then."""
+        self._begin_restore()
+        return self._restore(progress)
+
+    def start_in_background(self, *, progress: ProgressCallback | None = None) -> None:
+        """Run :meth:`start` on a thread and return at once; :attr:`state` says ``restoring`` until
+        it is done. Use :meth:`wait_until_ready` to block until the replica is usable."""
+        self._begin_restore()
+
+        def run() -> None:
+            try:
+                self._restore(progress)
+            except BaseException:
+                log.exception("follower %s: restore failed", self.name)
+
+        self._restore_thread = threading.Thread(
+            target=run, name=f"statesnap-restore-{self.name}", daemon=True
+        )
+        self._restore_thread.start()
+
+    def _begin_restore(self) -> None:
         with self._state_lock:
             if self._state != "new":
                 raise TableStateError("start", self._state, "new")
             self._state = "restoring"
+
+    def _restore(self, progress: ProgressCallback | None) -> RestoreReport:
         started = time.monotonic()
         try:
             report = self._table.start(progress=progress)
@@ -284,23 +319,6 @@ class Follower:
         if closing:
             self.close()
         return report
-
-    def start_in_background(self, *, progress: ProgressCallback | None = None) -> None:
-        """Run :meth:`start` on a thread and return at once; :attr:`state` says ``restoring`` until
-        it is done. Use :meth:`wait_until_ready` to block until the replica is usable."""
-
-        def run() -> None:
-            try:
-                self.start(progress=progress)
-            except BaseException:
-                log.exception("follower %s: restore failed", self.name)
-
-        if self._state != "new":
-            raise TableStateError("start", self._state, "new")
-        self._restore_thread = threading.Thread(
-            target=run, name=f"statesnap-restore-{self.name}", daemon=True
-        )
-        self._restore_thread.start()
 
     def wait_until_ready(self, timeout: float | None = None) -> bool:
         """Block until the restore finished (True) or *timeout* passed (False); a failed restore
@@ -470,6 +488,13 @@ class Follower:
                     f"(it follows {list(self.partitions)})"
                 )
         deadline = time.monotonic() + timeout
+        if self._state == "restoring":
+            # Wait for the restore to finish first: Table.wait_for consumes on the caller's
+            # thread if it sees the table running before its background thread exists.
+            self._settled.wait(max(0.0, deadline - time.monotonic()))
+            self._raise_if_failed()
+            if self._state != "running":
+                return False
         while True:
             # Short slices, so a consumer failure surfaces instead of waiting out the timeout.
             remaining = deadline - time.monotonic()

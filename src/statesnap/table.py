@@ -86,7 +86,7 @@ ProgressCallback = Callable[[int, int, int], None]
 #: consume() blocks until a full batch or the timeout, so a short timeout keeps both the end of
 #: catch-up and each new record's visibility prompt (a long one adds its whole length to both).
 CATCH_UP_POLL = 0.05
-TAIL_POLL = 0.05
+TAIL_POLL = 0.02
 
 
 @contextmanager
@@ -195,6 +195,8 @@ class Table:
             else None
         )
         self._newest_ts = -1
+        self._last_applied: float | None = None
+        self._restore_done = threading.Event()
         self._applied = threading.Condition()
         self._store_kind = store
         self._store_path = store_path
@@ -269,13 +271,19 @@ class Table:
         self._reader = ChangelogReader(self.settings, self.topic, offsets)
         self._state = "restoring"
         started = time.monotonic()
-        with _gc_paused():
-            while not self._reader.caught_up:
-                self.report.replayed_records += self._consume(CATCH_UP_POLL)
-                if progress is not None:
-                    progress(self.report.replayed_records, len(self._reader.at_eof), len(self.partitions))
+        try:
+            with _gc_paused():
+                while not self._reader.caught_up:
+                    if self._stop.is_set():
+                        raise TableStateError("finish restoring", "closed", "restoring")
+                    self.report.replayed_records += self._consume(CATCH_UP_POLL)
+                    if progress is not None:
+                        progress(self.report.replayed_records, len(self._reader.at_eof), len(self.partitions))
+            self._state = "running"
+        finally:
+            # close() from another thread waits for this before it closes the reader.
+            self._restore_done.set()
         self.report.replay_seconds = time.monotonic() - started
-        self._state = "running"
         self._last_commit = self._last_checkpoint_at = time.monotonic()
         log.info(
             "table %s restored: checkpoint=%s keys=%d replayed=%d in %.2fs",
@@ -324,6 +332,7 @@ class Table:
                 if ts_type:
                     self._newest_ts = max(self._newest_ts, ts)
         if applied:
+            self._last_applied = time.monotonic()
             with self._applied:
                 self._applied.notify_all()
         return applied
@@ -401,6 +410,8 @@ class Table:
         if self._state == "closed":
             return
         self._stop.set()
+        if self._state == "restoring":
+            self._restore_done.wait()  # the restoring thread sees _stop and gives up the reader
         if self._thread is not None:
             self._thread.join()
         try:
@@ -487,6 +498,10 @@ class Table:
             return {}
         return self._reader.lag()
 
+    def last_update_age(self) -> float | None:
+        """Seconds since a record was last applied (None if none was since start)."""
+        return None if self._last_applied is None else time.monotonic() - self._last_applied
+
     def newest_record_age(self) -> float | None:
         """Seconds since the timestamp of the newest record applied, or None if none was."""
         if self._newest_ts < 0:
@@ -501,12 +516,16 @@ class Table:
         timeout: float = 30.0,
     ) -> bool:
         """Block until the record at *offsets* (partition → offset of a record someone wrote) is
-        applied, or a record at least as new as *timestamp* is; False on timeout.
+        applied and, if given, a record at least as new as *timestamp* is; False on timeout.
 
         The read-your-writes primitive: the writer passes the offset its produce() reported.
         """
         deadline = time.monotonic() + timeout
         want_ms = None if timestamp is None else int(timestamp.timestamp() * 1000)
+        if offsets and set(offsets) - set(self.partitions):
+            raise ConfigError(
+                f"table {self.name!r} does not own partitions {sorted(set(offsets) - set(self.partitions))}"
+            )
 
         def done() -> bool:
             positions = self.offsets
@@ -516,10 +535,11 @@ class Table:
 
         with self._applied:
             while not done():
+                self.raise_if_failed()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
-                if self._thread is None and self._state == "running":
+                if not self.background and self._state == "running":
                     self._applied.release()
                     try:
                         self.poll(min(remaining, 0.2))

@@ -78,7 +78,7 @@ def cli(log_level: str) -> None:
 
 
 def _register() -> None:
-    from statesnap.cli import broker, checkpoints, demo, sample, snapshot, tables
+    from statesnap.cli import broker, checkpoints, demo, sample, serve, snapshot, tables
 
     cli.add_command(broker.broker)
     cli.add_command(sample.produce_sample_cmd)
@@ -86,6 +86,7 @@ def _register() -> None:
     cli.add_command(tables.dump)
     cli.add_command(checkpoints.checkpoints)
     cli.add_command(snapshot.snapshot)
+    cli.add_command(serve.serve)
     cli.add_command(demo.demo)
 
 

@@ -33,6 +33,9 @@ class ChangelogReader:
         self.positions: dict[int, int] = dict(offsets)
         self.at_eof: set[int] = set()
         self._eof_offset: dict[int, int] = {}
+        #: High watermarks as last seen by the consuming thread; a Consumer serves one thread at a
+        #: time, so lag() reads these instead of calling into the consumer.
+        self._high: dict[int, int] = {}
         self._consumer = Consumer(
             settings.client_config(
                 **{
@@ -89,6 +92,12 @@ class ChangelogReader:
             self.positions[p] = msgs[-1].offset() + 1
             if msgs[-1].offset() >= self._eof_offset.get(p, -1):
                 self.at_eof.discard(p)
+            try:
+                _low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), cached=True)
+            except KafkaException:
+                continue
+            if high is not None and high >= 0:
+                self._high[p] = int(high)
         return batches
 
     def _handle_error(self, err: Any, msg: Any) -> None:
@@ -109,18 +118,12 @@ class ChangelogReader:
         log.warning("Kafka error on %s: %s", self.topic, err.str())
 
     def lag(self) -> dict[int, int]:
-        """Records behind per partition from cached watermarks (no broker round trip)."""
-        out = {}
-        for p, pos in self.positions.items():
-            if p in self.at_eof:
-                out[p] = 0
-                continue
-            try:
-                _low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), cached=True)
-            except KafkaException:
-                high = -1
-            out[p] = max(0, int(high) - pos) if high is not None and high >= 0 else 0
-        return out
+        """Records behind per partition from the watermarks the consuming thread saw last; safe
+        to call from any thread (it never touches the consumer)."""
+        return {
+            p: 0 if p in self.at_eof else max(0, self._high.get(p, pos) - pos)
+            for p, pos in list(self.positions.items())
+        }
 
     def close(self) -> None:
         self._consumer.close()

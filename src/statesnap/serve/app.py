@@ -17,8 +17,8 @@ A caller can demand a fresher answer: ``min_offsets={"0": 123}`` waits until the
 ``wait_ms``, then 504.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: FastAPI reads the route signatures at runtime and
+# they refer to names local to create_app().
 import base64
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -32,7 +32,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field
 
 from statesnap import __version__
-from statesnap.errors import ConfigError, TableStateError
+from statesnap.errors import ConfigError, StatesnapError, TableStateError
 from statesnap.follower import Follower
 from statesnap.serve.metrics import CONTENT_TYPE, render_metrics
 
@@ -62,7 +62,7 @@ class Freshness:
     newest_record_age: float | None
 
     @classmethod
-    def of(cls, follower: Follower) -> Freshness:
+    def of(cls, follower: Follower) -> "Freshness":
         # Offsets first: the answer that follows reflects at least these.
         offsets = follower.offsets
         return cls(
@@ -219,6 +219,12 @@ def create_app(
     async def _not_ready(_request: Request, exc: TableStateError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "1"})
 
+    @app.exception_handler(StatesnapError)
+    async def _replica_failed(_request: Request, exc: StatesnapError) -> JSONResponse:
+        # The background consumer failed while a request waited on it (broker lost, …).
+        detail = f"replica failed: {type(exc).__name__}: {exc}"
+        return JSONResponse({"detail": detail}, status_code=503, headers={"Retry-After": "1"})
+
     @app.exception_handler(ConfigError)
     async def _bad_request(_request: Request, exc: ConfigError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=400)
@@ -275,9 +281,8 @@ def create_app(
                 )
         if caught_up and not await anyio.to_thread.run_sync(lambda: follower.wait_caught_up(timeout)):
             raise HTTPException(504, f"not caught up within {wait_ms} ms")
-        request.state.statesnap_freshness = Freshness.of(follower)
+        setattr(request.state, _FRESHNESS_KEY, Freshness.of(follower))
 
-    Consistent = Annotated[None, Depends(consistency)]
     errors: dict[int | str, dict[str, Any]] = {
         400: {"model": Problem, "description": "Malformed parameter (e.g. min_offsets)."},
         404: {"model": Problem, "description": "No such table on this server (or no such key)."},
@@ -297,7 +302,7 @@ def create_app(
         responses=errors,
     )
     async def scan_keys(
-        _consistent: Consistent,
+        _consistent: Annotated[None, Depends(consistency)],
         table: str,
         after: Annotated[str | None, Query(description="Start after this key (UTF-8).")] = None,
         after_b64: Annotated[str | None, Query(description="Start after this key (base64).")] = None,
@@ -329,7 +334,9 @@ def create_app(
             **errors,
         },
     )
-    async def get_key(_consistent: Consistent, request: Request, table: str, key: str) -> Response:
+    async def get_key(
+        _consistent: Annotated[None, Depends(consistency)], request: Request, table: str, key: str
+    ) -> Response:
         raw_key = _path_key(request, key)
         value = follower.get_raw(raw_key)
         if value is None:

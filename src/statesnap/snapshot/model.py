@@ -161,6 +161,8 @@ class Snapshot:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> Snapshot:
+        if not isinstance(obj, Mapping):
+            raise CorruptCheckpointError(f"snapshot record is not a JSON object: {type(obj).__name__}")
         try:
             tasks = [TaskSnapshot.from_json(t) for t in obj.get("tasks", [])]
             return cls(

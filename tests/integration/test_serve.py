@@ -1,0 +1,445 @@
+"""``statesnap serve``: the HTTP API of a follower, over real HTTP (uvicorn on a loopback port),
+against the real broker and the real S3 endpoint.
+
+The owner here is a Table writing checkpoints to S3 plus a plain producer writing the changelog;
+the ground truth is computed from the broker's delivery reports (tests/integration/conftest.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+import zlib
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+from confluent_kafka import Producer
+
+from statesnap import RetentionPolicy, Table
+from statesnap.blob import BlobStore, open_blob_store
+from statesnap.devstack.process import free_port
+from statesnap.follower import Follower
+from statesnap.serve import HttpServer, create_app
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 3
+
+
+def partition_of(key: bytes) -> int:
+    return zlib.crc32(key) % PARTITIONS
+
+
+def records(rng: random.Random, count: int, keys: int = 200, tag: str = "") -> list[
+    tuple[int, bytes, bytes | None]
+]:
+    out: list[tuple[int, bytes, bytes | None]] = []
+    for i in range(count):
+        key = b"key-%03d" % rng.randrange(keys)
+        value = None if rng.random() < 0.1 else f"{tag}{i}".encode()
+        out.append((partition_of(key), key, value))
+    return out
+
+
+def checkpointed_topic(kafka: Any, s3: Any, count: int = 1000, seed: int = 1) -> tuple[str, list[Any]]:
+    """A topic with *count* records and an owner checkpoint of them in *s3*."""
+    topic = kafka.create_topic(f"srv-{uuid.uuid4().hex[:12]}", PARTITIONS)
+    produced = kafka.produce(topic, records(random.Random(seed), count))
+    owner = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=s3.url, storage_options=s3.options,
+                  background=False, retention=RetentionPolicy(min_count=1, min_age=timedelta(0)))
+    owner.start()
+    assert owner.checkpoint() is not None
+    owner.close(checkpoint=False)
+    return topic, produced
+
+
+class Served:
+    """A follower behind a real uvicorn server, and an HTTP client for it."""
+
+    def __init__(self, follower: Follower) -> None:
+        self.follower = follower
+        self.server = HttpServer(create_app(follower, max_wait_ms=20_000)).start()
+        self.http = httpx.Client(base_url=self.server.url, timeout=30)
+
+    def key_url(self, key: bytes) -> str:
+        return f"/tables/{self.follower.name}/keys/{quote(key, safe='')}"
+
+    def close(self) -> None:
+        self.http.close()
+        self.server.stop()
+        self.follower.close()
+
+
+@pytest.fixture
+def serve_follower() -> Iterator[Any]:
+    started: list[Served] = []
+
+    def make(follower: Follower, *, start: bool = True) -> Served:
+        s = Served(follower)
+        started.append(s)
+        if start:
+            follower.start()
+        return s
+
+    yield make
+    for s in started:
+        s.close()
+
+
+def offsets_header(response: httpx.Response) -> dict[int, int]:
+    return {int(p): o for p, o in json.loads(response.headers["x-statesnap-offsets"]).items()}
+
+
+def delivered(producer: Producer, topic: str, key: bytes, value: bytes) -> tuple[int, int]:
+    """Produce one record and wait for its delivery report: (partition, offset)."""
+    box: dict[str, int] = {}
+
+    def on_delivery(err: object, msg: Any) -> None:
+        assert err is None, err
+        box.update(partition=msg.partition(), offset=msg.offset())
+
+    producer.produce(topic, value, key, partition=partition_of(key), on_delivery=on_delivery)
+    producer.flush(10)
+    return box["partition"], box["offset"]
+
+
+def scan_all(http: httpx.Client, table: str, limit: int) -> dict[bytes, bytes]:
+    """Every row through the paged scan, following ``next``; checks the pages are in key order."""
+    out: dict[bytes, bytes] = {}
+    url: str | None = f"/tables/{table}/keys?limit={limit}"
+    last: bytes | None = None
+    while url is not None:
+        r = http.get(url)
+        assert r.status_code == 200, r.text
+        page = r.json()
+        assert len(page["items"]) <= limit
+        for item in page["items"]:
+            key = item["key"].encode() if "key" in item else base64.b64decode(item["key_b64"])
+            value = item["value"].encode() if "value" in item else base64.b64decode(item["value_b64"])
+            assert last is None or key > last
+            last = key
+            out[key] = value
+        url = page["next"]
+    return out
+
+
+# --- lookups while the owner writes ------------------------------------------------------------------
+
+
+def test_lookups_and_read_your_writes_while_the_owner_writes(kafka: Any, s3_location: Any,
+                                                              serve_follower: Any) -> None:
+    topic, produced = checkpointed_topic(kafka, s3_location)
+    served = serve_follower(Follower(topic, bootstrap_servers=kafka.bootstrap, checkpoints=s3_location.url,
+                                     storage_options=s3_location.options))
+    assert served.follower.report.checkpoint is not None
+    http = served.http
+    stop = threading.Event()
+    failure: list[BaseException] = []
+    background: list[Any] = []
+
+    def owner_writes() -> None:  # a steady stream of updates to the shared keys
+        rng = random.Random(2)
+        try:
+            while not stop.is_set():
+                background.extend(kafka.produce(topic, records(rng, 200, tag="live-")))
+                time.sleep(0.02)
+        except BaseException as e:
+            failure.append(e)
+
+    writer = threading.Thread(target=owner_writes, name="owner-writes")
+    writer.start()
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 0})
+    seen: dict[int, int] = {}
+    try:
+        for i in range(40):
+            # Plain lookups: 200 with the raw bytes or 404, always with staleness headers.
+            r = http.get(served.key_url(b"key-%03d" % (i * 5)))
+            assert r.status_code in (200, 404), r.text
+            if r.status_code == 200:
+                assert r.headers["content-type"] == "application/octet-stream"
+            offsets = offsets_header(r)
+            assert set(offsets) == set(range(PARTITIONS))
+            assert all(off >= seen.get(p, 0) for p, off in offsets.items()), "offsets never go back"
+            seen = offsets
+            assert int(r.headers["x-statesnap-lag"]) >= 0
+            assert r.headers["x-statesnap-caught-up"] in ("true", "false")
+            assert r.headers["x-statesnap-state"] == "running"
+
+            # Read-your-writes: my own key, demanded at the offset my delivery report gave.
+            key, value = b"mine-%d" % (i % 5), b"write-%d" % i
+            p, off = delivered(producer, topic, key, value)
+            r = http.get(served.key_url(key), params={"min_offsets": json.dumps({str(p): off}),
+                                                      "wait_ms": 5000})
+            assert r.status_code == 200, r.text
+            assert r.content == value
+            assert offsets_header(r)[p] > off, "the headers say the answer reflects my write"
+    finally:
+        stop.set()
+        writer.join(60)
+    assert not failure, failure
+
+    # Writes stopped: a caught-up scan equals the ground truth.
+    mine = kafka.read_all(topic, range(PARTITIONS))
+    end = kafka.end_offsets(mine, range(PARTITIONS))
+    r = http.get(f"/tables/{topic}/keys", params={"min_offsets": json.dumps(
+        {str(p): o - 1 for p, o in end.items() if o > 0}), "caught_up": "true", "limit": 1})
+    assert r.status_code == 200, r.text
+    assert r.headers["x-statesnap-caught-up"] == "true"
+    assert offsets_header(r) == end
+    truth = kafka.truth(mine)
+    assert truth == kafka.truth(produced + background + [rec for rec in mine if rec.key.startswith(b"mine-")])
+    assert scan_all(http, topic, limit=37) == truth
+
+    status = http.get(f"/tables/{topic}").json()
+    assert status["state"] == "running"
+    assert status["keys"] == len(truth)
+    assert status["checkpoint_generation"] == served.follower.report.checkpoint
+
+
+# --- readiness -----------------------------------------------------------------------------------------
+
+
+class BlockedRestore:
+    """A blob store whose data-file reads wait until the test releases them: a restore that is
+    visibly in progress for as long as the test wants."""
+
+    def __init__(self, inner: BlobStore) -> None:
+        self.inner = inner
+        self.release = threading.Event()
+        self.reached = threading.Event()
+
+    @property
+    def url(self) -> str:
+        return self.inner.url
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def read(self, key: str) -> bytes:
+        if key.endswith(".parquet"):
+            self.reached.set()
+            assert self.release.wait(60), "the test never released the restore"
+        return self.inner.read(key)
+
+
+def test_health_is_503_until_caught_up_then_200(kafka: Any, s3_location: Any, serve_follower: Any) -> None:
+    topic, produced = checkpointed_topic(kafka, s3_location, count=600)
+    produced += kafka.produce(topic, records(random.Random(4), 2000, tag="tail-"))  # a tail to replay
+    store = BlockedRestore(open_blob_store(s3_location.url, **s3_location.options))
+    follower = Follower(topic, bootstrap_servers=kafka.bootstrap, checkpoints=store)  # type: ignore[arg-type]
+    served = serve_follower(follower, start=False)
+    http = served.http
+
+    follower.start_in_background()
+    assert store.reached.wait(30), "the restore never reached the checkpoint's data files"
+    r = http.get("/health")
+    assert r.status_code == 503
+    assert r.json()["status"] == "restoring"
+    assert r.headers["x-statesnap-state"] == "restoring"
+    r = http.get(served.key_url(b"key-001"))
+    assert r.status_code == 503
+    assert r.headers["retry-after"] == "1"
+    metrics = http.get("/metrics")
+    assert metrics.status_code == 200
+    assert f'statesnap_follower_up{{table="{topic}",topic="{topic}"}} 0' in metrics.text
+
+    store.release.set()
+    deadline = time.monotonic() + 30
+    while (r := http.get("/health")).status_code != 200:
+        assert r.status_code == 503
+        assert time.monotonic() < deadline, "never became healthy"
+        time.sleep(0.02)
+    body = r.json()
+    assert body["status"] == "ok"
+    assert body["caught_up"] is True  # nothing was written since: still at the end
+    assert body["offsets"] == {str(p): o for p, o in kafka.end_offsets(produced, range(PARTITIONS)).items()}
+    assert body["replayed_records"] == 2000
+    truth = kafka.truth(produced)
+    assert r.headers["x-statesnap-caught-up"] == "true"
+    for key in list(truth)[:10]:
+        got = http.get(served.key_url(key))
+        assert got.status_code == 200
+        assert got.content == truth[key]
+
+    metrics = http.get("/metrics").text
+    samples = dict(line.rsplit(" ", 1) for line in metrics.splitlines() if not line.startswith("#"))
+    labels = f'{{table="{topic}",topic="{topic}"}}'
+    assert samples[f"statesnap_follower_up{labels}"] == "1"
+    assert samples[f"statesnap_follower_keys{labels}"] == str(len(truth))
+    assert samples[f"statesnap_follower_checkpoint_generation{labels}"] == str(follower.report.checkpoint)
+    assert float(samples[f"statesnap_follower_restore_seconds{labels}"]) > 0
+    for p in range(PARTITIONS):
+        lag_labels = f'{{table="{topic}",topic="{topic}",partition="{p}"}}'
+        assert samples[f"statesnap_follower_lag_records{lag_labels}"] == "0"
+    assert f"statesnap_follower_last_update_age_seconds{labels}" in samples
+
+
+# --- the API's edges ---------------------------------------------------------------------------------
+
+
+def test_api_errors_binary_keys_and_openapi(kafka: Any, s3_location: Any, serve_follower: Any) -> None:
+    topic, produced = checkpointed_topic(kafka, s3_location, count=50)
+    odd_key, odd_value = b"\xff\x00/slash key", b"\x00\x01binary\xfe"
+    produced += kafka.produce(topic, [(partition_of(odd_key), odd_key, odd_value)])
+    served = serve_follower(Follower(topic, bootstrap_servers=kafka.bootstrap, checkpoints=s3_location.url,
+                                     storage_options=s3_location.options))
+    http = served.http
+
+    r = http.get(served.key_url(odd_key))  # percent-encoded bytes, '/' as %2F
+    assert r.status_code == 200
+    assert r.content == odd_value
+    page = scan_all(http, topic, limit=7)
+    assert page == kafka.truth(produced)
+    after = base64.b64encode(b"\xfe").decode()
+    r = http.get(f"/tables/{topic}/keys", params={"after_b64": after, "limit": 5})
+    assert r.json()["items"] == [{"key_b64": base64.b64encode(odd_key).decode(),
+                                  "value_b64": base64.b64encode(odd_value).decode()}]
+    assert r.json()["next"] is None
+
+    assert http.get(served.key_url(b"no-such-key")).status_code == 404
+    r = http.get(f"/tables/other-table/keys/{quote('key-001')}")
+    assert r.status_code == 404
+    assert "other-table" in r.json()["detail"]
+    assert "x-statesnap-offsets" in r.headers  # every answer, errors included
+
+    # Demands that cannot be met in time: 504 after about wait_ms, not a hang.
+    started = time.monotonic()
+    r = http.get(served.key_url(b"key-001"), params={"min_offsets": '{"0": 1000000}', "wait_ms": 300})
+    assert r.status_code == 504
+    assert time.monotonic() - started < 3
+    assert r.json()["detail"]["wanted"] == {"0": 1000000}
+    # Malformed demands: 400 / 422 with the reason.
+    for bad in ("[1, 2]", "{nope", '{"0": "x"}', '{"-1": 3}', '{"9": 3}'):
+        r = http.get(served.key_url(b"key-001"), params={"min_offsets": bad})
+        assert r.status_code == 400, (bad, r.text)
+    assert http.get(served.key_url(b"key-001"), params={"wait_ms": 10**9}).status_code == 422
+    assert http.get(f"/tables/{topic}/keys", params={"limit": 0}).status_code == 422
+
+    spec = http.get("/openapi.json").json()
+    assert spec["info"]["title"].endswith(topic)
+    paths = spec["paths"]
+    for path in ("/tables/{table}/keys/{key}", "/tables/{table}/keys", "/tables/{table}", "/health",
+                 "/metrics"):
+        assert path in paths, sorted(paths)
+        assert paths[path]["get"]["summary"]
+        assert paths[path]["get"]["description"]
+    lookup = paths["/tables/{table}/keys/{key}"]["get"]
+    assert "application/octet-stream" in lookup["responses"]["200"]["content"]
+    assert {p["name"] for p in lookup["parameters"]} >= {"min_offsets", "wait_ms", "caught_up"}
+    assert {"404", "503", "504"} <= set(lookup["responses"])
+
+
+# --- the command -------------------------------------------------------------------------------------
+
+
+#: Runs the command as `statesnap serve` will once it is registered in the CLI group.
+SERVE_MAIN = (
+    "import sys; from statesnap.cli.serve import serve; serve(sys.argv[1:], prog_name='statesnap serve')"
+)
+
+
+def test_serve_command_end_to_end(kafka: Any, s3_location: Any, tmp_path: Any) -> None:
+    """The `serve` command in its own process: listens at once, turns healthy, answers lookups and
+    read-your-writes while records keep arriving, keeps only --key-prefix keys, stops cleanly on
+    SIGTERM with exit code 0."""
+    topic, produced = checkpointed_topic(kafka, s3_location, count=500)
+    port = free_port()
+    args = ["--bootstrap-servers", kafka.bootstrap, "--topic", topic, "--table", topic,
+            "--checkpoints", s3_location.url, "--port", str(port), "--key-prefix", "key-0",
+            "--key-prefix", "mine-", "--kafka-config", "client.id=serve-test"]
+    for k, v in s3_location.options.items():
+        args += ["--storage-option", f"{k}={v}"]
+    stderr_path = tmp_path / "serve.err"
+    with stderr_path.open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SERVE_MAIN, *args],
+            stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "STATESNAP_KAFKA_CLIENT_ID": "x"},
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=base, timeout=10) as http:
+            deadline = time.monotonic() + 60
+            while True:
+                assert proc.poll() is None, stderr_path.read_text()
+                try:
+                    if http.get("/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, stderr_path.read_text()
+                time.sleep(0.1)
+            truth = kafka.truth(produced)
+            kept = {k: v for k, v in truth.items() if k.startswith(b"key-0")}
+            assert 0 < len(kept) < len(truth)
+            for key, value in list(truth.items())[:40]:
+                r = http.get(f"/tables/{topic}/keys/{quote(key, safe='')}")
+                if key in kept:
+                    assert r.status_code == 200
+                    assert r.content == value
+                else:
+                    assert r.status_code == 404
+                    assert "filter" in r.json()["detail"]
+            producer = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 0})
+            for i in range(10):
+                p, off = delivered(producer, topic, b"mine-%d" % i, b"v%d" % i)
+                r = http.get(f"/tables/{topic}/keys/mine-{i}",
+                             params={"min_offsets": json.dumps({str(p): off}), "wait_ms": 5000})
+                assert r.status_code == 200, r.text
+                assert r.content == b"v%d" % i
+            assert "statesnap_follower_keys" in http.get("/metrics").text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(30)
+    assert code == 0, stderr_path.read_text()
+    assert f"on http://127.0.0.1:{port}" in stderr_path.read_text()
+
+
+def test_http_server_answers_without_delayed_ack_stalls() -> None:
+    """Sequential keep-alive requests answer within milliseconds. A listening
+    socket created without proto=IPPROTO_TCP makes asyncio skip TCP_NODELAY on accepted
+    connections, and every answer then waits ~40 ms for the client's delayed ACK (measured)."""
+    from fastapi import FastAPI
+    from fastapi.responses import Response
+
+    app = FastAPI()
+
+    @app.get("/ping")
+    async def ping() -> Response:
+        return Response(b"pong", media_type="application/octet-stream")
+
+    with HttpServer(app).start() as server, httpx.Client(base_url=server.url) as http:
+        http.get("/ping")
+        timings = []
+        for _ in range(20):
+            started = time.monotonic()
+            assert http.get("/ping").content == b"pong"
+            timings.append(time.monotonic() - started)
+    assert sorted(timings)[10] < 0.02, timings
+
+
+def test_serve_command_exits_non_zero_when_the_replica_fails(kafka: Any, tmp_path: Any) -> None:
+    """A replica that cannot start (here: the topic does not exist) must not leave a server
+    answering 503 forever: the command stops and exits 1 naming the error."""
+    from click.testing import CliRunner
+
+    from statesnap.cli.serve import serve
+
+    missing = f"missing-{uuid.uuid4().hex[:12]}"
+    result = CliRunner().invoke(serve, ["-b", kafka.bootstrap, "-t", missing, "-c", tmp_path.as_uri(),
+                                        "--port", "0"])
+    assert result.exit_code == 1, result.output
+    assert "TopicNotFoundError" in result.output
+    assert missing in result.output
+    assert not kafka.topic_exists(missing)
