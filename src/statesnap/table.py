@@ -37,6 +37,8 @@ from statesnap.checkpoint.restore import CheckpointRestorer, SkippedCheckpoint
 from statesnap.checkpoint.selection import TopicState, resume_offsets
 from statesnap.durations import parse_duration
 from statesnap.errors import (
+    BlobStoreError,
+    CheckpointError,
     ConfigError,
     ReadOnlyTableError,
     TableStateError,
@@ -362,7 +364,12 @@ class Table:
         now = time.monotonic()
         if now - self._last_commit < self.commit_interval.total_seconds():
             return
-        self.commit()
+        try:
+            self.commit()
+        except (CheckpointError, BlobStoreError) as e:
+            # The table stays correct without this checkpoint; keep consuming, try again next time.
+            self._last_commit = time.monotonic()
+            log.warning("table %s: checkpoint failed, will retry at the next commit point: %s", self.name, e)
 
     def commit(self) -> CheckpointManifest | None:
         """A commit point: flush the store, take part in a pending snapshot, and start one when

@@ -132,7 +132,8 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(
         assert dict(t.raw_items()) == kafka.truth(h.produced)
         # The next checkpoint after a fallback is complete and restorable on its own.
         m = t.checkpoint()
-        assert m is not None and m.generation > h.newer.generation
+        assert m is not None
+        assert m.generation > h.newer.generation
         assert h.repo.verify(m.generation).ok
     finally:
         t.close(checkpoint=False)

@@ -6,7 +6,7 @@ checkpoint directory, ``checkpoint_interval=0`` and a tiny ``commit_interval``, 
 background) while the test keeps producing to the topic. It is killed several times, half of the
 time at a random moment and half of the time as soon as a checkpoint's data files are seen on disk
 before its manifest, i.e. provably mid-write. Each restart restores from whatever the previous
-crash left behind.
+crash left behind, and must go on committing checkpoints.
 """
 
 from __future__ import annotations
@@ -112,10 +112,13 @@ def _generations(root: Path) -> tuple[set[int], set[int]]:
 
 
 def _in_flight(root: Path, baseline: int) -> bool:
-    """A checkpoint is being written right now: a data directory of a generation newer than
-    anything that existed when the writer started, whose manifest is not there yet."""
+    """A checkpoint is being written right now: a generation newer than anything that existed
+    when the writer started has a complete data file on disk but no manifest yet."""
     manifests, data = _generations(root)
-    return any(g > baseline and g not in manifests for g in data)
+    return any(
+        g > baseline and g not in manifests and any(root.glob(f"*/data/{g:020d}/*.parquet"))
+        for g in data
+    )
 
 
 def test_sigkill_during_checkpoint_writes(kafka: Any, tmp_path: Path) -> None:
@@ -130,28 +133,39 @@ def test_sigkill_during_checkpoint_writes(kafka: Any, tmp_path: Path) -> None:
     restored_from: list[str] = []
     try:
         for round_no in range(ROUNDS):
-            baseline = max(set().union(*_generations(root)), default=0)
-            proc = subprocess.Popen(
-                [sys.executable, str(script), topic, kafka.bootstrap, root.as_uri()],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            )
+            committed_before = max(_generations(root)[0], default=0)
+            errlog = tmp_path / f"writer-{round_no}.log"
+            with errlog.open("w") as err:
+                proc = subprocess.Popen(
+                    [sys.executable, str(script), topic, kafka.bootstrap, root.as_uri()],
+                    stdout=subprocess.PIPE, stderr=err, text=True,
+                )
             try:
                 line = proc.stdout.readline()  # type: ignore[union-attr]
-                assert line.startswith("started"), (line, proc.stderr.read())  # type: ignore[union-attr]
+                assert line.startswith("started"), (line, errlog.read_text()[-4000:])
                 restored_from.append(line.split()[1])
+                # Whatever its predecessor's crash left behind, a restarted writer goes on
+                # committing checkpoints (it is not merely alive).
+                deadline = time.monotonic() + 15
+                while max(_generations(root)[0], default=0) <= committed_before:
+                    assert proc.poll() is None, errlog.read_text()[-4000:]
+                    assert time.monotonic() < deadline, (
+                        f"round {round_no}: the restarted writer committed no checkpoint in 15 s; "
+                        f"its log:\n{errlog.read_text()[-4000:]}"
+                    )
+                    time.sleep(0.005)
                 if round_no % 2 == 0:
-                    time.sleep(rng.uniform(0.2, 1.5))
-                else:  # wait until a checkpoint is provably half-written, then kill within it
+                    time.sleep(rng.uniform(0, 1.0))
+                else:  # wait until a checkpoint is provably half-written, then kill at once
+                    baseline = max(set().union(*_generations(root)), default=0)
                     deadline = time.monotonic() + 10
                     while not _in_flight(root, baseline) and time.monotonic() < deadline:
                         time.sleep(0.0002)
-                    time.sleep(rng.uniform(0, 0.01))
-                assert proc.poll() is None, proc.stderr.read()  # type: ignore[union-attr]
+                assert proc.poll() is None, errlog.read_text()[-4000:]
             finally:
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(10)
                 proc.stdout.close()  # type: ignore[union-attr]
-                proc.stderr.close()  # type: ignore[union-attr]
             (table_dir,) = [d.name for d in root.iterdir()]
             repo = CheckpointRepository(FileBlobStore(root), table_dir)
             # Atomic visibility: whatever the crash interrupted, the newest manifest is complete.

@@ -124,10 +124,15 @@ def test_context_manager_checkpoints_only_on_clean_exit(kafka: Any, tmp_path: Pa
     topic = kafka.create_topic(f"ctx-{uuid.uuid4().hex[:12]}", 1)
     kafka.produce(topic, [(0, b"a", b"1")])
     url = (tmp_path / "cp").as_uri()
-    with pytest.raises(RuntimeError), Table(topic, bootstrap_servers=kafka.bootstrap,
-                                            checkpoints=url, background=False) as t:
-        assert t.get(b"a") == b"1"
-        raise RuntimeError("boom")
+    t = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False)
+
+    def fail_inside() -> None:
+        with t:
+            assert t.get(b"a") == b"1"
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        fail_inside()
     assert t.repo is not None
     assert t.repo.generations() == []
     with Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False) as t:
@@ -233,7 +238,8 @@ def test_partitions_added_after_a_checkpoint_are_replayed_from_the_beginning(
         assert t.offsets == {0: 2, 1: 2, 2: 4}
         assert dict(t.raw_items()) == kafka.truth(produced)
         m2 = t.checkpoint()
-        assert m2 is not None and sorted(m2.partitions) == [0, 1, 2]
+        assert m2 is not None
+        assert sorted(m2.partitions) == [0, 1, 2]
     finally:
         t.close(checkpoint=False)
 

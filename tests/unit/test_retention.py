@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from statesnap.blob import FileBlobStore
 from statesnap.checkpoint import CheckpointRepository, layout
-from statesnap.checkpoint.manifest import CheckpointManifest, PartitionCheckpoint
+from statesnap.checkpoint.manifest import CheckpointManifest, DataFile, PartitionCheckpoint
 from statesnap.checkpoint.retention import (
     CheckpointAge,
     RetentionPolicy,
@@ -126,15 +126,13 @@ def test_policy_parses_durations_and_rejects_bad_ones() -> None:
 # --- collect_garbage on a real (local) blob store, with a fake clock -------------------------------
 
 
-def _commit(repo: CheckpointRepository, gen: int, created_s: int, *, reuse: dict[int, object]
+def _commit(repo: CheckpointRepository, gen: int, created_s: int, *, reuse: dict[int, DataFile]
             | None = None) -> CheckpointManifest:
     """Generation *gen*: partition 0 gets a new base file, partition 1 reuses *reuse*'s file
     (incremental checkpoints reference older files)."""
     f0 = repo.write_file(gen, 0, "base", 0, rows([(b"k%d" % gen, b"v", gen)]))
-    if reuse is None:
-        f1 = repo.write_file(gen, 1, "base", 0, rows([(b"shared", b"v", 0)]))
-    else:
-        f1 = reuse[1]  # type: ignore[assignment]
+    f1 = (repo.write_file(gen, 1, "base", 0, rows([(b"shared", b"v", 0)])) if reuse is None
+          else reuse[1])
     m = CheckpointManifest(
         table="t", topic="t", cluster_id="c", generation=gen,
         partitions={0: PartitionCheckpoint(0, gen, (f0,)), 1: PartitionCheckpoint(1, 1, (f1,))},

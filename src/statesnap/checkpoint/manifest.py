@@ -87,6 +87,13 @@ class CheckpointManifest:
     writer: Mapping[str, Any] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
 
+    def __post_init__(self) -> None:
+        # The JSON form keeps milliseconds in UTC; normalize so a writer's manifest equals what
+        # readers parse (and both agree on its age).
+        ts = self.created_at if self.created_at.tzinfo else self.created_at.replace(tzinfo=UTC)
+        ts = ts.astimezone(UTC)
+        object.__setattr__(self, "created_at", ts.replace(microsecond=ts.microsecond // 1000 * 1000))
+
     @property
     def offsets(self) -> dict[int, int]:
         """Next offset to consume per partition (Kafka's committed-offset convention)."""

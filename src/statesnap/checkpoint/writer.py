@@ -24,6 +24,7 @@ from statesnap.checkpoint.manifest import (
     PartitionCheckpoint,
 )
 from statesnap.checkpoint.repository import IO_THREADS, CheckpointRepository
+from statesnap.errors import CheckpointConflictError
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,26 @@ class PartitionUpdate:
     next_offset: int
     base: pa.Table | None = None
     delta: pa.Table | None = None
+
+
+#: A generation directory may hold files of earlier, crashed attempts at the same generation.
+_NAME_ATTEMPTS = 100
+
+
+def _write_new_file(
+    repo: CheckpointRepository, generation: int, partition: int, kind: str, table: pa.Table
+) -> DataFile:
+    """Write one data file under the first free ``<n>``: a writer killed while writing this
+    generation may have left a same-named orphan. The manifest decides which attempt wins."""
+    for n in range(_NAME_ATTEMPTS):
+        try:
+            return repo.write_file(generation, partition, kind, n, table)
+        except CheckpointConflictError:
+            continue
+    raise CheckpointConflictError(
+        f"{repo.url}: {_NAME_ATTEMPTS} data files of partition {partition} already exist "
+        f"in generation {generation}"
+    )
 
 
 def write_partition_files(
@@ -62,7 +83,7 @@ def write_partition_files(
         written = dict(
             zip(
                 [(p, kind) for p, kind, _ in jobs],
-                pool.map(lambda job: repo.write_file(generation, job[0], job[1], 0, job[2]), jobs),
+                pool.map(lambda job: _write_new_file(repo, generation, *job), jobs),
                 strict=True,
             )
         )

@@ -186,7 +186,7 @@ class Snapshot:
     def from_bytes(cls, data: bytes) -> Snapshot:
         try:
             return cls.from_json(json.loads(data))
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise CorruptCheckpointError(f"snapshot record is not JSON: {e}") from e
 
 
