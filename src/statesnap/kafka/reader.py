@@ -45,6 +45,10 @@ class ChangelogReader:
                     "enable.partition.eof": True,
                     "auto.offset.reset": "earliest",
                     "fetch.wait.max.ms": FETCH_WAIT_MS,
+                    # After an empty or partial fetch librdkafka backs off fetch.queue.backoff.ms
+                    # (default 1 s) before fetching again, idling the consumer most of the time
+                    # during catch-up: 5 ms measured 136 k → 925 k records/s on the dev broker.
+                    "fetch.queue.backoff.ms": 5,
                     "fetch.max.bytes": 64 * 1024 * 1024,
                     "max.partition.fetch.bytes": 16 * 1024 * 1024,
                     "queued.max.messages.kbytes": 256 * 1024,

@@ -1,0 +1,54 @@
+"""statesnap on Spark: a Kafka source, bootstrap, streaming materialization and read-back.
+
+The only package that imports pyspark. Everything here reads and writes the same checkpoint
+format as :class:`statesnap.Table`, so a Spark job can build checkpoints a Python service boots
+from, and the other way round::
+
+    from statesnap.spark import bootstrap, read_table, register
+
+    register(spark)                      # spark.read.format("statesnap-kafka")
+    manifest = bootstrap(spark, bootstrap_servers=..., topic="orders", table="orders",
+                         checkpoints="s3://bucket/checkpoints")
+    df = read_table(spark, "s3://bucket/checkpoints", "orders")
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from statesnap.spark.bootstrap import bootstrap
+from statesnap.spark.materialize import StreamMaterializer, materialize_stream
+from statesnap.spark.options import KafkaSourceOptions, offsets_json, parse_options, source_options
+from statesnap.spark.readback import CheckpointDataSource, read_table
+from statesnap.spark.source import (
+    RANGES_SOURCE_NAME,
+    SOURCE_NAME,
+    SPARK_SCHEMA,
+    KafkaDataSource,
+    KafkaRangesDataSource,
+)
+
+__all__ = [
+    "RANGES_SOURCE_NAME",
+    "SOURCE_NAME",
+    "SPARK_SCHEMA",
+    "CheckpointDataSource",
+    "KafkaDataSource",
+    "KafkaRangesDataSource",
+    "KafkaSourceOptions",
+    "StreamMaterializer",
+    "bootstrap",
+    "materialize_stream",
+    "offsets_json",
+    "parse_options",
+    "read_table",
+    "register",
+    "source_options",
+]
+
+
+def register(spark: Any) -> None:
+    """Register ``statesnap-kafka``, ``statesnap-kafka-ranges`` and ``statesnap-checkpoint``
+    with *spark*, so ``spark.read.format(...)`` finds them (idempotent)."""
+    for source in (KafkaDataSource, KafkaRangesDataSource, CheckpointDataSource):
+        spark.dataSource.register(source)

@@ -1,0 +1,147 @@
+"""Folding a partition's changelog into data-file rows, on the executors, in Arrow.
+
+A partition's records are folded into *newest row per key*; tombstones are kept while a later
+fold may still need them to delete an older row, and dropped once the fold holds the partition's
+whole history (a ``base`` file never contains tombstones, a ``delta`` file may).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from statesnap.checkpoint import datafile, layout
+from statesnap.checkpoint.manifest import CheckpointManifest, DataFile, PartitionCheckpoint
+from statesnap.checkpoint.repository import CheckpointRepository
+from statesnap.checkpoint.writer import PartitionUpdate, write_checkpoint
+from statesnap.errors import CheckpointConflictError
+
+#: Fold pending records once this many have piled up (or more than the folded table holds): keeps
+#: memory near the table's size instead of the history's, at O(n log n) total sorting work.
+FOLD_ROWS = 1_000_000
+
+
+def latest_per_key(tables: Sequence[pa.Table], *, keep_tombstones: bool) -> pa.Table:
+    """Newest row per key, where later tables and later rows are newer (offset order).
+
+    A hash aggregation picks each key's last position, so the cost is linear in the rows and
+    only the winning rows are copied; a changelog with many updates per key shrinks a lot before
+    anything is sorted. The result is unsorted: :func:`datafile.encode` sorts what it writes.
+    """
+    tables = [t for t in tables if t.num_rows]
+    if not tables:
+        return datafile.empty_table()
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    if table.num_rows > 1:
+        positions = pa.array(np.arange(table.num_rows, dtype=np.int64))
+        newest = (
+            pa.table({"key": table.column("key"), "pos": positions})
+            .group_by("key", use_threads=False)
+            .aggregate([("pos", "max")])
+            .column("pos_max")
+        )
+        table = table.take(newest)
+    if not keep_tombstones and table.column("value").null_count:
+        table = table.filter(pc.is_valid(table.column("value")))
+    return table.combine_chunks()
+
+
+class ChangeFolder:
+    """Accumulates one partition's changes in offset order; :meth:`result` is newest-per-key.
+
+    Start it from the partition's checkpointed contents (``start``) to get the full table with
+    tombstones applied, or from nothing with ``keep_tombstones=True`` to get a delta.
+    """
+
+    def __init__(self, start: pa.Table | None = None, *, keep_tombstones: bool = False) -> None:
+        self.keep_tombstones = keep_tombstones
+        self._folded = start if start is not None else datafile.empty_table()
+        self._pending: list[pa.Table] = []
+        self._pending_rows = 0
+
+    def add(self, changes: pa.Table) -> None:
+        self._pending.append(changes)
+        self._pending_rows += changes.num_rows
+        if self._pending_rows >= max(FOLD_ROWS, self._folded.num_rows):
+            self._fold()
+
+    def _fold(self) -> None:
+        if self._pending:
+            self._folded = latest_per_key(
+                [self._folded, *self._pending], keep_tombstones=self.keep_tombstones
+            )
+            self._pending = []
+            self._pending_rows = 0
+
+    def result(self) -> pa.Table:
+        self._fold()
+        if not self.keep_tombstones and self._folded.column("value").null_count:
+            self._folded = self._folded.filter(pc.is_valid(self._folded.column("value")))
+        return self._folded
+
+
+def write_data_file(
+    repo: CheckpointRepository, generation: int, partition: int, kind: str, n: int, rows: pa.Table
+) -> DataFile:
+    """Write one data file from a task; a retried task finds its own file and reuses it.
+
+    Safe because a file's name fixes its content: the same generation, partition and range
+    always fold to the same rows, and :func:`datafile.encode` is deterministic.
+    """
+    try:
+        return repo.write_file(generation, partition, kind, n, rows)
+    except CheckpointConflictError:
+        rel = layout.data_key(generation, partition, kind, n)
+        data = repo.store.read(repo.key(rel))
+        count = pq.read_metadata(pa.BufferReader(data)).num_rows
+        return DataFile(
+            rel, "base" if kind == "base" else "delta", count, len(data), hashlib.sha256(data).hexdigest()
+        )
+
+
+def commit_files(
+    repo: CheckpointRepository,
+    *,
+    table: str,
+    topic: str,
+    cluster_id: str,
+    generation: int,
+    partitions: Mapping[int, PartitionCheckpoint],
+    extra: Mapping[str, Any],
+) -> CheckpointManifest:
+    """Commit a manifest for files the tasks already wrote (the driver's last step).
+
+    Goes through :func:`write_checkpoint` with nothing left to write, so the manifest and its
+    ``writer`` record (``engine="spark"`` plus *extra*) look like every other writer's.
+    """
+    staged = CheckpointManifest(table, topic, cluster_id, generation, partitions, datetime.now(UTC))
+    return write_checkpoint(
+        repo,
+        table=table,
+        topic=topic,
+        cluster_id=cluster_id,
+        updates={p: PartitionUpdate(p, pc.next_offset) for p, pc in partitions.items()},
+        previous=staged,
+        engine="spark",
+        generation=generation,
+        extra=extra,
+    )
+
+
+def to_ipc(table: pa.Table) -> bytes:
+    """Arrow IPC bytes: how folded partial results travel through a Spark shuffle."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def from_ipc(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.BufferReader(data)).read_all()
