@@ -11,14 +11,28 @@ from typing import Any
 import click
 from rich.table import Table as RichTable
 
+from statesnap.checkpoint import CheckpointManifest
 from statesnap.cli.options import emit_json, json_option
 from statesnap.cli.progress import progress_bar, stderr
+from statesnap.cli.spark_engine import spark_available, spark_session
 from statesnap.cli.tables import start_with_progress
 from statesnap.devstack import EmbeddedBroker
 from statesnap.digest import table_digest
 from statesnap.kafka.config import KafkaSettings
 from statesnap.sample import SampleSpec, produce_sample
 from statesnap.table import Table
+
+
+def _spark_bootstrap(bootstrap_servers: str, topic: str, checkpoints: str) -> CheckpointManifest:
+    from statesnap.spark import bootstrap
+
+    spark = spark_session()
+    try:
+        return bootstrap(
+            spark, bootstrap_servers=bootstrap_servers, topic=topic, table=topic, checkpoints=checkpoints
+        )
+    finally:
+        spark.stop()
 
 
 def _produce(settings: KafkaSettings, spec: SampleSpec, label: str, quiet: bool) -> float:
@@ -36,6 +50,13 @@ def _produce(settings: KafkaSettings, spec: SampleSpec, label: str, quiet: bool)
 @click.option("--tail", default=100_000, show_default=True, help="Records appended after the checkpoint.")
 @click.option("--store", type=click.Choice(["memory", "rocksdb"]), default="memory", show_default=True)
 @click.option(
+    "--engine",
+    type=click.Choice(["auto", "python", "spark"]),
+    default="auto",
+    show_default=True,
+    help="Who writes the checkpoint: a PySpark job (auto: with pyspark and Java installed) or this process.",
+)
+@click.option(
     "--dir",
     "workdir",
     type=click.Path(file_okay=False),
@@ -44,7 +65,14 @@ def _produce(settings: KafkaSettings, spec: SampleSpec, label: str, quiet: bool)
 )
 @json_option
 def demo(
-    updates: int, keys: int, partitions: int, tail: int, store: str, workdir: str | None, as_json: bool
+    updates: int,
+    keys: int,
+    partitions: int,
+    tail: int,
+    store: str,
+    engine: str,
+    workdir: str | None,
+    as_json: bool,
 ) -> None:
     """Start the embedded broker, write a long history, checkpoint it, then restore twice —
     from the checkpoint and by full replay — and compare times and digests side by side."""
@@ -69,12 +97,27 @@ def demo(
                 quiet,
             )
 
-            say(f"materialize: replay the history once and checkpoint to {root}")
-            owner = Table(topic, bootstrap_servers=bs, checkpoints=str(root), store=store, background=False)
-            start_with_progress(owner, quiet)
-            manifest = owner.checkpoint()
-            owner.close(checkpoint=False)
-            assert manifest is not None
+            if engine == "auto":
+                engine = "spark" if spark_available() else "python"
+            started = time.monotonic()
+            if engine == "spark":
+                say(f"materialize on Spark: read the history in parallel and checkpoint to {root}")
+                manifest = _spark_bootstrap(bs, topic, str(root))
+            else:
+                say(f"materialize: replay the history once and checkpoint to {root}")
+                owner = Table(
+                    topic, bootstrap_servers=bs, checkpoints=str(root), store=store, background=False
+                )
+                start_with_progress(owner, quiet)
+                written = owner.checkpoint()
+                owner.close(checkpoint=False)
+                assert written is not None
+                manifest = written
+            materialize_seconds = time.monotonic() - started
+            say(
+                f"checkpoint {manifest.generation}: {manifest.total_rows:,} keys, "
+                f"{manifest.total_bytes:,} bytes by {engine} in {materialize_seconds:.1f}s"
+            )
 
             _produce(
                 settings,
@@ -111,6 +154,8 @@ def demo(
                 "keys": keys,
                 "tail": tail,
                 "store": store,
+                "engine": engine,
+                "materialize_seconds": round(materialize_seconds, 3),
                 "speedup": round(speedup, 2),
                 "digests_equal": equal,
                 "checkpoint_bytes": manifest.total_bytes,
@@ -118,7 +163,10 @@ def demo(
             }
         )
         return
-    out = RichTable(title=f"statesnap demo: {updates + tail:,} updates over {keys:,} keys ({store} store)")
+    out = RichTable(
+        title=f"statesnap demo: {updates + tail:,} updates over {keys:,} keys "
+        f"(checkpoint written by {engine}, restored into a {store} store)"
+    )
     for col in ("restore", "checkpoint", "records replayed", "keys", "seconds", "digest"):
         out.add_column(col, justify="right" if col in {"records replayed", "keys", "seconds"} else "left")
     for mode, r in results.items():

@@ -169,7 +169,7 @@ def diff(
     if engine == "spark":
         from statesnap.cli.spark_engine import diff_on_spark
 
-        result = diff_on_spark(api, old, new)
+        result = diff_on_spark(api, old, new, pairs_to_dict(storage_pairs, "--storage-option"))
     else:
         result = diff_snapshots(api.repo, old, new)
     if as_json:

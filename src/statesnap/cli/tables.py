@@ -94,10 +94,17 @@ def _table(
 )
 @click.option(
     "--engine",
-    type=click.Choice(["python", "spark"]),
-    default="python",
+    type=click.Choice(["auto", "python", "spark"]),
+    default="auto",
     show_default=True,
-    help="python: this process restores and checkpoints; spark: a PySpark job does it in parallel.",
+    envvar="STATESNAP_ENGINE",
+    help="spark: a PySpark job reads the partitions in parallel and writes the checkpoint; python: this "
+    "process does. auto: spark when pyspark and Java are installed, except for --instance/--generation.",
+)
+@click.option(
+    "--spark-checkpoint-location",
+    default=None,
+    help="With --engine spark --follow: Spark's streaming checkpoint (default: ~/.cache/statesnap/spark/…).",
 )
 @click.option(
     "--follow", is_flag=True, help="Keep running, checkpointing every --checkpoint-interval, until Ctrl-C."
@@ -131,6 +138,7 @@ def materialize(
     checkpoints: str,
     store: str,
     engine: str,
+    spark_checkpoint_location: str | None,
     follow: bool,
     checkpoint_interval: str,
     commit_interval: str,
@@ -152,6 +160,11 @@ def materialize(
     --follow keeps consuming and checkpointing until interrupted (a final checkpoint on exit).
     """
     retention = RetentionPolicy(min_count, parse_duration(min_age))
+    if engine == "auto":
+        from statesnap.cli.spark_engine import spark_available
+
+        tasks = instance is not None or instances is not None or generation is not None
+        engine = "spark" if spark_available() and not tasks else "python"
     if engine == "spark":
         from statesnap.cli.spark_engine import materialize_on_spark
 
@@ -167,6 +180,7 @@ def materialize(
             checkpoint_interval=checkpoint_interval,
             retention=retention,
             as_json=as_json,
+            spark_checkpoint_location=spark_checkpoint_location,
         )
         return
     t = _table(
