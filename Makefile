@@ -22,3 +22,10 @@ lint:  ## ruff + mypy
 
 bench:  ## Restore benchmark (prints a table)
 	$(VENV)/python benchmarks/restore.py
+
+bench-spark:  ## Spark bootstrap vs single process, source read rate
+	$(VENV)/python benchmarks/spark_bootstrap.py
+
+bench-all: bench bench-spark  ## Every benchmark
+	$(VENV)/python benchmarks/snapshot.py
+	$(VENV)/python benchmarks/follower.py
