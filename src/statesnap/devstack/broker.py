@@ -19,6 +19,9 @@ class EmbeddedBroker(LoopbackService):
     ) -> None:
         super().__init__(port)
         self.storage_engine = storage_engine
+        # Tansu waits for clients to disconnect before it exits on SIGTERM; with in-memory storage
+        # there is nothing to flush, so do not wait long.
+        self.stop_grace = 5.0 if storage_engine else 0.5
         self.extra_env = env or {}
 
     @property

@@ -41,6 +41,8 @@ class LoopbackService:
     """Base for services run as child processes on 127.0.0.1."""
 
     name = "service"
+    #: Seconds between SIGTERM and SIGKILL.
+    stop_grace = 5.0
 
     def __init__(self, port: int | None = None) -> None:
         self.port = port or free_port()
@@ -104,7 +106,7 @@ class LoopbackService:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
             try:
-                proc.wait(5)
+                proc.wait(self.stop_grace)
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)

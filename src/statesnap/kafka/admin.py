@@ -95,7 +95,14 @@ class KafkaAdmin:
     def describe_topic(self, topic: str) -> TopicInfo:
         return TopicInfo(topic, self.partitions(topic), self.topic_configs(topic))
 
-    def create_topic(self, topic: str, partitions: int, *, config: Mapping[str, str] | None = None) -> bool:
+    def create_topic(
+        self,
+        topic: str,
+        partitions: int,
+        *,
+        config: Mapping[str, str] | None = None,
+        replication_factor: int = -1,
+    ) -> bool:
         """Create *topic* if missing; returns whether this call created it."""
         try:
             self.partitions(topic)
@@ -103,7 +110,7 @@ class KafkaAdmin:
         except TopicNotFoundError:
             pass
         futures = self._admin.create_topics(
-            [NewTopic(topic, partitions, 1, config=dict(config or {}))],
+            [NewTopic(topic, partitions, replication_factor, config=dict(config or {}))],
             request_timeout=self.settings.timeout,
         )
         try:

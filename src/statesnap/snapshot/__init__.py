@@ -2,6 +2,7 @@
 
 from statesnap.snapshot.model import EMPTY, CheckpointRef, Snapshot, SnapshotState, TaskSnapshot
 from statesnap.snapshot.store import BlobSnapshotStore, SnapshotStore
+from statesnap.snapshot.topic_store import TopicSnapshotStore
 
 __all__ = [
     "EMPTY",
@@ -11,4 +12,5 @@ __all__ = [
     "SnapshotState",
     "SnapshotStore",
     "TaskSnapshot",
+    "TopicSnapshotStore",
 ]

@@ -154,6 +154,10 @@ class SnapshotApi:
         """Delete a snapshot's record and manifest; its files go at the next GC. Pinned snapshots
         and the snapshot in progress cannot be deleted."""
         snap = self.get(generation)
+        if generation == self.current().generation:
+            raise SnapshotError(
+                f"snapshot {generation} is the current one; deleting it would let its generation be reused"
+            )
         if snap.pinned:
             raise SnapshotError(f"snapshot {generation} is pinned; unpin it first")
         if snap.state is SnapshotState.CREATED:

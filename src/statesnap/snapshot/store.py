@@ -7,6 +7,7 @@ Backends: :class:`BlobSnapshotStore` (the default, beside the checkpoints) and
 from __future__ import annotations
 
 import builtins
+import json
 import logging
 import re
 from collections.abc import Callable
@@ -22,6 +23,8 @@ log = logging.getLogger(__name__)
 #: ``fn(current) -> new | None``; None leaves the store unchanged.
 Update = Callable[[Snapshot], Snapshot | None]
 
+#: Key under which a sealed record names the generation that succeeds it.
+_NEXT = "next_generation_record"
 _RECORD_RE = re.compile(r"generations/(\d{20})/(\d{10})\.json$")
 #: A lost optimistic race is retried this often before giving up (contention is a few tasks).
 MAX_ATTEMPTS = 50
@@ -104,7 +107,15 @@ class BlobSnapshotStore:
             self._cache = EMPTY
             return EMPTY
         gen = max(versions)
-        self._cache = self._read(gen, versions[gen])
+        data = self.store.read(self._key(gen, versions[gen]))
+        successor = json.loads(data).get(_NEXT)
+        if successor is not None:
+            # A writer sealed this generation and may have died before creating the next one:
+            # finish its work (idempotently) so nobody updates a sealed generation.
+            nxt = Snapshot.from_json(successor)
+            self._put(replace(nxt, version=0), ok_if_exists=True)
+            return self.current(block=True)
+        self._cache = Snapshot.from_bytes(data)
         return self._cache
 
     def list(self) -> builtins.list[Snapshot]:
@@ -122,15 +133,36 @@ class BlobSnapshotStore:
         return self._read(generation, versions[generation])
 
     def _write(self, current: Snapshot, new: Snapshot) -> bool:
-        """Publish *new* as the next version of its generation; False if another writer won."""
+        """Publish *new* as the next version of its generation; False if another writer won.
+
+        Starting a new generation first *seals* the current one: its next version, unchanged but
+        naming the successor. A concurrent update of the current generation needs that same
+        conditional create, so exactly one of the two wins; and anyone who finds a sealed
+        generation creates the successor it names before doing anything else, so a writer that
+        dies between the two writes loses nothing either.
+        """
         same = new.generation == current.generation and current is not EMPTY
-        record = replace(new, version=current.version + 1 if same else 0)
-        try:
-            self.store.write(self._key(record.generation, record.version), record.to_bytes(), if_absent=True)
-        except BlobExistsError:
+        if same or current is EMPTY:
+            return self._put(replace(new, version=current.version + 1 if same else 0))
+        first = replace(new, version=0)
+        if not self._put(replace(current, version=current.version + 1), successor=first):
             return False
+        return self._put(first, ok_if_exists=True)
+
+    def _put(
+        self, record: Snapshot, *, successor: Snapshot | None = None, ok_if_exists: bool = False
+    ) -> bool:
+        body = record.to_json()
+        if successor is not None:
+            body[_NEXT] = successor.to_json()
+        data = json.dumps(body, indent=1).encode()
+        try:
+            self.store.write(self._key(record.generation, record.version), data, if_absent=True)
+        except BlobExistsError:
+            if not ok_if_exists:
+                return False
         if record.generation >= self._cache.generation:
-            self._cache = record
+            self._cache = Snapshot.from_bytes(data)  # what readers will parse (ms timestamps)
         return True
 
     def update_current(self, fn: Update) -> Snapshot:
