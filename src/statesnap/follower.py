@@ -43,43 +43,10 @@ from statesnap.table import ProgressCallback, RestoreReport, Table
 
 log = logging.getLogger(__name__)
 
-#: Consume timeout once the replica tails the changelog. librdkafka's batch consume blocks until
-#: the batch (10 000 records) is full or the timeout expires, so Table's 200 ms tail timeout adds up
-#: to 200 ms to every update's visibility on a quiet topic (measured: p50 150 ms, max 200 ms);
-#: 20 ms keeps it near the broker's fetch wait at ~50 idle wake-ups per second.
-TAIL_POLL_SECONDS = 0.02
 #: How often wait_caught_up() samples the EOF state; caught-up windows last a consume call or more.
 _CAUGHT_UP_SAMPLE_SECONDS = 0.005
 
 STATES = ("new", "restoring", "running", "failed", "closed")
-
-
-class _ReplicaTable(Table):
-    """A read-only Table with three additions a replica needs; all belong in Table itself (see the
-    notes handed over with this module), and live here until then:
-
-    - it records when it last applied a record (``last_update_age``);
-    - it tails with a short consume timeout (:data:`TAIL_POLL_SECONDS`);
-    - ``lag()`` never touches the consumer from the caller's thread. confluent-kafka >= 2.16 lets
-      one thread at a time into a Consumer (a "gate"; other threads spin until it is free), and
-      the background loop re-enters consume() at once, so ``Table.lag()`` called from another
-      thread (an HTTP handler) waits until the loop pauses — forever under a steady write load
-      (measured). The consuming thread refreshes a cached copy after every poll instead.
-    """
-
-    last_applied: float | None = None
-    tailing: bool = False
-    _lag: Mapping[int, int] = MappingProxyType({})
-
-    def _consume(self, timeout: float) -> int:
-        applied = super()._consume(min(timeout, TAIL_POLL_SECONDS) if self.tailing else timeout)
-        if applied:
-            self.last_applied = time.monotonic()
-        self._lag = MappingProxyType(super().lag())  # on the consuming thread: cached watermarks only
-        return applied
-
-    def lag(self) -> dict[int, int]:
-        return dict(self._lag)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +159,7 @@ class Follower:
         self._key_serde = resolve_serde(key_serde)
         self._value_serde = resolve_serde(value_serde)
         self._key_filter = key_filter
-        self._table = _ReplicaTable(
+        self._table = Table(
             topic,
             bootstrap_servers=bootstrap_servers,
             name=name,
@@ -310,7 +277,6 @@ class Follower:
             self._settled.set()
             self._table.close(checkpoint=False)
             raise
-        self._table.tailing = True
         self._boot_seconds = time.monotonic() - started
         with self._state_lock:
             closing = self._close_after_start
@@ -460,8 +426,7 @@ class Follower:
 
     def last_update_age(self) -> float | None:
         """Seconds since this replica last applied a changelog record, or None if it never did."""
-        last = self._table.last_applied
-        return None if last is None else max(0.0, time.monotonic() - last)
+        return self._table.last_update_age()
 
     def wait_for(
         self,
@@ -495,15 +460,10 @@ class Follower:
             self._raise_if_failed()
             if self._state != "running":
                 return False
-        while True:
-            # Short slices, so a consumer failure surfaces instead of waiting out the timeout.
-            remaining = deadline - time.monotonic()
-            done = self._table.wait_for(offsets, timestamp=timestamp, timeout=max(0.0, min(remaining, 0.5)))
-            if done:
-                return True
-            self._raise_if_failed()
-            if remaining <= 0.5:
-                return False
+        # Table.wait_for re-raises a consumer failure and rejects partitions it does not own.
+        return self._table.wait_for(
+            offsets, timestamp=timestamp, timeout=max(0.0, deadline - time.monotonic())
+        )
 
     def wait_caught_up(self, timeout: float = 30.0) -> bool:
         """Block until every partition is at end-of-partition (running and caught up); False on
