@@ -161,3 +161,23 @@ def test_diff_between_snapshots(api: SnapshotApi) -> None:
     d = diff_snapshots(api.repo, 1, 2)
     assert (d.added, d.removed, d.changed, d.unchanged) == (1, 1, 1, 1)
     assert d.examples == {"added": ["d"], "removed": ["c"], "changed": ["b"]}
+
+
+def test_checkpoints_without_a_record_are_listed_as_snapshots(api: SnapshotApi) -> None:
+    """A checkpoint committed directly (the Spark engine does) is a COMPLETED one-task snapshot."""
+    from statesnap.checkpoint.writer import write_checkpoint
+
+    write_checkpoint(
+        api.repo,
+        table=TOPIC,
+        topic=TOPIC,
+        cluster_id="c1",
+        engine="spark",
+        updates={p: PartitionUpdate(p, 5, base=rows({b"k%d" % p: b"v"})) for p in range(4)},
+    )
+    (snap,) = api.list()
+    assert snap.state is SnapshotState.COMPLETED
+    assert list(snap.tasks) == ["spark"]
+    assert snap.missing_partitions == []
+    assert api.get(snap.generation) == snap
+    assert api.create().generation == snap.generation + 1

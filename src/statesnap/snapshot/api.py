@@ -13,6 +13,7 @@ from typing import Any
 
 from statesnap.blob import BlobStore, open_blob_store
 from statesnap.checkpoint.layout import manifest_key
+from statesnap.checkpoint.manifest import CheckpointManifest
 from statesnap.checkpoint.repository import CheckpointRepository, discover_tables
 from statesnap.durations import parse_duration
 from statesnap.errors import (
@@ -22,7 +23,7 @@ from statesnap.errors import (
     SnapshotError,
     SnapshotNotFoundError,
 )
-from statesnap.snapshot.model import Snapshot, SnapshotState
+from statesnap.snapshot.model import CheckpointRef, Snapshot, SnapshotState, TaskSnapshot
 from statesnap.snapshot.orchestrator import LocalOrchestrator
 from statesnap.snapshot.store import BlobSnapshotStore, SnapshotStore
 
@@ -134,10 +135,42 @@ class SnapshotApi:
         return self.store.current(block=True)
 
     def list(self) -> list[Snapshot]:
-        return self.store.list()
+        """Every snapshot, newest first, including checkpoints committed without a snapshot
+        record (by the Spark engine, or by an older statesnap): every checkpoint is a snapshot."""
+        records = {s.generation: s for s in self.store.list()}
+        for gen, item in self.repo.manifests():
+            if gen not in records and isinstance(item, CheckpointManifest):
+                records[gen] = self._from_manifest(item)
+        return [records[g] for g in sorted(records, reverse=True)]
 
     def get(self, generation: int) -> Snapshot:
-        return self.store.get(generation)
+        try:
+            return self.store.get(generation)
+        except SnapshotNotFoundError:
+            try:
+                return self._from_manifest(self.repo.read_manifest(generation))
+            except BlobNotFoundError:
+                raise SnapshotNotFoundError(
+                    f"no snapshot generation {generation} in {self.repo.url}"
+                ) from None
+
+    def _from_manifest(self, manifest: CheckpointManifest) -> Snapshot:
+        """A COMPLETED snapshot with one task, for a checkpoint that has no snapshot record."""
+        engine = str(manifest.writer.get("engine", "python"))
+        task = TaskSnapshot(
+            engine,
+            {(manifest.topic, p): pc.next_offset for p, pc in manifest.partitions.items()},
+            {manifest.table: CheckpointRef(self.repo.url, manifest.partitions)},
+            manifest.created_at,
+        )
+        return Snapshot(
+            generation=manifest.generation,
+            state=SnapshotState.COMPLETED,
+            created_at=manifest.created_at,
+            updated_at=manifest.created_at,
+            expected_partitions=tuple(sorted(manifest.partitions)),
+            tasks={engine: task},
+        )
 
     # --- retention -----------------------------------------------------------------------------
 
