@@ -46,8 +46,12 @@ class KafkaTool:
     def producer(self) -> Producer:
         if self._producer is None:
             self._producer = Producer(
-                {"bootstrap.servers": self.bootstrap, "linger.ms": 2, "acks": "all",
-                 "enable.idempotence": False}
+                {
+                    "bootstrap.servers": self.bootstrap,
+                    "linger.ms": 2,
+                    "acks": "all",
+                    "enable.idempotence": False,
+                }
             )
         return self._producer
 
@@ -81,8 +85,7 @@ class KafkaTool:
         for partition, key, value in records:
             while True:
                 try:
-                    self.producer.produce(topic, value, key, partition=partition,
-                                          on_delivery=on_delivery)
+                    self.producer.produce(topic, value, key, partition=partition, on_delivery=on_delivery)
                     break
                 except BufferError:
                     self.producer.poll(0.05)
@@ -98,9 +101,15 @@ class KafkaTool:
         """Every record of *topic*, read with a plain consumer until EOF on each partition
         (never from the high watermark, which the dev broker under-reports)."""
         parts = set(partitions)
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "test-truth",
-                      "enable.auto.commit": False, "enable.partition.eof": True,
-                      "fetch.wait.max.ms": 10})
+        c = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": "test-truth",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+                "fetch.wait.max.ms": 10,
+            }
+        )
         try:
             c.assign([TopicPartition(topic, p, 0) for p in sorted(parts)])
             eof: set[int] = set()

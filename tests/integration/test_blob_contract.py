@@ -84,12 +84,21 @@ class TestBlobStoreContract:
         assert store.read("big/blob") == data
 
     def test_list_is_recursive_sorted_with_sizes(self, store: BlobStore) -> None:
-        for key in ["t/snapshots/2.json", "t/data/1/p0.parquet", "t/data/1/p1.parquet",
-                    "t/snapshots/1.json", "u/x"]:
+        for key in [
+            "t/snapshots/2.json",
+            "t/data/1/p0.parquet",
+            "t/data/1/p1.parquet",
+            "t/snapshots/1.json",
+            "u/x",
+        ]:
             store.write(key, key.encode())
         listed = store.list("t/")
-        assert [b.key for b in listed] == ["t/data/1/p0.parquet", "t/data/1/p1.parquet",
-                                          "t/snapshots/1.json", "t/snapshots/2.json"]
+        assert [b.key for b in listed] == [
+            "t/data/1/p0.parquet",
+            "t/data/1/p1.parquet",
+            "t/snapshots/1.json",
+            "t/snapshots/2.json",
+        ]
         assert [b.size for b in listed] == [len(b.key) for b in listed]
         now = datetime.now(UTC)
         for b in listed:
@@ -108,8 +117,12 @@ class TestBlobStoreContract:
         assert [b.key for b in store.list("tbl/")] == ["tbl/1"]
 
     def test_list_dirs(self, store: BlobStore) -> None:
-        for key in ["c_orders/snapshots/1.json", "c_orders/data/1/p0", "c_pay/snapshots/1.json",
-                    "top-level-file"]:
+        for key in [
+            "c_orders/snapshots/1.json",
+            "c_orders/data/1/p0",
+            "c_pay/snapshots/1.json",
+            "top-level-file",
+        ]:
             store.write(key, b"1")
         assert store.list_dirs("") == ["c_orders", "c_pay"]
         assert store.list_dirs("c_orders") == ["data", "snapshots"]
@@ -200,8 +213,10 @@ class TestBlobStoreContract:
 
     def test_unwritable_location(self, backend: Backend, tmp_path: Path) -> None:
         if backend.scheme != "file":
-            pytest.skip("moto does not enforce bucket policies; S3 access-denied is translated "
-                        "by the same code path as missing buckets")
+            pytest.skip(
+                "moto does not enforce bucket policies; S3 access-denied is translated "
+                "by the same code path as missing buckets"
+            )
         # The machine runs tests as root, where chmod does not stop writes; a root that is a
         # regular file is unwritable for every user.
         blocker = tmp_path / "a-file"
@@ -273,9 +288,7 @@ class TestBlobStoreContract:
         assert store.abort_stale_uploads("t", future) == 0
         assert store.read("t/data/1/p0.parquet") == b"complete"
 
-    def test_abort_stale_uploads_stays_inside_its_directory(
-        self, store: BlobStore, backend: Backend
-    ) -> None:
+    def test_abort_stale_uploads_stays_inside_its_directory(self, store: BlobStore, backend: Backend) -> None:
         """GC of table directory ``c_orders`` calls ``abort_stale_uploads("c_orders", ...)``;
         it must not abort an upload in progress for table ``c_orders2``."""
         self._leave_unfinished_upload(store, backend, "c_orders2/data/1/p0.parquet")
@@ -313,7 +326,9 @@ def test_bare_paths_and_file_urls_open_local_stores(tmp_path: Path) -> None:
 def test_s3_options_from_query_and_keywords(s3_server: EmbeddedS3) -> None:
     store = open_blob_store(
         f"s3://bkt/pre?region=eu-west-1&endpoint_url={s3_server.endpoint_url}",
-        region="us-east-1", aws_secret_access_key="S3CR3T-VALUE", aws_access_key_id="AKIA",
+        region="us-east-1",
+        aws_secret_access_key="S3CR3T-VALUE",
+        aws_access_key_id="AKIA",
     )
     options: dict[str, Any] = store.safe_options  # type: ignore[attr-defined]
     assert options["region"] == "us-east-1"  # keywords win over the query

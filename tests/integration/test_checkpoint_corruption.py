@@ -46,10 +46,17 @@ def _batch(round_no: int, n: int = 40) -> list[tuple[int, bytes, bytes | None]]:
 
 
 def _table(kafka: Any, topic: str, location: Any, **kw: Any) -> Table:
-    return Table(topic, bootstrap_servers=kafka.bootstrap, background=False,
-                 checkpoints=location.url, storage_options=location.options,
-                 checkpoint_interval="1h", commit_interval="1h",
-                 retention=RetentionPolicy(min_count=10), **kw)
+    return Table(
+        topic,
+        bootstrap_servers=kafka.bootstrap,
+        background=False,
+        checkpoints=location.url,
+        storage_options=location.options,
+        checkpoint_interval="1h",
+        commit_interval="1h",
+        retention=RetentionPolicy(min_count=10),
+        **kw,
+    )
 
 
 def _history(kafka: Any, location: Any) -> History:

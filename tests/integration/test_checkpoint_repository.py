@@ -24,8 +24,12 @@ pytestmark = pytest.mark.integration
 
 def _rows(items: list[tuple[bytes, bytes | None, int]]) -> pa.Table:
     return pa.table(
-        {"key": [k for k, _, _ in items], "value": [v for _, v, _ in items],
-         "offset": [o for _, _, o in items], "timestamp": [None] * len(items)},
+        {
+            "key": [k for k, _, _ in items],
+            "value": [v for _, v, _ in items],
+            "offset": [o for _, _, o in items],
+            "timestamp": [None] * len(items),
+        },
         schema=SCHEMA,
     )
 
@@ -36,29 +40,49 @@ def repo(checkpoint_location: Any) -> CheckpointRepository:
     return CheckpointRepository.for_table(store, "cluster-x", f"tbl{uuid.uuid4().hex[:6]}")
 
 
-def _write(repo: CheckpointRepository, updates: dict[int, PartitionUpdate], previous: Any = None,
-           generation: int | None = None) -> Any:
-    return write_checkpoint(repo, table="tbl", topic="topic", cluster_id="cluster-x",
-                            updates=updates, previous=previous, generation=generation)
+def _write(
+    repo: CheckpointRepository,
+    updates: dict[int, PartitionUpdate],
+    previous: Any = None,
+    generation: int | None = None,
+) -> Any:
+    return write_checkpoint(
+        repo,
+        table="tbl",
+        topic="topic",
+        cluster_id="cluster-x",
+        updates=updates,
+        previous=previous,
+        generation=generation,
+    )
 
 
 def test_incremental_checkpoints_merge_on_read(repo: CheckpointRepository) -> None:
-    first = _write(repo, {
-        0: PartitionUpdate(0, 3, base=_rows([(b"a", b"1", 0), (b"b", b"1", 1), (b"c", b"1", 2)])),
-        1: PartitionUpdate(1, 1, base=_rows([(b"z", b"1", 0)])),
-    })
+    first = _write(
+        repo,
+        {
+            0: PartitionUpdate(0, 3, base=_rows([(b"a", b"1", 0), (b"b", b"1", 1), (b"c", b"1", 2)])),
+            1: PartitionUpdate(1, 1, base=_rows([(b"z", b"1", 0)])),
+        },
+    )
     assert first.generation == 1
-    second = _write(repo, {
-        0: PartitionUpdate(0, 5, delta=_rows([(b"a", b"2", 3), (b"b", None, 4)])),
-        1: PartitionUpdate(1, 1),  # unchanged: its file is referenced again, not rewritten
-    }, previous=first)
+    second = _write(
+        repo,
+        {
+            0: PartitionUpdate(0, 5, delta=_rows([(b"a", b"2", 3), (b"b", None, 4)])),
+            1: PartitionUpdate(1, 1),  # unchanged: its file is referenced again, not rewritten
+        },
+        previous=first,
+    )
     assert second.generation == 2
     assert [f.kind for f in second.partitions[0].files] == ["base", "delta"]
     assert second.partitions[1].files == first.partitions[1].files
     assert second.offsets == {0: 5, 1: 1}
     p0 = repo.load_partition(repo.read_manifest(2), 0)
-    assert list(zip(p0.column("key").to_pylist(), p0.column("value").to_pylist(), strict=True)) \
-        == [(b"a", b"2"), (b"c", b"1")]
+    assert list(zip(p0.column("key").to_pylist(), p0.column("value").to_pylist(), strict=True)) == [
+        (b"a", b"2"),
+        (b"c", b"1"),
+    ]
     assert dict(repo.iter_partitions(second)).keys() == {0, 1}
     assert repo.verify(2).ok
     assert repo.latest() == repo.read_manifest(2)
@@ -73,11 +97,9 @@ def test_a_writer_returns_exactly_what_readers_read(repo: CheckpointRepository) 
 
 
 def test_two_writers_cannot_commit_the_same_generation(repo: CheckpointRepository) -> None:
-    first = _write(repo, {0: PartitionUpdate(0, 1, base=_rows([(b"a", b"mine", 0)]))},
-                   generation=7)
+    first = _write(repo, {0: PartitionUpdate(0, 1, base=_rows([(b"a", b"mine", 0)]))}, generation=7)
     with pytest.raises(CheckpointConflictError, match="generation 7"):
-        _write(repo, {0: PartitionUpdate(0, 2, base=_rows([(b"a", b"theirs", 1)]))},
-               generation=7)
+        _write(repo, {0: PartitionUpdate(0, 2, base=_rows([(b"a", b"theirs", 1)]))}, generation=7)
     winner = repo.read_manifest(7)  # the winner's manifest is untouched
     assert (winner.offsets, winner.files) == (first.offsets, first.files)
     assert repo.load_partition(first, 0).column("value").to_pylist() == [b"mine"]
@@ -109,5 +131,4 @@ def test_manifest_is_written_last(repo: CheckpointRepository, monkeypatch: pytes
 def test_discover_tables(repo: CheckpointRepository) -> None:
     _write(repo, {0: PartitionUpdate(0, 1, base=_rows([(b"a", b"1", 0)]))})
     found = discover_tables(repo.store)
-    assert [(t.directory, t.table, t.cluster_id) for t in found] == \
-        [(repo.directory, "tbl", "cluster-x")]
+    assert [(t.directory, t.table, t.cluster_id) for t in found] == [(repo.directory, "tbl", "cluster-x")]

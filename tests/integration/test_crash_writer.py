@@ -116,8 +116,7 @@ def _in_flight(root: Path, baseline: int) -> bool:
     when the writer started has a complete data file on disk but no manifest yet."""
     manifests, data = _generations(root)
     return any(
-        g > baseline and g not in manifests and any(root.glob(f"*/data/{g:020d}/*.parquet"))
-        for g in data
+        g > baseline and g not in manifests and any(root.glob(f"*/data/{g:020d}/*.parquet")) for g in data
     )
 
 
@@ -138,7 +137,9 @@ def test_sigkill_during_checkpoint_writes(kafka: Any, tmp_path: Path) -> None:
             with errlog.open("w") as err:
                 proc = subprocess.Popen(
                     [sys.executable, str(script), topic, kafka.bootstrap, root.as_uri()],
-                    stdout=subprocess.PIPE, stderr=err, text=True,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    text=True,
                 )
             try:
                 line = proc.stdout.readline()  # type: ignore[union-attr]
@@ -186,8 +187,7 @@ def test_sigkill_during_checkpoint_writes(kafka: Any, tmp_path: Path) -> None:
     expected = table_digest(kafka.truth(produced).items())
 
     def restore(checkpoints: str | None) -> tuple[tuple[str, int], Any]:
-        t = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=checkpoints,
-                  background=False)
+        t = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=checkpoints, background=False)
         report = t.start()
         try:
             return table_digest(t.raw_items()), report

@@ -39,9 +39,9 @@ def partition_of(key: bytes) -> int:
     return zlib.crc32(key) % PARTITIONS
 
 
-def updates(rng: random.Random, count: int, *, keys: int = 300, tag: str = "") -> list[
-    tuple[int, bytes, bytes | None]
-]:
+def updates(
+    rng: random.Random, count: int, *, keys: int = 300, tag: str = ""
+) -> list[tuple[int, bytes, bytes | None]]:
     """*count* upserts/tombstones (10 %) over *keys* keys, partitioned by key."""
     out: list[tuple[int, bytes, bytes | None]] = []
     for i in range(count):
@@ -74,8 +74,13 @@ def full_replay_digest(
     key_filter: Callable[[bytes], bool] | None = None,
     value_projection: Callable[[bytes], bytes | None] | None = None,
 ) -> tuple[str, int]:
-    t = Table(topic, bootstrap_servers=kafka.bootstrap, key_filter=key_filter,
-              value_projection=value_projection, background=False)
+    t = Table(
+        topic,
+        bootstrap_servers=kafka.bootstrap,
+        key_filter=key_filter,
+        value_projection=value_projection,
+        background=False,
+    )
     t.start()
     try:
         return table_digest(t.raw_items())
@@ -84,14 +89,24 @@ def full_replay_digest(
 
 
 def owner_table(kafka: Any, topic: str, url: str, options: dict[str, str]) -> Table:
-    return Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, storage_options=options,
-                 background=False, retention=EAGER_GC, commit_interval="1h", checkpoint_interval="1h")
+    return Table(
+        topic,
+        bootstrap_servers=kafka.bootstrap,
+        checkpoints=url,
+        storage_options=options,
+        background=False,
+        retention=EAGER_GC,
+        commit_interval="1h",
+        checkpoint_interval="1h",
+    )
 
 
-def follower_for(kafka: Any, topic: str, url: str | BlobStore, options: dict[str, str],
-                 **kwargs: Any) -> Follower:
-    return Follower(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, storage_options=options,
-                    **kwargs)
+def follower_for(
+    kafka: Any, topic: str, url: str | BlobStore, options: dict[str, str], **kwargs: Any
+) -> Follower:
+    return Follower(
+        topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, storage_options=options, **kwargs
+    )
 
 
 class _Delegating:
@@ -148,9 +163,14 @@ def test_follower_started_while_owner_writes_converges(kafka: Any, s3_location: 
     writer.start()
     try:
         assert writing.wait(30)
-        follower = follower_for(kafka, topic, s3_location.url, s3_location.options,
-                                key_filter=keep_even if filtered else None,
-                                value_projection=project if filtered else None)
+        follower = follower_for(
+            kafka,
+            topic,
+            s3_location.url,
+            s3_location.options,
+            key_filter=keep_even if filtered else None,
+            value_projection=project if filtered else None,
+        )
         report = follower.start()
         at_boot = sum(follower.offsets.values())
         booted.set()
@@ -171,8 +191,9 @@ def test_follower_started_while_owner_writes_converges(kafka: Any, s3_location: 
             assert 0 < len(truth) < len(projected) < len(kafka.truth(produced))
         got = table_digest(follower.raw_items())
         assert got == table_digest(truth.items())
-        assert got == full_replay_digest(kafka, topic, keep_even if filtered else None,
-                                         project if filtered else None)
+        assert got == full_replay_digest(
+            kafka, topic, keep_even if filtered else None, project if filtered else None
+        )
         assert len(follower) == len(truth)
 
         status = follower.status()
@@ -308,8 +329,16 @@ def test_read_your_writes_through_wait_for(kafka: Any, s3_location: Any, store: 
     owner.start()
     owner.checkpoint()
     owner.close(checkpoint=False)
-    follower = follower_for(kafka, topic, s3_location.url, s3_location.options, store=store,
-                            store_path=tmp_path / "replica", key_serde="string", value_serde="string")
+    follower = follower_for(
+        kafka,
+        topic,
+        s3_location.url,
+        s3_location.options,
+        store=store,
+        store_path=tmp_path / "replica",
+        key_serde="string",
+        value_serde="string",
+    )
     follower.start()
     producer = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 0})
     try:
@@ -323,8 +352,13 @@ def test_read_your_writes_through_wait_for(kafka: Any, s3_location: Any, store: 
                 box.update(partition=msg.partition(), offset=msg.offset())
 
             started = time.monotonic()
-            producer.produce(topic, value.encode(), key.encode(), partition=partition_of(key.encode()),
-                             on_delivery=delivered)
+            producer.produce(
+                topic,
+                value.encode(),
+                key.encode(),
+                partition=partition_of(key.encode()),
+                on_delivery=delivered,
+            )
             producer.flush(10)
             assert follower.wait_for({box["partition"]: box["offset"]}, timeout=10)
             assert follower.get(key) == value
@@ -385,8 +419,9 @@ def test_owner_gc_during_restore_makes_the_follower_retry_with_the_newest(
     old = owner.checkpoint()
     assert old is not None
     # New records on every partition, so the owner's next checkpoint shares no file with `old`.
-    produced += kafka.produce(topic, [(p, b"fresh-%d" % p, b"x") for p in range(PARTITIONS)]
-                              + updates(rng, 300, tag="n"))
+    produced += kafka.produce(
+        topic, [(p, b"fresh-%d" % p, b"x") for p in range(PARTITIONS)] + updates(rng, 300, tag="n")
+    )
     assert {r.partition for r in produced[-300:]} == set(range(PARTITIONS))
     newer: list[Any] = []
 

@@ -25,19 +25,23 @@ def _data_files(repo: CheckpointRepository) -> set[str]:
 
 def test_gc_after_each_checkpoint_keeps_min_count(checkpoint_location: Any, kafka: Any) -> None:
     topic = kafka.create_topic(f"gc-{uuid.uuid4().hex[:12]}", 3)
-    t = Table(topic, bootstrap_servers=kafka.bootstrap, background=False,
-              checkpoints=checkpoint_location.url, storage_options=checkpoint_location.options,
-              checkpoint_interval="1h", commit_interval="1h",
-              retention=RetentionPolicy(min_count=2, min_age=timedelta(0),
-                                        orphan_grace=timedelta(0)))
+    t = Table(
+        topic,
+        bootstrap_servers=kafka.bootstrap,
+        background=False,
+        checkpoints=checkpoint_location.url,
+        storage_options=checkpoint_location.options,
+        checkpoint_interval="1h",
+        commit_interval="1h",
+        retention=RetentionPolicy(min_count=2, min_age=timedelta(0), orphan_grace=timedelta(0)),
+    )
     t.start()
     produced: list[Any] = []
     gens: list[int] = []
     try:
         for i in range(5):
             # Only partition i % 3 changes: later checkpoints reference files of earlier ones.
-            produced += kafka.produce(topic, [(i % 3, b"k%d-%d" % (i % 3, j), b"v%d" % i)
-                                              for j in range(5)])
+            produced += kafka.produce(topic, [(i % 3, b"k%d-%d" % (i % 3, j), b"v%d" % i) for j in range(5)])
             kafka.drain(t, kafka.end_offsets(produced, range(3)))
             m = t.checkpoint()
             assert m is not None
@@ -53,9 +57,14 @@ def test_gc_after_each_checkpoint_keeps_min_count(checkpoint_location: Any, kafk
         t.close(checkpoint=False)
 
     for generation in repo.generations():
-        r = Table(topic, bootstrap_servers=kafka.bootstrap, background=False,
-                  checkpoints=checkpoint_location.url,
-                  storage_options=checkpoint_location.options, generation=generation)
+        r = Table(
+            topic,
+            bootstrap_servers=kafka.bootstrap,
+            background=False,
+            checkpoints=checkpoint_location.url,
+            storage_options=checkpoint_location.options,
+            generation=generation,
+        )
         report = r.start()
         try:
             assert report.checkpoint == generation
@@ -66,9 +75,14 @@ def test_gc_after_each_checkpoint_keeps_min_count(checkpoint_location: Any, kafk
 
 def test_min_age_keeps_young_checkpoints(checkpoint_location: Any, kafka: Any) -> None:
     topic = kafka.create_topic(f"gcage-{uuid.uuid4().hex[:12]}", 1)
-    t = Table(topic, bootstrap_servers=kafka.bootstrap, background=False,
-              checkpoints=checkpoint_location.url, storage_options=checkpoint_location.options,
-              retention=RetentionPolicy(min_count=1, min_age=timedelta(hours=1)))
+    t = Table(
+        topic,
+        bootstrap_servers=kafka.bootstrap,
+        background=False,
+        checkpoints=checkpoint_location.url,
+        storage_options=checkpoint_location.options,
+        retention=RetentionPolicy(min_count=1, min_age=timedelta(hours=1)),
+    )
     t.start()
     produced: list[Any] = []
     try:
@@ -83,8 +97,11 @@ def test_min_age_keeps_young_checkpoints(checkpoint_location: Any, kafka: Any) -
         # An explicit GC on a clock two hours ahead keeps only min_count.
         from datetime import UTC, datetime
 
-        report = collect_garbage(repo, RetentionPolicy(1, timedelta(hours=1), timedelta(hours=1)),
-                                 now=datetime.now(UTC) + timedelta(hours=2))
+        report = collect_garbage(
+            repo,
+            RetentionPolicy(1, timedelta(hours=1), timedelta(hours=1)),
+            now=datetime.now(UTC) + timedelta(hours=2),
+        )
         assert report.retained == [newest]
         assert repo.generations() == [newest]
         assert _data_files(repo) == _referenced(repo)

@@ -42,9 +42,9 @@ def partition_of(key: bytes) -> int:
     return zlib.crc32(key) % PARTITIONS
 
 
-def records(rng: random.Random, count: int, keys: int = 200, tag: str = "") -> list[
-    tuple[int, bytes, bytes | None]
-]:
+def records(
+    rng: random.Random, count: int, keys: int = 200, tag: str = ""
+) -> list[tuple[int, bytes, bytes | None]]:
     out: list[tuple[int, bytes, bytes | None]] = []
     for i in range(count):
         key = b"key-%03d" % rng.randrange(keys)
@@ -57,8 +57,14 @@ def checkpointed_topic(kafka: Any, s3: Any, count: int = 1000, seed: int = 1) ->
     """A topic with *count* records and an owner checkpoint of them in *s3*."""
     topic = kafka.create_topic(f"srv-{uuid.uuid4().hex[:12]}", PARTITIONS)
     produced = kafka.produce(topic, records(random.Random(seed), count))
-    owner = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=s3.url, storage_options=s3.options,
-                  background=False, retention=RetentionPolicy(min_count=1, min_age=timedelta(0)))
+    owner = Table(
+        topic,
+        bootstrap_servers=kafka.bootstrap,
+        checkpoints=s3.url,
+        storage_options=s3.options,
+        background=False,
+        retention=RetentionPolicy(min_count=1, min_age=timedelta(0)),
+    )
     owner.start()
     assert owner.checkpoint() is not None
     owner.close(checkpoint=False)
@@ -138,11 +144,18 @@ def scan_all(http: httpx.Client, table: str, limit: int) -> dict[bytes, bytes]:
 # --- lookups while the owner writes ------------------------------------------------------------------
 
 
-def test_lookups_and_read_your_writes_while_the_owner_writes(kafka: Any, s3_location: Any,
-                                                              serve_follower: Any) -> None:
+def test_lookups_and_read_your_writes_while_the_owner_writes(
+    kafka: Any, s3_location: Any, serve_follower: Any
+) -> None:
     topic, produced = checkpointed_topic(kafka, s3_location)
-    served = serve_follower(Follower(topic, bootstrap_servers=kafka.bootstrap, checkpoints=s3_location.url,
-                                     storage_options=s3_location.options))
+    served = serve_follower(
+        Follower(
+            topic,
+            bootstrap_servers=kafka.bootstrap,
+            checkpoints=s3_location.url,
+            storage_options=s3_location.options,
+        )
+    )
     assert served.follower.report.checkpoint is not None
     http = served.http
     stop = threading.Event()
@@ -180,8 +193,9 @@ def test_lookups_and_read_your_writes_while_the_owner_writes(kafka: Any, s3_loca
             # Read-your-writes: my own key, demanded at the offset my delivery report gave.
             key, value = b"mine-%d" % (i % 5), b"write-%d" % i
             p, off = delivered(producer, topic, key, value)
-            r = http.get(served.key_url(key), params={"min_offsets": json.dumps({str(p): off}),
-                                                      "wait_ms": 5000})
+            r = http.get(
+                served.key_url(key), params={"min_offsets": json.dumps({str(p): off}), "wait_ms": 5000}
+            )
             assert r.status_code == 200, r.text
             assert r.content == value
             assert offsets_header(r)[p] > off, "the headers say the answer reflects my write"
@@ -193,8 +207,14 @@ def test_lookups_and_read_your_writes_while_the_owner_writes(kafka: Any, s3_loca
     # Writes stopped: a caught-up scan equals the ground truth.
     mine = kafka.read_all(topic, range(PARTITIONS))
     end = kafka.end_offsets(mine, range(PARTITIONS))
-    r = http.get(f"/tables/{topic}/keys", params={"min_offsets": json.dumps(
-        {str(p): o - 1 for p, o in end.items() if o > 0}), "caught_up": "true", "limit": 1})
+    r = http.get(
+        f"/tables/{topic}/keys",
+        params={
+            "min_offsets": json.dumps({str(p): o - 1 for p, o in end.items() if o > 0}),
+            "caught_up": "true",
+            "limit": 1,
+        },
+    )
     assert r.status_code == 200, r.text
     assert r.headers["x-statesnap-caught-up"] == "true"
     assert offsets_header(r) == end
@@ -293,8 +313,14 @@ def test_api_errors_binary_keys_and_openapi(kafka: Any, s3_location: Any, serve_
     topic, produced = checkpointed_topic(kafka, s3_location, count=50)
     odd_key, odd_value = b"\xff\x00/slash key", b"\x00\x01binary\xfe"
     produced += kafka.produce(topic, [(partition_of(odd_key), odd_key, odd_value)])
-    served = serve_follower(Follower(topic, bootstrap_servers=kafka.bootstrap, checkpoints=s3_location.url,
-                                     storage_options=s3_location.options))
+    served = serve_follower(
+        Follower(
+            topic,
+            bootstrap_servers=kafka.bootstrap,
+            checkpoints=s3_location.url,
+            storage_options=s3_location.options,
+        )
+    )
     http = served.http
 
     r = http.get(served.key_url(odd_key))  # percent-encoded bytes, '/' as %2F
@@ -304,8 +330,9 @@ def test_api_errors_binary_keys_and_openapi(kafka: Any, s3_location: Any, serve_
     assert page == kafka.truth(produced)
     after = base64.b64encode(b"\xfe").decode()
     r = http.get(f"/tables/{topic}/keys", params={"after_b64": after, "limit": 5})
-    assert r.json()["items"] == [{"key_b64": base64.b64encode(odd_key).decode(),
-                                  "value_b64": base64.b64encode(odd_value).decode()}]
+    assert r.json()["items"] == [
+        {"key_b64": base64.b64encode(odd_key).decode(), "value_b64": base64.b64encode(odd_value).decode()}
+    ]
     assert r.json()["next"] is None
 
     assert http.get(served.key_url(b"no-such-key")).status_code == 404
@@ -330,8 +357,13 @@ def test_api_errors_binary_keys_and_openapi(kafka: Any, s3_location: Any, serve_
     spec = http.get("/openapi.json").json()
     assert spec["info"]["title"].endswith(topic)
     paths = spec["paths"]
-    for path in ("/tables/{table}/keys/{key}", "/tables/{table}/keys", "/tables/{table}", "/health",
-                 "/metrics"):
+    for path in (
+        "/tables/{table}/keys/{key}",
+        "/tables/{table}/keys",
+        "/tables/{table}",
+        "/health",
+        "/metrics",
+    ):
         assert path in paths, sorted(paths)
         assert paths[path]["get"]["summary"]
         assert paths[path]["get"]["description"]
@@ -356,16 +388,33 @@ def test_serve_command_end_to_end(kafka: Any, s3_location: Any, tmp_path: Any) -
     SIGTERM with exit code 0."""
     topic, produced = checkpointed_topic(kafka, s3_location, count=500)
     port = free_port()
-    args = ["--bootstrap-servers", kafka.bootstrap, "--topic", topic, "--table", topic,
-            "--checkpoints", s3_location.url, "--port", str(port), "--key-prefix", "key-0",
-            "--key-prefix", "mine-", "--kafka-config", "client.id=serve-test"]
+    args = [
+        "--bootstrap-servers",
+        kafka.bootstrap,
+        "--topic",
+        topic,
+        "--table",
+        topic,
+        "--checkpoints",
+        s3_location.url,
+        "--port",
+        str(port),
+        "--key-prefix",
+        "key-0",
+        "--key-prefix",
+        "mine-",
+        "--kafka-config",
+        "client.id=serve-test",
+    ]
     for k, v in s3_location.options.items():
         args += ["--storage-option", f"{k}={v}"]
     stderr_path = tmp_path / "serve.err"
     with stderr_path.open("wb") as err:
         proc = subprocess.Popen(
             [sys.executable, "-c", SERVE_MAIN, *args],
-            stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, "STATESNAP_KAFKA_CLIENT_ID": "x"},
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env={**os.environ, "STATESNAP_KAFKA_CLIENT_ID": "x"},
         )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -394,8 +443,10 @@ def test_serve_command_end_to_end(kafka: Any, s3_location: Any, tmp_path: Any) -
             producer = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 0})
             for i in range(10):
                 p, off = delivered(producer, topic, b"mine-%d" % i, b"v%d" % i)
-                r = http.get(f"/tables/{topic}/keys/mine-{i}",
-                             params={"min_offsets": json.dumps({str(p): off}), "wait_ms": 5000})
+                r = http.get(
+                    f"/tables/{topic}/keys/mine-{i}",
+                    params={"min_offsets": json.dumps({str(p): off}), "wait_ms": 5000},
+                )
                 assert r.status_code == 200, r.text
                 assert r.content == b"v%d" % i
             assert "statesnap_follower_keys" in http.get("/metrics").text
@@ -437,8 +488,9 @@ def test_serve_command_exits_non_zero_when_the_replica_fails(kafka: Any, tmp_pat
     from statesnap.cli.serve import serve
 
     missing = f"missing-{uuid.uuid4().hex[:12]}"
-    result = CliRunner().invoke(serve, ["-b", kafka.bootstrap, "-t", missing, "-c", tmp_path.as_uri(),
-                                        "--port", "0"])
+    result = CliRunner().invoke(
+        serve, ["-b", kafka.bootstrap, "-t", missing, "-c", tmp_path.as_uri(), "--port", "0"]
+    )
     assert result.exit_code == 1, result.output
     assert "TopicNotFoundError" in result.output
     assert missing in result.output

@@ -30,16 +30,20 @@ def _json(obj: object) -> bytes:
 
 def test_reads_with_json_serde(kafka: Any) -> None:
     topic = kafka.create_topic(f"api-{uuid.uuid4().hex[:12]}", 2)
-    kafka.produce(topic, [
-        (0, b"alice", _json({"balance": 10})),
-        (1, b"bob", _json({"balance": 5})),
-        (0, b"alice", _json({"balance": 12, "tags": ["vip"]})),
-        (1, b"carol", _json([1, 2])),
-        (1, b"carol", None),
-        (0, b"dave", _json(None)),  # JSON null is a value, not a tombstone
-    ])
-    t = Table(topic, bootstrap_servers=kafka.bootstrap, key_serde="string", value_serde="json",
-              background=False)
+    kafka.produce(
+        topic,
+        [
+            (0, b"alice", _json({"balance": 10})),
+            (1, b"bob", _json({"balance": 5})),
+            (0, b"alice", _json({"balance": 12, "tags": ["vip"]})),
+            (1, b"carol", _json([1, 2])),
+            (1, b"carol", None),
+            (0, b"dave", _json(None)),  # JSON null is a value, not a tombstone
+        ],
+    )
+    t = Table(
+        topic, bootstrap_servers=kafka.bootstrap, key_serde="string", value_serde="json", background=False
+    )
     with pytest.raises(TableStateError, match="cannot get: table is new"):
         t.get("alice")
     report = t.start()
@@ -57,8 +61,11 @@ def test_reads_with_json_serde(kafka: Any) -> None:
         with pytest.raises(KeyError):
             t["carol"]
         assert len(t) == 3
-        assert dict(t.items()) == {"alice": {"balance": 12, "tags": ["vip"]},
-                                   "bob": {"balance": 5}, "dave": None}
+        assert dict(t.items()) == {
+            "alice": {"balance": 12, "tags": ["vip"]},
+            "bob": {"balance": 5},
+            "dave": None,
+        }
         assert dict(t.raw_items())[b"bob"] == b'{"balance":5}'
         assert t.offsets == {0: 3, 1: 3}
     finally:
@@ -71,8 +78,7 @@ def test_reads_with_json_serde(kafka: Any) -> None:
 def test_background_mode_keeps_consuming(kafka: Any) -> None:
     topic = kafka.create_topic(f"bg-{uuid.uuid4().hex[:12]}", 2)
     kafka.produce(topic, [(0, b"a", b"1")])
-    t = Table(topic, bootstrap_servers=kafka.bootstrap, key_serde="string",
-              value_serde="string")
+    t = Table(topic, bootstrap_servers=kafka.bootstrap, key_serde="string", value_serde="string")
     t.start()
     try:
         assert t.get("a") == "1"
@@ -92,8 +98,13 @@ def test_close_writes_a_final_checkpoint(kafka: Any, tmp_path: Path) -> None:
     topic = kafka.create_topic(f"close-{uuid.uuid4().hex[:12]}", 2)
     kafka.produce(topic, [(0, b"a", b"1"), (1, b"b", b"2")])
     url = (tmp_path / "cp").as_uri()
-    t = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url,
-              checkpoint_interval="1h", commit_interval="1h")
+    t = Table(
+        topic,
+        bootstrap_servers=kafka.bootstrap,
+        checkpoints=url,
+        checkpoint_interval="1h",
+        commit_interval="1h",
+    )
     t.start()
     produced = kafka.produce(topic, [(0, b"a", b"3"), (1, b"c", b"4"), (1, b"b", None)])
     kafka.wait_for(lambda: t.offsets == {0: 2, 1: 3}, what="the tail")
@@ -164,8 +175,13 @@ def test_create_topic_creates_the_requested_partitions(kafka: Any) -> None:
 
 
 def test_unreachable_broker() -> None:
-    t = Table("whatever", bootstrap_servers="127.0.0.1:1", timeout=2, background=False,
-              kafka_config={"sasl.password": "hunter2-S3CR3T"})
+    t = Table(
+        "whatever",
+        bootstrap_servers="127.0.0.1:1",
+        timeout=2,
+        background=False,
+        kafka_config={"sasl.password": "hunter2-S3CR3T"},
+    )
     with pytest.raises(BrokerUnavailableError, match=r"127\.0\.0\.1:1") as info:
         t.start()
     assert "hunter2-S3CR3T" not in str(info.value)
@@ -216,8 +232,7 @@ def test_partitions_added_after_a_checkpoint_are_replayed_from_the_beginning(
     produced = kafka.produce(topic, [(0, b"a", b"1"), (1, b"b", b"1"), (0, b"c", b"1")])
     real_partitions = KafkaAdmin.partitions
     with monkeypatch.context() as m:
-        m.setattr(KafkaAdmin, "partitions",
-                  lambda self, name: real_partitions(self, name)[:2])
+        m.setattr(KafkaAdmin, "partitions", lambda self, name: real_partitions(self, name)[:2])
         old = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False)
         old.start()
         assert old.partitions == (0, 1)
@@ -227,8 +242,9 @@ def test_partitions_added_after_a_checkpoint_are_replayed_from_the_beginning(
     assert sorted(manifest.partitions) == [0, 1]
 
     # "After the partition was added": records arrive on the new partition and the old ones.
-    produced += kafka.produce(topic, [(2, b"n1", b"new"), (2, b"n2", b"new"), (2, b"n1", None),
-                                      (2, b"n3", b"x"), (1, b"b", b"2")])
+    produced += kafka.produce(
+        topic, [(2, b"n1", b"new"), (2, b"n2", b"new"), (2, b"n1", None), (2, b"n3", b"x"), (1, b"b", b"2")]
+    )
     t = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False)
     report = t.start()
     try:

@@ -57,8 +57,12 @@ def _at_or_after(produced: list[Any], offsets: dict[int, int]) -> int:
 @pytest.mark.parametrize("store", ["memory", "rocksdb"])
 # Each example costs seconds on the real broker: no shrinking (it would run dozens more), the
 # falsifying example is printed as generated.
-@settings(max_examples=4, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=4,
+    deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(history=_history, data=st.data())
 def test_restore_plus_tail_equals_full_replay(
     store: str,
@@ -72,10 +76,17 @@ def test_restore_plus_tail_equals_full_replay(
     parts = tuple(range(PARTITIONS))
 
     def table(**kw: Any) -> Table:
-        return Table(topic, bootstrap_servers=kafka.bootstrap, store=store,
-                     store_path=tmp_path_factory.mktemp("db") / "db", background=False,
-                     checkpoint_interval="1h", commit_interval="1h",
-                     storage_options=checkpoint_location.options, **kw)
+        return Table(
+            topic,
+            bootstrap_servers=kafka.bootstrap,
+            store=store,
+            store_path=tmp_path_factory.mktemp("db") / "db",
+            background=False,
+            checkpoint_interval="1h",
+            commit_interval="1h",
+            storage_options=checkpoint_location.options,
+            **kw,
+        )
 
     writer = table(checkpoints=checkpoint_location.url, retention=RetentionPolicy(min_count=100))
     writer.start()

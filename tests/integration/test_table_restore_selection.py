@@ -24,8 +24,7 @@ pytestmark = pytest.mark.integration
 
 def _checkpointed_topic(kafka: Any, url: str, config: dict[str, str] | None = None) -> tuple[str, Any, int]:
     topic = kafka.create_topic(f"sel-{uuid.uuid4().hex[:12]}", 2, config)
-    produced = kafka.produce(topic, [(0, b"a", b"1"), (1, b"b", b"1"), (0, b"a", None),
-                                     (0, b"c", b"1")])
+    produced = kafka.produce(topic, [(0, b"a", b"1"), (1, b"b", b"1"), (0, b"a", None), (0, b"c", b"1")])
     t = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False)
     t.start()
     m = t.checkpoint()
@@ -34,8 +33,9 @@ def _checkpointed_topic(kafka: Any, url: str, config: dict[str, str] | None = No
     return topic, produced, m.generation
 
 
-def test_log_start_beyond_checkpoint_skips_it(kafka: Any, tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_log_start_beyond_checkpoint_skips_it(
+    kafka: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Kafka behaviour: retention (cleanup.policy=delete) deleted records below offset 5 of
     partition 0, after the checkpoint (next offset 3) was taken; offsets 3 and 4 were never
     seen by it. Restore must skip that checkpoint and replay what the log still holds.
@@ -43,8 +43,9 @@ def test_log_start_beyond_checkpoint_skips_it(kafka: Any, tmp_path: Path,
     url = (tmp_path / "cp").as_uri()
     topic, produced, gen = _checkpointed_topic(kafka, url)
     produced += kafka.produce(topic, [(0, b"d", b"2"), (0, b"e", b"2")])
-    monkeypatch.setattr(statesnap.table, "log_start_offsets",
-                        lambda settings, topic, partitions: {0: 5, 1: 0})
+    monkeypatch.setattr(
+        statesnap.table, "log_start_offsets", lambda settings, topic, partitions: {0: 5, 1: 0}
+    )
     t = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False)
     report = t.start()
     try:
@@ -57,15 +58,17 @@ def test_log_start_beyond_checkpoint_skips_it(kafka: Any, tmp_path: Path,
         t.close(checkpoint=False)
 
 
-def test_log_start_at_checkpoint_offset_uses_it(kafka: Any, tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_log_start_at_checkpoint_offset_uses_it(
+    kafka: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Kafka behaviour: retention removed only records the checkpoint already contains (log
     start 3 == its next offset on partition 0), so it is still exact. Proven on the real broker
     with the low watermark faked to {0: 3, 1: 1}."""
     url = (tmp_path / "cp").as_uri()
     topic, produced, gen = _checkpointed_topic(kafka, url)
-    monkeypatch.setattr(statesnap.table, "log_start_offsets",
-                        lambda settings, topic, partitions: {0: 3, 1: 1})
+    monkeypatch.setattr(
+        statesnap.table, "log_start_offsets", lambda settings, topic, partitions: {0: 3, 1: 1}
+    )
     t = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False)
     report = t.start()
     try:
@@ -83,11 +86,17 @@ def test_compacted_topic_and_old_checkpoint(kafka: Any, tmp_path: Path) -> None:
     delete.retention.ms=60000 (Tansu reports both; it never compacts) and an injected clock."""
     url = (tmp_path / "cp").as_uri()
     topic, produced, gen = _checkpointed_topic(
-        kafka, url, {"cleanup.policy": "compact", "delete.retention.ms": "60000"})
+        kafka, url, {"cleanup.policy": "compact", "delete.retention.ms": "60000"}
+    )
 
     def at(delta: timedelta) -> Table:
-        return Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False,
-                     clock=lambda: datetime.now(UTC) + delta)
+        return Table(
+            topic,
+            bootstrap_servers=kafka.bootstrap,
+            checkpoints=url,
+            background=False,
+            clock=lambda: datetime.now(UTC) + delta,
+        )
 
     old = at(timedelta(minutes=2))
     report = old.start()
@@ -113,8 +122,13 @@ def test_compacted_topic_with_kafka_default_delete_retention(kafka: Any, tmp_pat
     url = (tmp_path / "cp").as_uri()
     topic, _, gen = _checkpointed_topic(kafka, url, {"cleanup.policy": "compact"})
     for hours, expected in ((23, gen), (25, None)):
-        t = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False,
-                  clock=lambda h=hours: datetime.now(UTC) + timedelta(hours=h))
+        t = Table(
+            topic,
+            bootstrap_servers=kafka.bootstrap,
+            checkpoints=url,
+            background=False,
+            clock=lambda h=hours: datetime.now(UTC) + timedelta(hours=h),
+        )
         try:
             assert t.start().checkpoint == expected
         finally:

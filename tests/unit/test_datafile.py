@@ -80,8 +80,11 @@ def test_merge_deltas_override_and_tombstones_delete() -> None:
     d1 = rows([(b"a", b"2", 3), (b"b", None, 4), (b"d", b"2", 5)])
     d2 = rows([(b"b", b"3", 6), (b"d", None, 7), (b"e", None, 8)])
     merged = datafile.merge([base, d1, d2])
-    assert list(zip(merged.column("key").to_pylist(), merged.column("value").to_pylist(),
-                    strict=True)) == [(b"a", b"2"), (b"b", b"3"), (b"c", b"1")]
+    assert list(zip(merged.column("key").to_pylist(), merged.column("value").to_pylist(), strict=True)) == [
+        (b"a", b"2"),
+        (b"b", b"3"),
+        (b"c", b"1"),
+    ]
     assert merged.column("offset").to_pylist() == [3, 6, 2]
 
 

@@ -50,8 +50,29 @@ def test_negative_durations_are_rejected(bad: object) -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    ["", "   ", "abc", "5x", "m5", "5mm", "5 m m", "1e3s", "1,5h", "5 minutes", "h", "nan", "inf",
-     ".5s", "5.s", "0x10s", None, [], {}, True, b"5m"],
+    [
+        "",
+        "   ",
+        "abc",
+        "5x",
+        "m5",
+        "5mm",
+        "5 m m",
+        "1e3s",
+        "1,5h",
+        "5 minutes",
+        "h",
+        "nan",
+        "inf",
+        ".5s",
+        "5.s",
+        "0x10s",
+        None,
+        [],
+        {},
+        True,
+        b"5m",
+    ],
 )
 def test_garbage_is_rejected_with_a_typed_error(bad: object) -> None:
     with pytest.raises(InvalidDurationError) as info:
@@ -88,8 +109,14 @@ def test_format_then_parse_is_exact_for_whole_milliseconds(millis: int) -> None:
 
 @pytest.mark.parametrize(
     ("value", "text"),
-    [(timedelta(seconds=90), "90s"), (timedelta(minutes=5), "5m"), (timedelta(hours=12), "12h"),
-     (timedelta(days=2), "2d"), (timedelta(0), "0s"), (timedelta(hours=36), "36h")],
+    [
+        (timedelta(seconds=90), "90s"),
+        (timedelta(minutes=5), "5m"),
+        (timedelta(hours=12), "12h"),
+        (timedelta(days=2), "2d"),
+        (timedelta(0), "0s"),
+        (timedelta(hours=36), "36h"),
+    ],
 )
 def test_format_picks_the_largest_exact_unit(value: timedelta, text: str) -> None:
     assert format_duration(value) == text

@@ -81,8 +81,9 @@ def test_cli_wait_limits_match_the_api() -> None:
 
 
 def test_key_filter_decides_what_the_replica_keeps() -> None:
-    f = Follower("orders", bootstrap_servers="127.0.0.1:1", checkpoints=None,
-                 key_filter=prefix_filter(("eu-", "us-")))
+    f = Follower(
+        "orders", bootstrap_servers="127.0.0.1:1", checkpoints=None, key_filter=prefix_filter(("eu-", "us-"))
+    )
     assert f.keeps(b"eu-1")
     assert f.keeps(b"us-")
     assert not f.keeps(b"asia-1")
@@ -117,7 +118,7 @@ def test_metrics_text_format() -> None:
     assert f"statesnap_follower_keys{labels} 12" in lines
     assert f"statesnap_follower_up{labels} 1" in lines
     assert f"statesnap_follower_caught_up{labels} 0" in lines
-    assert '# TYPE statesnap_follower_lag_records gauge' in lines
+    assert "# TYPE statesnap_follower_lag_records gauge" in lines
     assert 'statesnap_follower_lag_records{table="we\\"ird",topic="orders-log",partition="1"} 3' in lines
     assert 'statesnap_follower_offset{table="we\\"ird",topic="orders-log",partition="0"} 10' in lines
     assert f"statesnap_follower_checkpoint_generation{labels} 4" in lines
@@ -127,8 +128,15 @@ def test_metrics_text_format() -> None:
         if not line.startswith("#"):
             float(line.rsplit(" ", 1)[1])
 
-    booting = render_metrics(make_status(state="restoring", checkpoint_generation=None, restore_seconds=None,
-                                         last_update_age=None, newest_record_age=None))
+    booting = render_metrics(
+        make_status(
+            state="restoring",
+            checkpoint_generation=None,
+            restore_seconds=None,
+            last_update_age=None,
+            newest_record_age=None,
+        )
+    )
     assert 'statesnap_follower_checkpoint_generation{table="orders",topic="orders-log"} 0' in booting
     assert "restore_seconds" not in booting
     assert "age_seconds" not in booting
@@ -233,8 +241,9 @@ def test_consistency_parameters(client: TestClient, fake: FakeFollower) -> None:
     assert client.get("/tables/orders/keys/a", params={"min_offsets": "{}"}).status_code == 200
 
 
-def test_a_replica_failing_during_a_wait_is_503(client: TestClient, fake: FakeFollower,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_replica_failing_during_a_wait_is_503(
+    client: TestClient, fake: FakeFollower, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def fails(offsets: Mapping[int, int], *, timeout: float) -> bool:
         raise BrokerUnavailableError("lost the Kafka cluster at 127.0.0.1:1")
 

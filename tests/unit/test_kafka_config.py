@@ -79,8 +79,8 @@ def test_secret_properties_are_recognized(name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["bootstrap.servers", "security.protocol", "sasl.mechanism", "ssl.ca.location",
-             "client.id", "group.id"],
+    "name",
+    ["bootstrap.servers", "security.protocol", "sasl.mechanism", "ssl.ca.location", "client.id", "group.id"],
 )
 def test_ordinary_properties_are_not_secret(name: str) -> None:
     assert not is_secret(name)
@@ -104,8 +104,7 @@ def test_redact_does_not_mutate_the_input() -> None:
 def test_properties_files_and_pairs(tmp_path: Path) -> None:
     f = tmp_path / "client.properties"
     f.write_text(
-        "# a comment\n! another\n\nsecurity.protocol = SASL_SSL\n"
-        "sasl.password=a=b=c\nsasl.mechanism=PLAIN\n"
+        "# a comment\n! another\n\nsecurity.protocol = SASL_SSL\nsasl.password=a=b=c\nsasl.mechanism=PLAIN\n"
     )
     got = parse_properties(["sasl.mechanism=SCRAM-SHA-256", "x.y= spaced "], [str(f)])
     assert got == {

@@ -30,9 +30,14 @@ def test_keys_sort_like_generations(a: int, b: int) -> None:
 
 @pytest.mark.parametrize(
     "key",
-    ["snapshots/7.json", "snapshots/00000000000000000007.json.tmp-abc", "snapshots/x.json",
-     "data/00000000000000000007/p00000-base-0.parquet", "other/00000000000000000007.json",
-     "x/snapshots/00000000000000000007.json"],
+    [
+        "snapshots/7.json",
+        "snapshots/00000000000000000007.json.tmp-abc",
+        "snapshots/x.json",
+        "data/00000000000000000007/p00000-base-0.parquet",
+        "other/00000000000000000007.json",
+        "x/snapshots/00000000000000000007.json",
+    ],
 )
 def test_non_manifest_keys_are_not_manifests(key: str) -> None:
     assert layout.manifest_generation(key) is None

@@ -37,8 +37,16 @@ def test_round_trip_keeps_every_field() -> None:
 def test_json_is_the_documented_layout() -> None:
     obj = json.loads(make_manifest(3, files={0: (BASE,)}).to_bytes())
     assert obj["format_version"] == FORMAT_VERSION == 1
-    assert {"table", "topic", "cluster_id", "generation", "state", "created_at", "writer",
-            "partitions"} <= set(obj)
+    assert {
+        "table",
+        "topic",
+        "cluster_id",
+        "generation",
+        "state",
+        "created_at",
+        "writer",
+        "partitions",
+    } <= set(obj)
     assert obj["partitions"]["0"] == {"next_offset": 10, "files": [BASE.to_json()]}
     assert obj["created_at"].endswith("+00:00")
 
@@ -58,8 +66,7 @@ _files = st.lists(
 
 @given(
     generation=st.integers(0, 10**15),
-    partitions=st.dictionaries(st.integers(0, 10_000), st.tuples(st.integers(0, 2**62), _files),
-                               max_size=5),
+    partitions=st.dictionaries(st.integers(0, 10_000), st.tuples(st.integers(0, 2**62), _files), max_size=5),
     millis=st.integers(0, 4_000_000_000_000),
     state=st.sampled_from(CheckpointState),
     table=st.text(min_size=1, max_size=20),
@@ -73,9 +80,13 @@ def test_round_trip_property(
 ) -> None:
     created = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=millis)
     m = CheckpointManifest(
-        table=table, topic="t", cluster_id="c", generation=generation,
+        table=table,
+        topic="t",
+        cluster_id="c",
+        generation=generation,
         partitions={p: PartitionCheckpoint(p, off, tuple(fs)) for p, (off, fs) in partitions.items()},
-        created_at=created, state=state,
+        created_at=created,
+        state=state,
     )
     assert CheckpointManifest.from_bytes(m.to_bytes()) == m
 
@@ -122,8 +133,10 @@ _DELETE = object()
         (_mutated(partitions={"0": {"files": []}}), "malformed"),
         (_mutated(partitions={"0": {"next_offset": -1, "files": []}}), "negative offset"),
         (_mutated(partitions={"0": {"next_offset": 1, "files": [{"path": "x"}]}}), "malformed"),
-        (_mutated(partitions={"0": {"next_offset": 1, "files": [{**BASE.to_json(), "kind": "full"}]}}),
-         "malformed"),
+        (
+            _mutated(partitions={"0": {"next_offset": 1, "files": [{**BASE.to_json(), "kind": "full"}]}}),
+            "malformed",
+        ),
         (_mutated(created_at="yesterday"), "malformed"),
         (_mutated(state="HALF_DONE"), "malformed"),
         (_mutated(generation="seven"), "malformed"),

@@ -80,8 +80,9 @@ def test_rule_keeps_exactly_newest_min_count_young_and_newest_usable(
 
 
 @given(cps=_ages, policy=_policies, now_offset=st.integers(-1_000, 20_000))
-def test_rule_is_monotone_in_its_knobs(cps: list[CheckpointAge], policy: RetentionPolicy,
-                                       now_offset: int) -> None:
+def test_rule_is_monotone_in_its_knobs(
+    cps: list[CheckpointAge], policy: RetentionPolicy, now_offset: int
+) -> None:
     """Asking for more (count or age) never deletes more; time passing never keeps more."""
     now = T0 + timedelta(seconds=now_offset)
     kept = retained_generations(cps, policy, now)
@@ -99,8 +100,12 @@ def test_rule_boundary_exactly_min_age_old_is_not_young() -> None:
 
 def test_rule_keeps_the_newest_usable_even_beyond_min_count() -> None:
     policy = RetentionPolicy(2, timedelta(0), timedelta(0))
-    cps = [CheckpointAge(5, T0, False), CheckpointAge(4, T0, False), CheckpointAge(3, T0, True),
-           CheckpointAge(2, T0, True)]
+    cps = [
+        CheckpointAge(5, T0, False),
+        CheckpointAge(4, T0, False),
+        CheckpointAge(3, T0, True),
+        CheckpointAge(2, T0, True),
+    ]
     assert retained_generations(cps, policy, T0) == {5, 4, 3}
 
 
@@ -114,8 +119,9 @@ def test_policy_rejects_bad_counts(kwargs: dict[str, object]) -> None:
 
 
 def test_policy_parses_durations_and_rejects_bad_ones() -> None:
-    assert RetentionPolicy.of(3, "5m", "90s") == RetentionPolicy(3, timedelta(minutes=5),
-                                                                 timedelta(seconds=90))
+    assert RetentionPolicy.of(3, "5m", "90s") == RetentionPolicy(
+        3, timedelta(minutes=5), timedelta(seconds=90)
+    )
     assert RetentionPolicy(min_age="2d").min_age == timedelta(days=2)  # type: ignore[arg-type]
     with pytest.raises(InvalidDurationError):
         RetentionPolicy.of(3, "-5m")
@@ -126,15 +132,18 @@ def test_policy_parses_durations_and_rejects_bad_ones() -> None:
 # --- collect_garbage on a real (local) blob store, with a fake clock -------------------------------
 
 
-def _commit(repo: CheckpointRepository, gen: int, created_s: int, *, reuse: dict[int, DataFile]
-            | None = None) -> CheckpointManifest:
+def _commit(
+    repo: CheckpointRepository, gen: int, created_s: int, *, reuse: dict[int, DataFile] | None = None
+) -> CheckpointManifest:
     """Generation *gen*: partition 0 gets a new base file, partition 1 reuses *reuse*'s file
     (incremental checkpoints reference older files)."""
     f0 = repo.write_file(gen, 0, "base", 0, rows([(b"k%d" % gen, b"v", gen)]))
-    f1 = (repo.write_file(gen, 1, "base", 0, rows([(b"shared", b"v", 0)])) if reuse is None
-          else reuse[1])
+    f1 = repo.write_file(gen, 1, "base", 0, rows([(b"shared", b"v", 0)])) if reuse is None else reuse[1]
     m = CheckpointManifest(
-        table="t", topic="t", cluster_id="c", generation=gen,
+        table="t",
+        topic="t",
+        cluster_id="c",
+        generation=gen,
         partitions={0: PartitionCheckpoint(0, gen, (f0,)), 1: PartitionCheckpoint(1, 1, (f1,))},
         created_at=T0 + timedelta(seconds=created_s),
     )
@@ -176,8 +185,9 @@ def test_collect_garbage_dry_run_deletes_nothing(repo: CheckpointRepository) -> 
     for gen in range(1, 5):
         _commit(repo, gen, gen)
     before = _on_disk(repo)
-    report = collect_garbage(repo, RetentionPolicy(1, timedelta(0), timedelta(0)),
-                             now=T0 + timedelta(hours=1), dry_run=True)
+    report = collect_garbage(
+        repo, RetentionPolicy(1, timedelta(0), timedelta(0)), now=T0 + timedelta(hours=1), dry_run=True
+    )
     assert report.dry_run
     assert report.deleted_generations == [1, 2, 3]
     assert _on_disk(repo) == before
@@ -212,8 +222,9 @@ def test_a_corrupt_manifest_is_not_the_newest_usable(repo: CheckpointRepository)
     _commit(repo, 1, 0)
     _commit(repo, 2, 10)
     repo.store.write(repo.key(layout.manifest_key(3)), b"{truncated")
-    report = collect_garbage(repo, RetentionPolicy(1, timedelta(0), timedelta(0)),
-                             now=T0 + timedelta(hours=1))
+    report = collect_garbage(
+        repo, RetentionPolicy(1, timedelta(0), timedelta(0)), now=T0 + timedelta(hours=1)
+    )
     # Newest by count (3, unreadable) and newest usable (2) survive; 1 goes.
     assert report.retained == [3, 2]
     assert repo.verify(2).ok

@@ -10,8 +10,7 @@ from statesnap.errors import ConfigError
 from statesnap.serde import BytesSerde, JsonSerde, Serde, StringSerde, resolve_serde
 
 _json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text() | st.floats(allow_nan=False,
-                                                                      allow_infinity=False),
+    st.none() | st.booleans() | st.integers() | st.text() | st.floats(allow_nan=False, allow_infinity=False),
     lambda children: st.lists(children) | st.dictionaries(st.text(), children),
     max_leaves=10,
 )
@@ -52,14 +51,19 @@ def test_json_round_trip(obj: object) -> None:
 def test_json_is_canonical() -> None:
     """Equal objects must give equal bytes, or two writers would produce different tables."""
     s = JsonSerde()
-    assert s.serialize({"b": 1, "a": [1, 2]}) == s.serialize({"a": [1, 2], "b": 1}) == \
-        b'{"a":[1,2],"b":1}'
+    assert s.serialize({"b": 1, "a": [1, 2]}) == s.serialize({"a": [1, 2], "b": 1}) == b'{"a":[1,2],"b":1}'
 
 
 @pytest.mark.parametrize(
     ("name", "cls"),
-    [(None, BytesSerde), ("bytes", BytesSerde), ("string", StringSerde), ("str", StringSerde),
-     ("json", JsonSerde), ("JSON", JsonSerde)],
+    [
+        (None, BytesSerde),
+        ("bytes", BytesSerde),
+        ("string", StringSerde),
+        ("str", StringSerde),
+        ("json", JsonSerde),
+        ("JSON", JsonSerde),
+    ],
 )
 def test_resolve_by_name(name: str | None, cls: type) -> None:
     assert isinstance(resolve_serde(name), cls)

@@ -74,8 +74,7 @@ def test_export_of_an_empty_store(store: StateStore) -> None:
     assert store.export() == {}
 
 
-def test_load_export_round_trip_into_a_fresh_store(store: StateStore, kind: str,
-                                                   tmp_path: Path) -> None:
+def test_load_export_round_trip_into_a_fresh_store(store: StateStore, kind: str, tmp_path: Path) -> None:
     store.apply(0, [(b"k%03d" % i, b"v%d" % i, i, 1000 + i) for i in range(200)])
     store.apply(1, [(b"j%03d" % i, b"w" * i, i, NO_TIMESTAMP) for i in range(50)])
     exported = store.export()
@@ -125,16 +124,23 @@ def test_unknown_store_kind() -> None:
 
 
 _ops = st.lists(
-    st.tuples(st.integers(0, 2), st.sampled_from([b"a", b"b", b"c", b"d", b""]),
-              st.one_of(st.none(), st.binary(max_size=5))),
+    st.tuples(
+        st.integers(0, 2),
+        st.sampled_from([b"a", b"b", b"c", b"d", b""]),
+        st.one_of(st.none(), st.binary(max_size=5)),
+    ),
     max_size=40,
 )
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=_ops, batch=st.integers(1, 7))
-def test_store_matches_a_dict_model(kind: str, tmp_path_factory: pytest.TempPathFactory,
-                                    ops: list[tuple[int, bytes, bytes | None]], batch: int) -> None:
+def test_store_matches_a_dict_model(
+    kind: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    ops: list[tuple[int, bytes, bytes | None]],
+    batch: int,
+) -> None:
     """Applying any sequence of upserts and tombstones, in batches of any size, leaves exactly
     the dict a last-write-wins replay would, and export → load reproduces it."""
     # Keys are partition-affine, as in Kafka: the same key never lives in two partitions.
