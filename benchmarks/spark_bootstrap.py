@@ -49,8 +49,8 @@ def checkpoint_digest(url: str, manifest: CheckpointManifest) -> tuple[str, int]
 
 
 #: librdkafka's default ``fetch.queue.backoff.ms`` (1 s) idles a fast consumer on the dev broker;
-#: the Spark jobs set 5 ms. ``--tuned`` also measures the single process with it (proposed change
-#: to the core ChangelogReader), so the comparison is fair both ways.
+#: the Spark jobs and the core ChangelogReader both set 5 ms now, so ``--tuned`` (an extra
+#: single-process run passing it explicitly) only re-checks that the shipped default matches.
 TUNED = {"fetch.queue.backoff.ms": 5}
 
 
@@ -113,10 +113,9 @@ def main() -> None:
     ap.add_argument("--driver-memory", default="4g")
     ap.add_argument("--json", action="store_true", help="also print the results as JSON")
     ap.add_argument(
-        "--no-tuned",
-        dest="tuned",
-        action="store_false",
-        help="skip the single-process run with the tuned consumer",
+        "--tuned",
+        action="store_true",
+        help="also run the single process with fetch.queue.backoff.ms passed explicitly",
     )
     args = ap.parse_args()
 
