@@ -288,10 +288,10 @@ class Table:
         self.report.replay_seconds = time.monotonic() - started
         self._last_commit = self._last_checkpoint_at = time.monotonic()
         log.info(
-            "table %s restored: checkpoint=%s keys=%d replayed=%d in %.2fs",
+            "table %s restored: checkpoint=%s (%d keys) + %d records replayed in %.2fs",
             self.name,
             self.report.checkpoint,
-            len(self.store),
+            self.report.restored_keys,
             self.report.replayed_records,
             self.report.restore_seconds,
         )
@@ -400,9 +400,7 @@ class Table:
 
     def _task_state(self) -> TaskState:
         assert self._reader is not None
-        return TaskState(
-            {p: self._reader.positions[p] for p in self.partitions}, self.store.export, len(self.store)
-        )
+        return TaskState({p: self._reader.positions[p] for p in self.partitions}, self.store.export)
 
     @property
     def last_checkpoint(self) -> CheckpointManifest | None:

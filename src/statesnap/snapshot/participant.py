@@ -34,7 +34,6 @@ class TaskState:
 
     offsets: Mapping[int, int]
     export: Callable[[], dict[int, pa.Table]]
-    keys: int
 
 
 class SnapshotTask:

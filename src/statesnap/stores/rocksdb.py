@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import cast
 
@@ -51,7 +51,7 @@ class RocksDBStore:
         self._write_opts = WriteOptions()
         self._write_opts.disable_wal = True  # type: ignore[method-assign,assignment]
         self._db.set_write_options(self._write_opts)
-        self._count = 0
+        self._count: int | None = 0
 
     def get(self, key: bytes) -> bytes | None:
         blob = self._db.get(key)
@@ -61,6 +61,9 @@ class RocksDBStore:
         return isinstance(key, bytes) and self._db.key_may_exist(key) and self._db.get(key) is not None
 
     def __len__(self) -> int:
+        """Exact; after writes it costs one scan of the keys (cached until the next write)."""
+        if self._count is None:
+            self._count = sum(1 for _ in self._db.keys())  # noqa: SIM118 - Rdict iteration is keys()
         return self._count
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
@@ -80,24 +83,21 @@ class RocksDBStore:
             records.append((key, m.value(), m.offset(), ts if ts_type else NO_TIMESTAMP))
         self._write(partition, records)
 
-    def _write(self, partition: int, records: Iterable[Record]) -> None:
-        db = self._db
+    def _write(self, partition: int, records: Sequence[Record]) -> None:
+        if not records:
+            return
         batch = WriteBatch(raw_mode=True)
         pack = HEADER_STRUCT.pack
-        # Presence of keys this batch touched: the database cannot see the unwritten batch.
-        pending: dict[bytes, bool] = {}
-        count = self._count
         for key, value, offset, ts in records:
-            existed = pending[key] if key in pending else db.get(key) is not None
             if value is None:
                 batch.delete(key)
-                count -= existed
             else:
                 batch.put(key, pack(partition, offset, ts) + value)
-                count += not existed
-            pending[key] = value is not None
-        db.write(batch)
-        self._count = count
+        self._db.write(batch)
+        # Whether a record inserted or replaced a key would take a read per record (a block read
+        # once the table is bigger than the cache): the tail replay measured 2.5x slower with it.
+        # The count is recomputed on demand instead.
+        self._count = None
 
     def load(self, partition: int, rows: pa.Table) -> None:
         if rows.num_rows == 0:
@@ -112,7 +112,8 @@ class RocksDBStore:
                 writer[key] = blob
             writer.finish()
             self._db.ingest_external_file([sst])
-        self._count += len(keys)
+        if self._count is not None:
+            self._count += len(keys)  # partitions hold disjoint keys
 
     def export(self) -> dict[int, pa.Table]:
         snapshot = self._db.snapshot()
