@@ -33,6 +33,7 @@ from statesnap.checkpoint import (
     CheckpointRepository,
     RetentionPolicy,
 )
+from statesnap.checkpoint.layout import valid_table_name
 from statesnap.checkpoint.restore import CheckpointRestorer, SkippedCheckpoint
 from statesnap.checkpoint.selection import TopicState, resume_offsets
 from statesnap.durations import parse_duration
@@ -162,8 +163,6 @@ class Table:
             key_filter: keep only keys for which it returns True (applied to raw key bytes).
             value_projection: rewrite raw values before storing; returning None drops the key.
         """
-        from statesnap.checkpoint.layout import valid_table_name
-
         self.topic = topic
         self.name = name or topic
         if not valid_table_name(self.name):

@@ -96,7 +96,8 @@ class LocalOrchestrator:
         self.cluster_id = cluster_id
         self.refresh_interval = refresh_interval
         self._clock = clock
-        self._on_completed = on_completed
+        #: Called with the manifest in the process that completes a snapshot (GC runs there).
+        self.on_completed = on_completed
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -174,8 +175,8 @@ class LocalOrchestrator:
         log.info(
             "snapshot generation %d completed with tasks %s", snapshot.generation, sorted(snapshot.tasks)
         )
-        if self._on_completed is not None:
-            self._on_completed(manifest)
+        if self.on_completed is not None:
+            self.on_completed(manifest)
         return done
 
     def fail(self, generation: int, task_id: str, reason: str) -> Snapshot:

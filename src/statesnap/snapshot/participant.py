@@ -71,7 +71,7 @@ class SnapshotTask:
         )
         self.orchestrator = self.api.orchestrator
         self.orchestrator.refresh_interval = refresh_interval
-        self.orchestrator._on_completed = self._completed
+        self.orchestrator.on_completed = self._completed
         self.last_checkpoint = previous
         self.reported = previous.generation if previous is not None else 0
 
