@@ -144,9 +144,3 @@ def log_start_offsets(settings: KafkaSettings, topic: str, partitions: tuple[int
         ) from e
     finally:
         consumer.close()
-
-
-def describe(settings: KafkaSettings, topic: str) -> tuple[str, TopicInfo]:
-    """Cluster id and topic description in one call (both needed before any restore)."""
-    admin = KafkaAdmin(settings)
-    return admin.cluster_id(), admin.describe_topic(topic)
