@@ -10,6 +10,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -77,6 +78,31 @@ def decode(data: bytes, *, expected_sha256: str | None = None, source: str = "da
     return table.select(SCHEMA.names).cast(SCHEMA)
 
 
+def latest_per_key(tables: Sequence[pa.Table], *, keep_tombstones: bool) -> pa.Table:
+    """Newest row per key, where later tables and later rows are newer (offset order).
+
+    A hash aggregation picks each key's last position, so the cost is linear in the rows and
+    only the winning rows are copied; a changelog with many updates per key shrinks a lot before
+    anything is sorted. The result is unsorted: :func:`encode` sorts what it writes.
+    """
+    tables = [t for t in tables if t.num_rows]
+    if not tables:
+        return empty_table()
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    if table.num_rows > 1:
+        positions = pa.array(np.arange(table.num_rows, dtype=np.int64))
+        newest = (
+            pa.table({"key": table.column("key"), "pos": positions})
+            .group_by("key", use_threads=False)
+            .aggregate([("pos", "max")])
+            .column("pos_max")
+        )
+        table = table.take(newest)
+    if not keep_tombstones and table.column("value").null_count:
+        table = table.filter(pc.is_valid(table.column("value")))
+    return table.combine_chunks()
+
+
 def merge(tables: Sequence[pa.Table]) -> pa.Table:
     """Apply ``base`` then ``delta`` files in order: newest row per key wins, tombstones delete.
 
@@ -86,21 +112,9 @@ def merge(tables: Sequence[pa.Table]) -> pa.Table:
     if not tables:
         return empty_table()
     if len(tables) == 1:
+        # One data file: already sorted, one row per key.
         only = tables[0]
         if only.column("value").null_count:
             only = only.filter(pc.is_valid(only.column("value")))
         return only
-    stacked = pa.concat_tables(
-        t.append_column("_seq", pa.array([i] * t.num_rows, pa.int32())) for i, t in enumerate(tables)
-    )
-    stacked = stacked.sort_by([("key", "ascending"), ("_seq", "descending")])
-    keys = stacked.column("key").combine_chunks()
-    if len(keys) > 1:
-        changed = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1))
-        first = pa.concat_arrays(
-            [pa.array([True]), changed.combine_chunks() if isinstance(changed, pa.ChunkedArray) else changed]
-        )
-    else:
-        first = pa.array([True] * len(keys))
-    newest = stacked.filter(first).drop_columns(["_seq"])
-    return newest.filter(pc.is_valid(newest.column("value")))
+    return latest_per_key(tables, keep_tombstones=False).sort_by("key")

@@ -32,6 +32,7 @@ from statesnap.checkpoint import (
     collect_garbage,
     datafile,
 )
+from statesnap.checkpoint.datafile import latest_per_key
 from statesnap.checkpoint.layout import valid_table_name
 from statesnap.checkpoint.manifest import DataFile
 from statesnap.checkpoint.selection import TopicState, check_identity, unusable_reason
@@ -41,7 +42,6 @@ from statesnap.spark.changes import (
     ChangeFolder,
     commit_files,
     from_ipc,
-    latest_per_key,
     to_ipc,
     write_data_file,
 )

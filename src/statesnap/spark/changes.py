@@ -8,16 +8,16 @@ whole history (a ``base`` file never contains tombstones, a ``delta`` file may).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from statesnap.checkpoint import datafile, layout
+from statesnap.checkpoint.datafile import latest_per_key
 from statesnap.checkpoint.manifest import CheckpointManifest, DataFile, PartitionCheckpoint
 from statesnap.checkpoint.repository import CheckpointRepository
 from statesnap.checkpoint.writer import PartitionUpdate, write_checkpoint
@@ -26,31 +26,6 @@ from statesnap.errors import CheckpointConflictError
 #: Fold pending records once this many have piled up (or more than the folded table holds): keeps
 #: memory near the table's size instead of the history's, at O(n log n) total sorting work.
 FOLD_ROWS = 1_000_000
-
-
-def latest_per_key(tables: Sequence[pa.Table], *, keep_tombstones: bool) -> pa.Table:
-    """Newest row per key, where later tables and later rows are newer (offset order).
-
-    A hash aggregation picks each key's last position, so the cost is linear in the rows and
-    only the winning rows are copied; a changelog with many updates per key shrinks a lot before
-    anything is sorted. The result is unsorted: :func:`datafile.encode` sorts what it writes.
-    """
-    tables = [t for t in tables if t.num_rows]
-    if not tables:
-        return datafile.empty_table()
-    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-    if table.num_rows > 1:
-        positions = pa.array(np.arange(table.num_rows, dtype=np.int64))
-        newest = (
-            pa.table({"key": table.column("key"), "pos": positions})
-            .group_by("key", use_threads=False)
-            .aggregate([("pos", "max")])
-            .column("pos_max")
-        )
-        table = table.take(newest)
-    if not keep_tombstones and table.column("value").null_count:
-        table = table.filter(pc.is_valid(table.column("value")))
-    return table.combine_chunks()
 
 
 class ChangeFolder:
