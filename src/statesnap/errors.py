@@ -134,3 +134,24 @@ class StaleGenerationError(SnapshotError):
 class GenerationConflictError(SnapshotError):
     """An update would move the generation backwards or lost a race too many times; nothing was
     written. Retry against the current snapshot."""
+
+
+# --- shared additions (one system, two engines) --------------------------------------------------
+
+
+class TableNotFoundError(CheckpointError):
+    """No table of this name exists under the checkpoint root (no descriptor, no manifest).
+
+    Check the URL and ``--table``; a table appears once a writer has started over the store.
+    """
+
+
+class EngineOptionError(ConfigError):
+    """An option was given to an engine that cannot honour it (e.g. ``--store rocksdb`` on Spark).
+
+    The message names the option and the engine that can; nothing was read or written.
+    """
+
+
+class SnapshotStoreError(SnapshotError, ConfigError):
+    """The snapshot store spec is malformed or does not match the one the table was created with."""
