@@ -34,7 +34,7 @@ from statesnap.checkpoint import (
     RetentionPolicy,
 )
 from statesnap.checkpoint.layout import valid_table_name
-from statesnap.checkpoint.restore import CheckpointRestorer, SkippedCheckpoint
+from statesnap.checkpoint.restore import CheckpointSelector, SkippedCheckpoint
 from statesnap.checkpoint.selection import TopicState, resume_offsets
 from statesnap.durations import parse_duration
 from statesnap.errors import (
@@ -49,7 +49,9 @@ from statesnap.kafka.config import KafkaSettings
 from statesnap.kafka.reader import ChangelogReader
 from statesnap.rowfilter import RowFilter
 from statesnap.serde import Serde, resolve_serde
+from statesnap.snapshot.api import SnapshotApi
 from statesnap.snapshot.participant import SnapshotTask, TaskState
+from statesnap.snapshot.store import resolve_spec
 from statesnap.stores import StateStore, open_state_store
 
 log = logging.getLogger(__name__)
@@ -133,6 +135,7 @@ class Table:
         instances: int | None = None,
         task_id: str | None = None,
         snapshot_timeout: str | float | timedelta = "60s",
+        snapshot_store: str | None = None,
         read_only: bool = False,
         key_filter: Callable[[bytes], bool] | None = None,
         value_projection: Callable[[bytes], bytes | None] | None = None,
@@ -159,6 +162,9 @@ class Table:
                 instance``; each instance is a task of the table's snapshots.
             task_id: this task's name in snapshots (default ``instance-<i>`` or ``main``).
             snapshot_timeout: a snapshot not complete within this is marked FAILED.
+            snapshot_store: where snapshot records live: ``blob`` (beside the checkpoints, the
+                default) or ``topic:NAME`` (a Kafka topic on this cluster); default
+                ``$STATESNAP_SNAPSHOT_STORE``. A table keeps the store it was created with.
             read_only: never write or delete checkpoints (a replica of someone else's table).
             key_filter: keep only keys for which it returns True (applied to raw key bytes).
             value_projection: rewrite raw values before storing; returning None drops the key.
@@ -207,6 +213,7 @@ class Table:
         self.snapshots: SnapshotTask | None = None
         self.task_id = task_id or (f"instance-{instance}" if instance is not None else "main")
         self.snapshot_timeout = parse_duration(snapshot_timeout)
+        self.snapshot_store = snapshot_store
         self.report = RestoreReport()
         self._restored: CheckpointManifest | None = None
         self._reader: ChangelogReader | None = None
@@ -254,15 +261,28 @@ class Table:
         self.report.load_seconds = time.monotonic() - started
         self._restored = manifest
         if self.repo is not None and not self.read_only:
-            self.repo.ensure_descriptor(self.name, self.topic, self.cluster_id, len(all_partitions))
-            self.snapshots = SnapshotTask(
+            spec = resolve_spec(
+                self.snapshot_store,
+                (self.repo.descriptor() or {}).get("snapshot_store"),
+                self.name,
+            )
+            self.repo.ensure_descriptor(
+                self.name, self.topic, self.cluster_id, len(all_partitions), str(spec)
+            )
+            api = SnapshotApi.for_repo(
                 self.repo,
-                task_id=self.task_id,
-                table=self.name,
+                self.name,
+                snapshot_store=str(spec),
+                kafka=self.settings,
                 topic=self.topic,
                 cluster_id=self.cluster_id,
-                all_partitions=all_partitions,
+                partitions=all_partitions,
+            )
+            self.snapshots = SnapshotTask(
+                api,
+                task_id=self.task_id,
                 owned=self.partitions,
+                engine="python",
                 retention=self.retention,
                 snapshot_timeout=self.snapshot_timeout,
                 refresh_interval=min(1.0, max(0.05, self.commit_interval.total_seconds() / 2)),
@@ -304,7 +324,7 @@ class Table:
     def _restore_checkpoint(self, state: TopicState) -> CheckpointManifest | None:
         if self.repo is None:
             return None
-        restorer = CheckpointRestorer(self.repo, self.name, self.generation, self.require_checkpoint)
+        restorer = CheckpointSelector(self.repo, self.name, self.generation, self.require_checkpoint)
         row_filter = self.row_filter
 
         def load(partition: int, rows: pa.Table) -> None:

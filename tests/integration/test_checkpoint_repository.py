@@ -3,6 +3,7 @@ manifest, incremental (delta) files merge on read, and what a writer returns is 
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from typing import Any
 
@@ -10,12 +11,8 @@ import pyarrow as pa
 import pytest
 
 from statesnap.blob import open_blob_store
-from statesnap.checkpoint import (
-    CheckpointRepository,
-    PartitionUpdate,
-    discover_tables,
-    write_checkpoint,
-)
+from statesnap.checkpoint import CheckpointRepository, PartitionUpdate, discover_tables
+from statesnap.snapshot import write_checkpoint
 from statesnap.checkpoint.datafile import SCHEMA
 from statesnap.errors import CheckpointConflictError
 
@@ -40,20 +37,9 @@ def repo(checkpoint_location: Any) -> CheckpointRepository:
     return CheckpointRepository.for_table(store, "cluster-x", f"tbl{uuid.uuid4().hex[:6]}")
 
 
-def _write(
-    repo: CheckpointRepository,
-    updates: dict[int, PartitionUpdate],
-    previous: Any = None,
-    generation: int | None = None,
-) -> Any:
+def _write(repo: CheckpointRepository, updates: dict[int, PartitionUpdate], previous: Any = None) -> Any:
     return write_checkpoint(
-        repo,
-        table="tbl",
-        topic="topic",
-        cluster_id="cluster-x",
-        updates=updates,
-        previous=previous,
-        generation=generation,
+        repo, table="tbl", topic="topic", cluster_id="cluster-x", updates=updates, previous=previous
     )
 
 
@@ -97,11 +83,13 @@ def test_a_writer_returns_exactly_what_readers_read(repo: CheckpointRepository) 
 
 
 def test_two_writers_cannot_commit_the_same_generation(repo: CheckpointRepository) -> None:
-    first = _write(repo, {0: PartitionUpdate(0, 1, base=_rows([(b"a", b"mine", 0)]))}, generation=7)
-    with pytest.raises(CheckpointConflictError, match="generation 7"):
-        _write(repo, {0: PartitionUpdate(0, 2, base=_rows([(b"a", b"theirs", 1)]))}, generation=7)
-    winner = repo.read_manifest(7)  # the winner's manifest is untouched
-    assert (winner.offsets, winner.files) == (first.offsets, first.files)
+    """The manifest is write-once: a second commit of a generation is refused, the first stays."""
+    first = _write(repo, {0: PartitionUpdate(0, 1, base=_rows([(b"a", b"mine", 0)]))})
+    theirs = dataclasses.replace(first, writer={"engine": "other"})
+    with pytest.raises(CheckpointConflictError, match=f"generation {first.generation}"):
+        repo.commit(theirs)
+    winner = repo.read_manifest(first.generation)  # the winner's manifest is untouched
+    assert winner == first
     assert repo.load_partition(first, 0).column("value").to_pylist() == [b"mine"]
 
 
@@ -125,7 +113,11 @@ def test_manifest_is_written_last(repo: CheckpointRepository, monkeypatch: pytes
 
     monkeypatch.setattr(type(repo.store), "write", spy)
     _write(repo, {p: PartitionUpdate(p, 1, base=_rows([(b"k%d" % p, b"v", 0)])) for p in range(4)})
-    assert order == ["data"] * 4 + ["snapshots"]
+    # descriptor, CREATED record, the data files, the task's report, then the manifest, and only
+    # then the COMPLETED record: a reader that sees a manifest sees every file it names.
+    assert order[order.index("data") : order.index("data") + 4] == ["data"] * 4
+    assert order.index("snapshots") > max(i for i, kind in enumerate(order) if kind == "data")
+    assert order[-1] == "generations" and order.count("snapshots") == 1
 
 
 def test_discover_tables(repo: CheckpointRepository) -> None:

@@ -164,10 +164,32 @@ def test_diff_between_snapshots(api: SnapshotApi) -> None:
 
 
 def test_checkpoints_without_a_record_are_listed_as_snapshots(api: SnapshotApi) -> None:
-    """A checkpoint committed directly (the Spark engine does) is a COMPLETED one-task snapshot."""
-    from statesnap.checkpoint.writer import write_checkpoint
+    """A checkpoint an older statesnap committed without a snapshot record is a COMPLETED one-task
+    snapshot, and pinning it gives it a record (so GC keeps it like any other)."""
+    from statesnap.checkpoint.manifest import CheckpointManifest, PartitionCheckpoint
 
-    write_checkpoint(
+    files = write_partition_files(
+        api.repo, 1, {p: PartitionUpdate(p, 5, base=rows({b"k%d" % p: b"v"})) for p in range(4)}
+    )
+    api.repo.commit(
+        CheckpointManifest(TOPIC, TOPIC, "c1", 1, files, datetime.now(UTC), writer={"engine": "spark"})
+    )
+    assert all(isinstance(pc, PartitionCheckpoint) for pc in files.values())
+    (snap,) = api.list()
+    assert snap.state is SnapshotState.COMPLETED
+    assert list(snap.tasks) == ["spark"]
+    assert snap.missing_partitions == []
+    assert api.get(snap.generation) == snap
+    assert api.pin(1).pinned
+    assert api.store.get(1).pinned  # a real record now
+    assert api.create().generation == snap.generation + 1
+
+
+def test_write_checkpoint_commits_through_the_orchestrator(api: SnapshotApi) -> None:
+    """Every writer's checkpoint has a snapshot record: one commit path."""
+    from statesnap.snapshot import write_checkpoint
+
+    m = write_checkpoint(
         api.repo,
         table=TOPIC,
         topic=TOPIC,
@@ -175,9 +197,7 @@ def test_checkpoints_without_a_record_are_listed_as_snapshots(api: SnapshotApi) 
         engine="spark",
         updates={p: PartitionUpdate(p, 5, base=rows({b"k%d" % p: b"v"})) for p in range(4)},
     )
-    (snap,) = api.list()
-    assert snap.state is SnapshotState.COMPLETED
-    assert list(snap.tasks) == ["spark"]
-    assert snap.missing_partitions == []
-    assert api.get(snap.generation) == snap
-    assert api.create().generation == snap.generation + 1
+    record = api.store.get(m.generation)
+    assert record.state is SnapshotState.COMPLETED
+    assert m.writer["engine"] == "spark" and m.keys == 4
+    assert [t.writer["engine"] for t in record.tasks.values()] == ["spark"]

@@ -7,9 +7,14 @@ from statesnap.checkpoint.manifest import (
     DataFile,
     PartitionCheckpoint,
 )
-from statesnap.checkpoint.repository import CheckpointRepository, VerifyResult, discover_tables
+from statesnap.checkpoint.repository import (
+    CheckpointRepository,
+    VerifyResult,
+    discover_tables,
+    locate_table,
+)
 from statesnap.checkpoint.retention import GcReport, RetentionPolicy, collect_garbage
-from statesnap.checkpoint.writer import PartitionUpdate, write_checkpoint
+from statesnap.checkpoint.writer import PartitionUpdate, write_partition_files
 
 __all__ = [
     "FORMAT_VERSION",
@@ -24,5 +29,6 @@ __all__ = [
     "VerifyResult",
     "collect_garbage",
     "discover_tables",
-    "write_checkpoint",
+    "locate_table",
+    "write_partition_files",
 ]

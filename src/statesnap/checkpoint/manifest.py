@@ -7,6 +7,7 @@ a manifest finds a complete checkpoint, and a crash before it leaves only unrefe
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,6 +21,9 @@ FORMAT_VERSION = 1
 SUPPORTED_FORMAT_VERSIONS = frozenset({1})
 
 FileKind = Literal["base", "delta"]
+#: Data files live in the table's own ``data/<generation>/`` directory, nowhere else: a manifest
+#: naming any other path (``../..``, an absolute one) is corrupt, not followed.
+_DATA_PATH_RE = re.compile(r"^data/\d{20}/p\d{5}-(base|delta)-\d+\.parquet$")
 
 
 class CheckpointState(StrEnum):
@@ -54,7 +58,10 @@ class DataFile:
         kind = obj["kind"]
         if kind not in ("base", "delta"):
             raise ValueError(f"unknown file kind {kind!r}")
-        return cls(str(obj["path"]), kind, int(obj["rows"]), int(obj["bytes"]), str(obj["sha256"]))
+        path = str(obj["path"])
+        if not _DATA_PATH_RE.fullmatch(path):
+            raise ValueError(f"data file path {path!r} is not under data/<generation>/")
+        return cls(path, kind, int(obj["rows"]), int(obj["bytes"]), str(obj["sha256"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +74,29 @@ class PartitionCheckpoint:
     partition: int
     next_offset: int
     files: tuple[DataFile, ...] = ()
+    #: Live keys in the partition, where the writer knew it (rows count superseded ones and
+    #: tombstones too once deltas pile up).
+    keys: int | None = None
 
     @property
     def rows(self) -> int:
         return sum(f.rows for f in self.files)
+
+    def to_json(self) -> dict[str, Any]:
+        obj: dict[str, Any] = {"next_offset": self.next_offset, "files": [f.to_json() for f in self.files]}
+        if self.keys is not None:
+            obj["keys"] = self.keys
+        return obj
+
+    @classmethod
+    def from_json(cls, partition: int, obj: Mapping[str, Any]) -> PartitionCheckpoint:
+        keys = obj.get("keys")
+        return cls(
+            partition,
+            int(obj["next_offset"]),
+            tuple(DataFile.from_json(f) for f in obj["files"]),
+            None if keys is None else int(keys),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +135,14 @@ class CheckpointManifest:
 
     @property
     def total_rows(self) -> int:
+        """Rows in the files (base + deltas: superseded rows and tombstones included)."""
         return sum(f.rows for f in self.files)
+
+    @property
+    def keys(self) -> int | None:
+        """The table's key count at this checkpoint, when every partition's writer recorded it."""
+        counts = [pc.keys for pc in self.partitions.values()]
+        return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
 
     def age_seconds(self, now: datetime | None = None) -> float:
         return ((now or datetime.now(UTC)) - self.created_at).total_seconds()
@@ -124,13 +157,7 @@ class CheckpointManifest:
             "state": self.state.value,
             "created_at": self.created_at.astimezone(UTC).isoformat(timespec="milliseconds"),
             "writer": dict(self.writer),
-            "partitions": {
-                str(p): {
-                    "next_offset": pc.next_offset,
-                    "files": [f.to_json() for f in pc.files],
-                }
-                for p, pc in sorted(self.partitions.items())
-            },
+            "partitions": {str(p): pc.to_json() for p, pc in sorted(self.partitions.items())},
         }
 
     def to_bytes(self) -> bytes:
@@ -153,12 +180,7 @@ class CheckpointManifest:
             )
         try:
             partitions = {
-                int(p): PartitionCheckpoint(
-                    int(p),
-                    int(pc["next_offset"]),
-                    tuple(DataFile.from_json(f) for f in pc["files"]),
-                )
-                for p, pc in obj["partitions"].items()
+                int(p): PartitionCheckpoint.from_json(int(p), pc) for p, pc in obj["partitions"].items()
             }
             created = datetime.fromisoformat(obj["created_at"])
             if created.tzinfo is None:

@@ -23,7 +23,9 @@ from statesnap.errors import (
     BlobExistsError,
     BlobNotFoundError,
     CheckpointConflictError,
+    ConfigError,
     CorruptCheckpointError,
+    TableNotFoundError,
 )
 
 log = logging.getLogger(__name__)
@@ -195,14 +197,24 @@ class CheckpointRepository:
             rel, "base" if kind == "base" else "delta", encoded.rows, len(encoded.data), encoded.sha256
         )
 
-    def ensure_descriptor(self, table: str, topic: str, cluster_id: str, partitions: int) -> None:
-        """Write the table descriptor once, so tools find the table before its first checkpoint."""
-        key = self.key(layout.DESCRIPTOR)
-        if self.store.exists(key):
-            return
-        body = {"table": table, "topic": topic, "cluster_id": cluster_id, "partitions": partitions}
+    def ensure_descriptor(
+        self, table: str, topic: str, cluster_id: str, partitions: int, snapshot_store: str = "blob"
+    ) -> dict[str, Any]:
+        """Write the table descriptor once, so tools find the table (and where its snapshot
+        records live) before its first checkpoint; returns the descriptor in force."""
+        existing = self.descriptor()
+        if existing is not None:
+            return existing
+        body: dict[str, Any] = {
+            "table": table,
+            "topic": topic,
+            "cluster_id": cluster_id,
+            "partitions": partitions,
+            "snapshot_store": snapshot_store,
+        }
         with contextlib.suppress(BlobExistsError):
-            self.store.write(key, json.dumps(body).encode(), if_absent=True)
+            self.store.write(self.key(layout.DESCRIPTOR), json.dumps(body).encode(), if_absent=True)
+        return self.descriptor() or body
 
     def descriptor(self) -> dict[str, Any] | None:
         try:
@@ -236,6 +248,29 @@ class TableLocation:
     directory: str
     table: str
     cluster_id: str | None
+
+
+def locate_table(store: BlobStore, table: str, cluster_id: str | None = None) -> CheckpointRepository:
+    """The one way to find a table under a checkpoint root: by its cluster, or the only one.
+
+    Raises :class:`TableNotFoundError` when nothing of *table* is there, :class:`ConfigError` when
+    several clusters' tables share the name and *cluster_id* does not pick one.
+    """
+    if cluster_id is not None:
+        repo = CheckpointRepository.for_table(store, cluster_id, table)
+        if repo.descriptor() is None and not repo.generations():
+            raise TableNotFoundError(f"no table {table!r} of cluster {cluster_id!r} under {store.url}")
+        return repo
+    found = discover_tables(store, table)
+    if not found:
+        raise TableNotFoundError(f"no table {table!r} under {store.url}")
+    if len(found) > 1:
+        clusters = ", ".join(sorted(str(f.cluster_id) for f in found))
+        raise ConfigError(
+            f"table {table!r} exists for several clusters under {store.url} ({clusters}); pick one "
+            "with cluster_id"
+        )
+    return CheckpointRepository(store, found[0].directory)
 
 
 def discover_tables(store: BlobStore, table: str | None = None) -> list[TableLocation]:

@@ -1,16 +1,20 @@
-"""Restoring from checkpoints: the newest one that verifies and may be continued, newest first.
+"""Choosing and restoring checkpoints: the newest one that verifies and may be continued.
 
-A checkpoint is skipped (with the reason logged) when its manifest or a data file fails
-verification, or when continuing from it could not equal a full replay (see
-:mod:`statesnap.checkpoint.selection`). A checkpoint of another topic or cluster is refused. When
-the checkpoint being loaded disappears (the owner's GC deleted it) and a newer one exists, the
-restore starts over from the newest.
+The one selection path of statesnap: :class:`CheckpointSelector` walks the manifests newest first
+for every reader and writer — a Python table's restore (verified as its files load), a follower,
+the Spark bootstrap and streaming materializer and ``read_table`` (verified up front, checksums
+included, by :meth:`CheckpointSelector.newest_verified`). A checkpoint is skipped (with the reason
+logged) when its manifest or a data file fails verification, when continuing from it could not
+equal a full replay (see :mod:`statesnap.checkpoint.selection`), or when it belongs to another
+incarnation of the topic. A checkpoint of another topic or cluster is refused. When the
+checkpoint being loaded disappears (the owner's GC deleted it) and a newer one exists, the restore
+starts over from the newest.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -18,7 +22,7 @@ import pyarrow as pa
 
 from statesnap.checkpoint.manifest import CheckpointManifest
 from statesnap.checkpoint.repository import CheckpointRepository
-from statesnap.checkpoint.selection import TopicState, check_identity, unusable_reason
+from statesnap.checkpoint.selection import TopicState, beyond_end, check_identity, unusable_reason
 from statesnap.errors import BlobNotFoundError, CorruptCheckpointError, NoUsableCheckpointError
 
 log = logging.getLogger(__name__)
@@ -38,14 +42,62 @@ class _VanishedError(Exception):
 
 
 @dataclass
-class CheckpointRestorer:
-    """Finds and loads the checkpoint a table continues from."""
+class CheckpointSelector:
+    """Finds (and for a table, loads) the checkpoint to continue from.
+
+    ``state`` is what the cluster reports (None for readers without Kafka access, such as
+    ``read_table``: then only the table name is checked, not retention or compaction).
+    """
 
     repo: CheckpointRepository
     table: str
     generation: int | None = None
     require_checkpoint: bool = False
     skipped: list[SkippedCheckpoint] = field(default_factory=list)
+
+    def candidates(self, state: TopicState | None, now: datetime) -> Iterator[CheckpointManifest]:
+        """Manifests newest first that parse, belong to this table and may be continued; every
+        other one is skipped with its reason logged. One of another topic or cluster raises; one
+        of another incarnation of the topic is skipped with every older one."""
+        other_incarnation: int | None = None
+        for gen, item in self.repo.manifests():
+            if self.generation is not None and gen != self.generation:
+                continue
+            if isinstance(item, CorruptCheckpointError):
+                self._skip(gen, str(item))
+                continue
+            if other_incarnation is not None:
+                self._skip(gen, f"older than generation {other_incarnation} of another topic incarnation")
+                continue
+            if (why := beyond_end(item, state)) is not None:
+                other_incarnation = gen
+                self._skip(gen, why)
+                continue
+            if state is not None:
+                check_identity(item, self.table, state)
+                reason = unusable_reason(item, state, now)
+            elif item.table != self.table:
+                reason = f"it belongs to table {item.table!r}"
+            else:
+                reason = unusable_reason(item, None, now)
+            if reason is not None:
+                self._skip(gen, reason)
+                continue
+            yield item
+
+    def newest_verified(
+        self, state: TopicState | None, now: datetime, *, deep: bool = True
+    ) -> CheckpointManifest | None:
+        """The newest candidate whose files are all present with the right size and, when
+        *deep*, the right checksum; None (or :class:`NoUsableCheckpointError` when a checkpoint
+        was required) if there is none."""
+        for manifest in self.candidates(state, now):
+            verdict = self.repo.verify(manifest.generation, deep=deep)
+            if verdict.ok:
+                return manifest
+            self._skip(manifest.generation, "; ".join(verdict.problems))
+        self._none_usable()
+        return None
 
     def restore(
         self,
@@ -75,19 +127,9 @@ class CheckpointRestorer:
         clear: Callable[[], None],
         now: datetime,
     ) -> CheckpointManifest | None:
-        listed_top: int | None = None
-        for gen, item in self.repo.manifests():
-            listed_top = gen if listed_top is None else listed_top
-            if self.generation is not None and gen != self.generation:
-                continue
-            if isinstance(item, CorruptCheckpointError):
-                self._skip(gen, str(item))
-                continue
-            check_identity(item, self.table, state)
-            reason = unusable_reason(item, state, now)
-            if reason is not None:
-                self._skip(gen, reason)
-                continue
+        listed_top = next(iter(self.repo.generations()), None)
+        for item in self.candidates(state, now):
+            gen = item.generation
             try:
                 wanted = [p for p in partitions if p in item.partitions]
                 for p, rows in self.repo.iter_partitions(item, wanted):

@@ -82,7 +82,8 @@ class GcReport:
     deleted_generations: list[int] = field(default_factory=list)
     deleted_files: list[str] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)
-    deleted_records: list[str] = field(default_factory=list)
+    deleted_records: list[int] = field(default_factory=list)
+    pinned: list[int] = field(default_factory=list)
     aborted_uploads: int = 0
     dry_run: bool = False
 
@@ -93,7 +94,8 @@ class GcReport:
             "deleted_generations": self.deleted_generations,
             "deleted_files": len(self.deleted_files),
             "orphans_deleted": len(self.orphans),
-            "snapshot_records_deleted": len(self.deleted_records),
+            "snapshot_records_deleted": self.deleted_records,
+            "pinned": self.pinned,
             "aborted_uploads": self.aborted_uploads,
             "dry_run": self.dry_run,
         }
@@ -106,10 +108,15 @@ def collect_garbage(
     now: datetime | None = None,
     dry_run: bool = False,
     keep: Callable[[int], bool] = lambda _gen: False,
+    referenced_elsewhere: Iterable[str] = (),
 ) -> GcReport:
-    """Apply *policy* to *repo*; ``now`` is injectable so the rule can be tested on a fake clock.
+    """Apply *policy* to *repo*'s manifests and data files; ``now`` is injectable so the rule can
+    be tested on a fake clock.
 
-    ``keep`` lets callers protect more generations (pinned snapshots).
+    The mechanism only: callers go through :meth:`statesnap.snapshot.SnapshotApi.gc`, which
+    passes ``keep`` (pinned and unexpired snapshots) and ``referenced_elsewhere`` (files of snapshots in
+    progress and of the Spark journal, relative to the table directory) and removes the
+    snapshot records of deleted generations through the snapshot store.
     """
     now = now or datetime.now(UTC)
     report = GcReport(repo.url, dry_run=dry_run)
@@ -134,23 +141,10 @@ def collect_garbage(
     report.retained = sorted(kept, reverse=True)
     report.deleted_generations = sorted(set(manifests) - kept)
     referenced = {f.path for gen in kept if (m := manifests.get(gen)) is not None for f in m.files}
+    referenced |= set(referenced_elsewhere)
     doomed_refs = {
         f.path for gen in report.deleted_generations if (m := manifests.get(gen)) is not None for f in m.files
     }
-    newest_manifest = max(manifests, default=0)
-    for rel in sorted(present):
-        record_gen = layout.record_generation(rel)
-        if record_gen is None:
-            continue
-        # Snapshot records go with their checkpoint; records of snapshots that never committed one
-        # (FAILED, abandoned) go once they are older than min_age and a newer checkpoint exists.
-        if record_gen in report.deleted_generations or (
-            record_gen not in manifests
-            and record_gen < newest_manifest
-            and not keep(record_gen)
-            and now - modified[rel] >= policy.min_age
-        ):
-            report.deleted_records.append(rel)
     for rel in sorted(present):
         if layout.data_generation(rel) is None or rel in referenced:
             continue
@@ -161,9 +155,7 @@ def collect_garbage(
 
     if not dry_run:
         repo.store.delete(repo.key(layout.manifest_key(g)) for g in report.deleted_generations)
-        repo.store.delete(
-            repo.key(rel) for rel in [*report.deleted_files, *report.orphans, *report.deleted_records]
-        )
+        repo.store.delete(repo.key(rel) for rel in [*report.deleted_files, *report.orphans])
     report.aborted_uploads = repo.store.abort_stale_uploads(
         repo.directory, now - policy.orphan_grace, dry_run=dry_run
     )

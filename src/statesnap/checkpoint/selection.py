@@ -24,6 +24,23 @@ class TopicState:
     log_start: Mapping[int, int]
     compacted: bool = False
     delete_retention_ms: int = 86_400_000
+    #: The true end of each partition (found by partition EOF), where the reader knows it.
+    log_end: Mapping[int, int] | None = None
+
+
+def beyond_end(manifest: CheckpointManifest, state: TopicState | None) -> str | None:
+    """Why *manifest* cannot be of this topic's incarnation: it resumes a partition past the
+    partition's end (the topic was deleted and recreated, or another cluster reuses the id)."""
+    if state is None or state.log_end is None:
+        return None
+    for p, pc in sorted(manifest.partitions.items()):
+        end = state.log_end.get(p)
+        if end is not None and pc.next_offset > end:
+            return (
+                f"partition {p} resumes at offset {pc.next_offset}, past the partition's end ({end}): "
+                "the checkpoint belongs to another incarnation of the topic (deleted and recreated?)"
+            )
+    return None
 
 
 def check_identity(manifest: CheckpointManifest, table: str, state: TopicState) -> None:
@@ -36,10 +53,15 @@ def check_identity(manifest: CheckpointManifest, table: str, state: TopicState) 
         )
 
 
-def unusable_reason(manifest: CheckpointManifest, state: TopicState, now: datetime) -> str | None:
-    """Why continuing from *manifest* would not equal a full replay, or None if it is safe."""
+def unusable_reason(manifest: CheckpointManifest, state: TopicState | None, now: datetime) -> str | None:
+    """Why continuing from *manifest* would not equal a full replay, or None if it is safe.
+
+    Without *state* (a reader with no access to the cluster) only the manifest itself is judged.
+    """
     if manifest.state is not CheckpointState.COMPLETED:
         return f"state is {manifest.state.value}, not COMPLETED"
+    if state is None:
+        return None
     for p, pc in sorted(manifest.partitions.items()):
         start = state.log_start.get(p)
         if start is None:

@@ -1,4 +1,5 @@
-"""Writing a checkpoint: data files first (in parallel), the manifest last.
+"""Writing a checkpoint's data files (in parallel); the manifest is committed after them, by the
+snapshot orchestrator (:mod:`statesnap.snapshot.participant`), never by a writer directly.
 
 The order is the whole crash-safety story: a crash before the manifest leaves unreferenced files
 that retention GC removes after a grace period; after it, the checkpoint is complete.
@@ -7,22 +8,13 @@ that retention GC removes after a grace period; after it, the checkpoint is comp
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
 
 import pyarrow as pa
 
-from statesnap import __version__
-from statesnap.checkpoint.manifest import (
-    CheckpointManifest,
-    CheckpointState,
-    DataFile,
-    PartitionCheckpoint,
-)
+from statesnap.checkpoint.manifest import CheckpointManifest, DataFile, PartitionCheckpoint
 from statesnap.checkpoint.repository import IO_THREADS, CheckpointRepository
 from statesnap.errors import CheckpointConflictError
 
@@ -42,6 +34,8 @@ class PartitionUpdate:
     next_offset: int
     base: pa.Table | None = None
     delta: pa.Table | None = None
+    #: The partition's live key count after a ``delta``, where the writer knows it.
+    keys: int | None = None
 
 
 #: A generation directory may hold files of earlier, crashed attempts at the same generation.
@@ -90,57 +84,14 @@ def write_partition_files(
 
     partitions: dict[int, PartitionCheckpoint] = {}
     for p, upd in sorted(updates.items()):
-        prior: tuple[DataFile, ...] = ()
-        if previous is not None and p in previous.partitions:
-            prior = previous.partitions[p].files
+        before = previous.partitions.get(p) if previous is not None else None
+        prior = before.files if before is not None else ()
         if (p, "base") in written:
             files: tuple[DataFile, ...] = (written[(p, "base")],)
+            keys: int | None = written[(p, "base")].rows  # a base holds no tombstones
         elif (p, "delta") in written:
-            files = (*prior, written[(p, "delta")])
+            files, keys = (*prior, written[(p, "delta")]), upd.keys
         else:
-            files = prior
-        partitions[p] = PartitionCheckpoint(p, upd.next_offset, files)
+            files, keys = prior, (before.keys if before is not None else 0)
+        partitions[p] = PartitionCheckpoint(p, upd.next_offset, files, keys)
     return partitions
-
-
-def write_checkpoint(
-    repo: CheckpointRepository,
-    *,
-    table: str,
-    topic: str,
-    cluster_id: str,
-    updates: Mapping[int, PartitionUpdate],
-    previous: CheckpointManifest | None = None,
-    engine: str = "python",
-    extra: Mapping[str, Any] | None = None,
-    generation: int | None = None,
-) -> CheckpointManifest:
-    """Write data files for *updates*, then commit the manifest; returns the committed manifest.
-
-    Raises :class:`~statesnap.errors.CheckpointConflictError` if another writer took the
-    generation (nothing of theirs is touched; our files stay as orphans for GC).
-    """
-    started = time.monotonic()
-    gen = generation if generation is not None else repo.next_generation()
-    partitions = write_partition_files(repo, gen, updates, previous)
-    new_files = [f for pc in partitions.values() for f in pc.files if f.path.startswith(f"data/{gen:020d}/")]
-    manifest = CheckpointManifest(
-        table=table,
-        topic=topic,
-        cluster_id=cluster_id,
-        generation=gen,
-        partitions=partitions,
-        created_at=datetime.now(UTC),
-        state=CheckpointState.COMPLETED,
-        writer={
-            "name": "statesnap",
-            "version": __version__,
-            "engine": engine,
-            "duration_seconds": round(time.monotonic() - started, 3),
-            "files_written": len(new_files),
-            "bytes_written": sum(f.bytes for f in new_files),
-            **(extra or {}),
-        },
-    )
-    repo.commit(manifest)
-    return manifest

@@ -7,16 +7,19 @@ from typing import Any
 import click
 
 from statesnap.blob import open_blob_store
-from statesnap.checkpoint import (
-    CheckpointManifest,
-    CheckpointRepository,
-    RetentionPolicy,
-    collect_garbage,
-)
+from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, RetentionPolicy
 from statesnap.checkpoint.repository import TableLocation, discover_tables
-from statesnap.cli.options import emit_json, json_option, pairs_to_dict, storage_options
+from statesnap.cli.options import (
+    emit_json,
+    json_option,
+    pairs_to_dict,
+    snapshot_cluster_options,
+    snapshot_store_args,
+    storage_options,
+)
 from statesnap.durations import parse_duration
-from statesnap.errors import CheckpointError, CorruptCheckpointError
+from statesnap.errors import CheckpointError, CorruptCheckpointError, TableNotFoundError
+from statesnap.snapshot.api import SnapshotApi
 
 
 @click.group()
@@ -24,12 +27,19 @@ def checkpoints() -> None:
     """Inspect and maintain checkpoints in a store (URL: path, file:///path or s3://bucket/prefix)."""
 
 
-def _locations(url: str, table: str | None, storage_pairs: tuple[str, ...]) -> list[CheckpointRepository]:
+def _tables(url: str, table: str | None, storage_pairs: tuple[str, ...]) -> list[TableLocation]:
     store = open_blob_store(url, **pairs_to_dict(storage_pairs, "--storage-option"))
     store.check(writable=False)
     found: list[TableLocation] = discover_tables(store, table)
     if not found:
-        raise CheckpointError(f"no checkpoints{f' for table {table!r}' if table else ''} under {store.url}")
+        raise TableNotFoundError(f"no checkpoints{f' of table {table!r}' if table else ''} under {store.url}")
+    click.get_current_context().meta["statesnap.store"] = store
+    return found
+
+
+def _locations(url: str, table: str | None, storage_pairs: tuple[str, ...]) -> list[CheckpointRepository]:
+    found = _tables(url, table, storage_pairs)
+    store = click.get_current_context().meta["statesnap.store"]
     return [CheckpointRepository(store, loc.directory) for loc in found]
 
 
@@ -142,6 +152,7 @@ def verify(url: str, table: str | None, storage_pairs: tuple[str, ...], as_json:
 
 @checkpoints.command()
 @common
+@snapshot_cluster_options
 @click.option("--min-count", default=10, show_default=True, help="Keep at least this many checkpoints.")
 @click.option("--min-age", default="12h", show_default=True, help="Keep every checkpoint younger than this.")
 @click.option(
@@ -162,17 +173,30 @@ def gc(
     dry_run: bool,
 ) -> None:
     """Delete checkpoints that are neither among the newest --min-count nor younger than --min-age,
-    then data files no retained checkpoint references, orphans and stale uploads."""
+    then data files no retained checkpoint references, orphans and stale uploads.
+
+    Pinned and unexpired snapshots, the newest usable checkpoint, snapshots in progress and files the
+    Spark journal still needs are always kept, whichever engine wrote them; --dry-run lists exactly
+    what a real run would delete.
+    """
     policy = RetentionPolicy(min_count, parse_duration(min_age), parse_duration(orphan_grace))
-    reports = [
-        collect_garbage(repo, policy, dry_run=dry_run) for repo in _locations(url, table, storage_pairs)
-    ]
+    reports = []
+    for loc in _tables(url, table, storage_pairs):
+        store = click.get_current_context().meta["statesnap.store"]
+        api = SnapshotApi.for_repo(
+            CheckpointRepository(store, loc.directory), loc.table, **snapshot_store_args()
+        )
+        try:
+            reports.append(api.gc(policy, dry_run=dry_run))
+        finally:
+            api.close()
     if as_json:
         emit_json([r.to_json() for r in reports])
         return
     verb = "would delete" if dry_run else "deleted"
     for r in reports:
         click.echo(
-            f"{r.table_url}: kept {r.retained}, {verb} generations {r.deleted_generations}, "
-            f"{len(r.deleted_files)} files, {len(r.orphans)} orphans, {r.aborted_uploads} stale uploads"
+            f"{r.table_url}: kept {r.retained} (pinned {r.pinned}), {verb} generations "
+            f"{r.deleted_generations}, {len(r.deleted_files)} files, {len(r.orphans)} orphans, "
+            f"{len(r.deleted_records)} snapshot records, {r.aborted_uploads} stale uploads"
         )

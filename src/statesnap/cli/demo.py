@@ -12,9 +12,10 @@ import click
 from rich.table import Table as RichTable
 
 from statesnap.checkpoint import CheckpointManifest
+from statesnap.cli.engine import spark_available
 from statesnap.cli.options import emit_json, json_option
 from statesnap.cli.progress import progress_bar, stderr
-from statesnap.cli.spark_engine import spark_available, spark_session
+from statesnap.cli.spark_engine import spark_session
 from statesnap.cli.tables import start_with_progress
 from statesnap.devstack import EmbeddedBroker
 from statesnap.digest import table_digest

@@ -75,6 +75,81 @@ def storage_options(f: F) -> F:
     )(f)
 
 
+def snapshot_store_option(f: F) -> F:
+    return click.option(
+        "--snapshot-store",
+        default=None,
+        envvar="STATESNAP_SNAPSHOT_STORE",
+        metavar="blob|topic:NAME",
+        help="Where snapshot records live: blob (beside the checkpoints, the default) or topic:NAME (a "
+        "Kafka topic; needs --bootstrap-servers). A table keeps the store it was created with. "
+        "[env: STATESNAP_SNAPSHOT_STORE]",
+    )(f)
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    ctx.meta[f"statesnap.{param.name}"] = value
+    return value
+
+
+def snapshot_cluster_options(f: F) -> F:
+    """``--snapshot-store`` and, for a topic store, the cluster it lives on (``-b``, Kafka
+    settings); read them back with :func:`snapshot_store_args`."""
+    for decorator in (
+        click.option(
+            "--kafka-config-file",
+            "kafka_files",
+            multiple=True,
+            expose_value=False,
+            callback=_remember,
+            type=click.Path(dir_okay=False),
+            help="With a topic snapshot store: librdkafka properties file; repeatable.",
+        ),
+        click.option(
+            "--kafka-config",
+            "kafka_pairs",
+            multiple=True,
+            expose_value=False,
+            callback=_remember,
+            metavar="KEY=VALUE",
+            help="With a topic snapshot store: librdkafka property; repeatable.",
+        ),
+        click.option(
+            "--bootstrap-servers",
+            "-b",
+            envvar="STATESNAP_BOOTSTRAP_SERVERS",
+            expose_value=False,
+            callback=_remember,
+            help="With a topic snapshot store: the Kafka cluster. [env: STATESNAP_BOOTSTRAP_SERVERS]",
+        ),
+        click.option(
+            "--snapshot-store",
+            envvar="STATESNAP_SNAPSHOT_STORE",
+            expose_value=False,
+            callback=_remember,
+            metavar="blob|topic:NAME",
+            help="Where the table's snapshot records live (default: what the table was created with, "
+            "else blob). [env: STATESNAP_SNAPSHOT_STORE]",
+        ),
+    ):
+        f = decorator(f)
+    return f
+
+
+def snapshot_store_args() -> dict[str, Any]:
+    """``snapshot_store=`` and ``kafka=`` for :meth:`SnapshotApi.open`, from the current command."""
+    meta = click.get_current_context().meta
+    servers = meta.get("statesnap.bootstrap_servers")
+    kafka = None
+    if servers:
+        kafka = kafka_settings(
+            servers,
+            tuple(meta.get("statesnap.kafka_pairs") or ()),
+            tuple(meta.get("statesnap.kafka_files") or ()),
+        )
+    return {"snapshot_store": meta.get("statesnap.snapshot_store"), "kafka": kafka}
+
+
 def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(f)
 

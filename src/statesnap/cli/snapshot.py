@@ -6,7 +6,14 @@ from typing import Any
 
 import click
 
-from statesnap.cli.options import emit_json, json_option, pairs_to_dict, storage_options
+from statesnap.cli.options import (
+    emit_json,
+    json_option,
+    pairs_to_dict,
+    snapshot_cluster_options,
+    snapshot_store_args,
+    storage_options,
+)
 from statesnap.snapshot.api import SnapshotApi, snapshot_json
 from statesnap.snapshot.diff import diff_snapshots
 from statesnap.snapshot.model import Snapshot, SnapshotState
@@ -27,6 +34,7 @@ def snapshot() -> None:
 def common(f: Any) -> Any:
     f = json_option(f)
     f = storage_options(f)
+    f = snapshot_cluster_options(f)
     f = click.option(
         "--table", required=True, envvar="STATESNAP_TABLE", help="Table name. [env: STATESNAP_TABLE]"
     )(f)
@@ -34,7 +42,13 @@ def common(f: Any) -> Any:
 
 
 def _api(url: str, table: str, storage_pairs: tuple[str, ...]) -> SnapshotApi:
-    return SnapshotApi.open(url, table, **pairs_to_dict(storage_pairs, "--storage-option"))
+    where = snapshot_store_args()
+    options: dict[str, Any] = pairs_to_dict(storage_pairs, "--storage-option")
+    api = SnapshotApi.open(
+        url, table, snapshot_store=where["snapshot_store"], kafka=where["kafka"], **options
+    )
+    click.get_current_context().call_on_close(api.close)
+    return api
 
 
 def _line(s: Snapshot) -> str:

@@ -1,133 +1,165 @@
-"""``--engine spark``: the CLI's bridge to :mod:`statesnap.spark` (imported only when used)."""
+"""``--engine spark``: the CLI's bridge to :mod:`statesnap.spark` (imported only when used).
+
+It returns the same result keys as the python engine, so ``--json`` output does not depend on
+which engine ran.
+"""
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import os
-import shutil
+import logging
 import signal
-import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import click
 
-from statesnap.checkpoint import RetentionPolicy
-from statesnap.cli.options import emit_json, kafka_settings, pairs_to_dict
+from statesnap.checkpoint import CheckpointManifest, RetentionPolicy
+from statesnap.kafka.config import KafkaSettings
 from statesnap.snapshot.diff import SnapshotDiff
 
-#: ``local[*]`` by default; point it at a cluster with STATESNAP_SPARK_MASTER.
-MASTER_ENV = "STATESNAP_SPARK_MASTER"
 
+def spark_session(conf: dict[str, str] | None = None) -> Any:
+    """The CLI's session: quiet unless ``--log-level debug``; master from STATESNAP_SPARK_MASTER."""
+    from statesnap.spark.session import default_master
+    from statesnap.spark.session import spark_session as make
 
-def spark_available() -> bool:
-    """Whether the Spark engine can run here: pyspark importable and a Java runtime present."""
-    has_java = shutil.which("java") is not None or bool(os.environ.get("JAVA_HOME"))
-    return has_java and importlib.util.find_spec("pyspark") is not None
-
-
-def spark_session() -> Any:
-    """A quiet local (or $STATESNAP_SPARK_MASTER) session with the statesnap sources registered."""
-    from pyspark.sql import SparkSession
-
-    from statesnap.spark import register
-
-    # Python workers must run this interpreter: it is the one with statesnap installed.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    spark = (
-        SparkSession.builder.master(os.environ.get(MASTER_ENV, "local[*]"))
-        .appName("statesnap")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(max(2, os.cpu_count() or 2)))
-        .getOrCreate()
+    verbose = logging.getLogger("statesnap").getEffectiveLevel() <= logging.DEBUG
+    spark = make(conf=conf, verbose=verbose)
+    click.echo(
+        f"spark: {spark.version} on {spark.sparkContext.master} ({default_master()} configured)", err=True
     )
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
     return spark
 
 
 def materialize_on_spark(
     *,
-    bootstrap_servers: str,
+    settings: KafkaSettings,
     topic: str,
     table: str,
     checkpoints: str,
-    storage_pairs: tuple[str, ...],
-    kafka_pairs: tuple[str, ...],
-    kafka_files: tuple[str, ...],
+    storage_options: dict[str, str],
     follow: bool,
     checkpoint_interval: str,
+    trigger_interval: str,
     retention: RetentionPolicy,
-    as_json: bool,
-    spark_checkpoint_location: str | None = None,
-) -> None:
+    generation: int | None,
+    snapshot_timeout: str,
+    snapshot_store: str | None,
+    spark_checkpoint_location: str | None,
+    spark_conf: dict[str, str],
+    quiet: bool,
+) -> dict[str, Any]:
     """Bootstrap (or, with ``follow``, continuously materialize) *topic* into checkpoints on Spark."""
     from statesnap.spark import bootstrap, materialize_stream
 
-    settings = kafka_settings(bootstrap_servers, kafka_pairs, kafka_files)
-    options = pairs_to_dict(storage_pairs, "--storage-option")
-    spark = spark_session()
+    started = time.monotonic()
+    common: dict[str, Any] = {
+        "bootstrap_servers": settings.bootstrap_servers,
+        "topic": topic,
+        "table": table,
+        "checkpoints": checkpoints,
+        "storage_options": storage_options,
+        "kafka_config": dict(settings.config),
+        "retention": retention,
+        "snapshot_store": snapshot_store,
+        "snapshot_timeout": snapshot_timeout,
+        "generation": generation,
+        "timeout": settings.timeout,
+    }
+    spark = spark_session(spark_conf)
     try:
         if not follow:
-            manifest = bootstrap(
-                spark,
-                bootstrap_servers=settings.bootstrap_servers,
-                topic=topic,
-                table=table,
-                checkpoints=checkpoints,
-                storage_options=options,
-                kafka_config=dict(settings.config),
-                retention=retention,
+            previous = _newest_generation(checkpoints, storage_options, table)
+            manifest = bootstrap(spark, **common)
+            written = manifest.generation != previous
+            return _result(
+                spark, manifest, checkpoints, storage_options, topic, table, started, written=written
             )
-            result = {
-                "table": table,
-                "topic": topic,
-                "engine": "spark",
-                "checkpoint": manifest.generation,
-                "keys": manifest.total_rows,
-                "offsets": manifest.offsets,
-                "writer": dict(manifest.writer),
-            }
-            if as_json:
-                emit_json(result)
-            else:
-                click.echo(
-                    f"checkpoint {manifest.generation} of {table} on Spark: {manifest.total_rows} rows, "
-                    f"{manifest.total_bytes:,} bytes in {manifest.writer.get('duration_seconds', '?')}s"
-                )
-            return
         location = spark_checkpoint_location or _default_query_location(checkpoints, table)
         materializer = materialize_stream(
             spark,
-            bootstrap_servers=settings.bootstrap_servers,
-            topic=topic,
-            table=table,
-            checkpoints=checkpoints,
             checkpoint_location=location,
-            storage_options=options,
-            kafka_config=dict(settings.config),
             checkpoint_interval=checkpoint_interval,
-            retention=retention,
+            trigger_interval=trigger_interval,
+            **common,
         )
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-        if not as_json:
+        if not quiet:
             click.echo(
-                f"materializing {topic} on Spark; streaming state in {location} (Ctrl-C to stop)", err=True
+                f"materializing {topic} on Spark; checkpoints every {checkpoint_interval}, streaming state "
+                f"in {location} (Ctrl-C to stop)",
+                err=True,
             )
         while not stop.wait(0.5):
             if not materializer.query.isActive:
                 raise click.ClickException(f"streaming query stopped: {materializer.query.exception()}")
         final = materializer.stop(checkpoint=True)
-        if as_json:
-            emit_json({"table": table, "engine": "spark", "checkpoint": final.generation if final else None})
+        current = final or materializer.last_checkpoint
+        return _result(
+            spark, current, checkpoints, storage_options, topic, table, started, written=final is not None
+        )
     finally:
         spark.stop()
+
+
+def _result(
+    spark: Any,
+    manifest: CheckpointManifest | None,
+    checkpoints: str,
+    storage_options: dict[str, str],
+    topic: str,
+    table: str,
+    started: float,
+    *,
+    written: bool,
+) -> dict[str, Any]:
+    """The python engine's result keys, filled from a Spark-written manifest (``keys`` is the
+    table's key count: recorded by the writer, or merged from the files by a small job)."""
+    from statesnap.blob import open_blob_store
+    from statesnap.checkpoint import locate_table
+    from statesnap.spark import count_keys
+
+    writer = dict(manifest.writer) if manifest is not None else {}
+    keys, url = 0, None
+    if manifest is not None:
+        repo = locate_table(open_blob_store(checkpoints, **storage_options), table, manifest.cluster_id)
+        keys, url = count_keys(spark, repo, manifest), repo.url
+    return {
+        "table": table,
+        "topic": topic,
+        "engine": "spark",
+        "checkpoint": manifest.generation if manifest is not None else None,
+        "written": written,
+        "keys": keys,
+        "offsets": manifest.offsets if manifest is not None else {},
+        "restore": {
+            "checkpoint": writer.get("base_generation"),
+            "replayed_records": int(writer.get("records_read", 0) or 0),
+            "restore_seconds": writer.get("duration_seconds"),
+        },
+        "checkpoint_seconds": writer.get("duration_seconds"),
+        "seconds": round(time.monotonic() - started, 3),
+        "bytes": manifest.total_bytes if manifest is not None else 0,
+        "url": url,
+    }
+
+
+def _newest_generation(checkpoints: str, storage_options: dict[str, str], table: str) -> int | None:
+    """The table's newest generation before a run (to tell whether the run wrote one)."""
+    from statesnap.blob import open_blob_store
+    from statesnap.checkpoint import locate_table
+    from statesnap.errors import ConfigError, TableNotFoundError
+
+    try:
+        repo = locate_table(open_blob_store(checkpoints, **storage_options), table)
+    except (TableNotFoundError, ConfigError):
+        return None
+    return next(iter(repo.generations()), None)
 
 
 def _default_query_location(checkpoints: str, table: str) -> str:

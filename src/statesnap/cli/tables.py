@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import signal
 import sys
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 import click
 
-from statesnap.checkpoint import RetentionPolicy
+from statesnap.blob import open_blob_store
+from statesnap.checkpoint import CheckpointRepository, RetentionPolicy
+from statesnap.cli.engine import choose_engine
 from statesnap.cli.options import (
     bootstrap_option,
     emit_json,
@@ -20,6 +24,7 @@ from statesnap.cli.options import (
     kafka_config_options,
     kafka_settings,
     pairs_to_dict,
+    snapshot_store_option,
     storage_options,
     table_option,
     topic_option,
@@ -27,7 +32,12 @@ from statesnap.cli.options import (
 from statesnap.cli.progress import progress_bar
 from statesnap.digest import table_digest
 from statesnap.durations import parse_duration
+from statesnap.kafka.admin import KafkaAdmin
+from statesnap.kafka.backlog import estimate_backlog, high_watermarks
+from statesnap.kafka.config import KafkaSettings
 from statesnap.table import RestoreReport, Table
+
+log = logging.getLogger(__name__)
 
 
 def start_with_progress(table: Table, quiet: bool) -> RestoreReport:
@@ -86,25 +96,34 @@ def _table(
     help="Checkpoint store URL: a path, file:///path or s3://bucket/prefix. [env: STATESNAP_CHECKPOINTS]",
 )
 @click.option(
-    "--store",
-    type=click.Choice(["memory", "rocksdb"]),
-    default="memory",
-    show_default=True,
-    help="Local state store.",
-)
-@click.option(
     "--engine",
     type=click.Choice(["auto", "python", "spark"]),
     default="auto",
     show_default=True,
     envvar="STATESNAP_ENGINE",
-    help="spark: a PySpark job reads the partitions in parallel and writes the checkpoint; python: this "
-    "process does. auto: spark when pyspark and Java are installed, except for --instance/--generation.",
+    help="Who reads the topic and writes checkpoints: this process (python) or a PySpark job (spark). "
+    "auto estimates both from the backlog and picks the faster (Spark for large backlogs or when "
+    "STATESNAP_SPARK_MASTER names a cluster) and says why. Both write the same checkpoints and take "
+    "part in the same snapshots.",
+)
+@click.option(
+    "--store",
+    type=click.Choice(["memory", "rocksdb"]),
+    default=None,
+    help="python engine: local state store [default: memory].",
 )
 @click.option(
     "--spark-checkpoint-location",
     default=None,
-    help="With --engine spark --follow: Spark's streaming checkpoint (default: ~/.cache/statesnap/spark/…).",
+    help="spark engine with --follow: Spark's streaming checkpoint (default: ~/.cache/statesnap/spark/…); "
+    "state that disagrees with the checkpoint store is moved aside.",
+)
+@click.option(
+    "--spark-conf",
+    "spark_conf",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="spark engine: any Spark setting (spark.executor.memory=4g, …); repeatable.",
 )
 @click.option(
     "--follow", is_flag=True, help="Keep running, checkpointing every --checkpoint-interval, until Ctrl-C."
@@ -113,32 +132,43 @@ def _table(
     "--checkpoint-interval", default="1h", show_default=True, help="With --follow: time between checkpoints."
 )
 @click.option(
-    "--commit-interval", default="5s", show_default=True, help="With --follow: time between commit points."
+    "--commit-interval",
+    default="5s",
+    show_default=True,
+    help="With --follow: time between commit points (on Spark: the micro-batch trigger interval).",
 )
-@click.option("--instance", type=int, default=None, help="With --instances: own partitions p % N == I.")
-@click.option("--instances", type=int, default=None, help="Tasks the table's partitions are spread over.")
+@click.option("--instance", type=int, default=None, help="python engine: with --instances, own p % N == I.")
+@click.option("--instances", type=int, default=None, help="python engine: tasks the partitions spread over.")
 @click.option(
-    "--generation", type=int, default=None, help="Restore this snapshot generation, not the newest."
+    "--generation", type=int, default=None, help="Continue from this snapshot generation, not the newest."
 )
 @click.option("--snapshot-timeout", default="60s", show_default=True, help="Fail snapshots not done by then.")
+@snapshot_store_option
 @click.option(
     "--min-count", default=10, show_default=True, help="Retention: keep at least this many checkpoints."
 )
 @click.option(
     "--min-age", default="12h", show_default=True, help="Retention: keep every checkpoint younger than this."
 )
+@click.option(
+    "--orphan-grace",
+    default=None,
+    help="Retention: keep unreferenced files younger than this [default: 1h, or 2 × --checkpoint-interval "
+    "when longer].",
+)
 @storage_options
 @kafka_config_options
 @json_option
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar, no status lines.")
 def materialize(
     bootstrap_servers: str,
     topic: str,
     table: str | None,
     checkpoints: str,
-    store: str,
     engine: str,
+    store: str | None,
     spark_checkpoint_location: str | None,
+    spark_conf: tuple[str, ...],
     follow: bool,
     checkpoint_interval: str,
     commit_interval: str,
@@ -146,8 +176,10 @@ def materialize(
     instances: int | None,
     generation: int | None,
     snapshot_timeout: str,
+    snapshot_store: str | None,
     min_count: int,
     min_age: str,
+    orphan_grace: str | None,
     storage_pairs: tuple[str, ...],
     kafka_pairs: tuple[str, ...],
     kafka_files: tuple[str, ...],
@@ -158,89 +190,166 @@ def materialize(
 
     Starts from the newest valid checkpoint (so running it again is incremental) and exits, or with
     --follow keeps consuming and checkpointing until interrupted (a final checkpoint on exit).
+    Every option means the same on both engines or is refused, in one line, by the one that cannot
+    honour it; --json prints the same keys on both.
     """
-    retention = RetentionPolicy(min_count, parse_duration(min_age))
+    interval = parse_duration(checkpoint_interval)
+    grace = parse_duration(orphan_grace) if orphan_grace else max(timedelta(hours=1), 2 * interval)
+    retention = RetentionPolicy(min_count, parse_duration(min_age), grace)
+    settings = kafka_settings(bootstrap_servers, kafka_pairs, kafka_files)
+    name = table or topic
+    options = pairs_to_dict(storage_pairs, "--storage-option")
+    backlog = None
     if engine == "auto":
-        from statesnap.cli.spark_engine import spark_available
-
-        tasks = instance is not None or instances is not None or generation is not None
-        engine = "spark" if spark_available() and not tasks else "python"
-    if engine == "spark":
+        backlog = estimate_table_backlog(settings, topic, name, checkpoints, options)
+    choice = choose_engine(
+        engine,
+        python_only={"store": store is not None, "instances": instance is not None or instances is not None},
+        spark_only={
+            "spark_checkpoint_location": bool(spark_checkpoint_location),
+            "spark_conf": bool(spark_conf),
+        },
+        backlog=backlog,
+        follow=follow,
+    )
+    log.info("engine %s: %s", choice.engine, choice.reason)
+    if not quiet and not as_json:
+        click.echo(f"engine: {choice.engine} ({choice.reason})", err=True)
+    if choice.engine == "spark":
         from statesnap.cli.spark_engine import materialize_on_spark
 
-        materialize_on_spark(
-            bootstrap_servers=bootstrap_servers,
+        result = materialize_on_spark(
+            settings=settings,
             topic=topic,
-            table=table or topic,
+            table=name,
             checkpoints=checkpoints,
-            storage_pairs=storage_pairs,
-            kafka_pairs=kafka_pairs,
-            kafka_files=kafka_files,
+            storage_options=options,
             follow=follow,
             checkpoint_interval=checkpoint_interval,
+            trigger_interval=commit_interval,
             retention=retention,
-            as_json=as_json,
+            generation=generation,
+            snapshot_timeout=snapshot_timeout,
+            snapshot_store=snapshot_store,
             spark_checkpoint_location=spark_checkpoint_location,
+            spark_conf=pairs_to_dict(spark_conf, "--spark-conf"),
+            quiet=quiet or as_json,
         )
-        return
-    t = _table(
-        bootstrap_servers,
+    else:
+        result = _materialize_in_python(
+            settings,
+            topic,
+            name,
+            checkpoints,
+            options,
+            store=store or "memory",
+            retention=retention,
+            checkpoint_interval=checkpoint_interval,
+            commit_interval=commit_interval,
+            follow=follow,
+            instance=instance,
+            instances=instances,
+            generation=generation,
+            snapshot_timeout=snapshot_timeout,
+            snapshot_store=snapshot_store,
+            quiet=quiet or as_json,
+        )
+    result["engine_reason"] = choice.reason
+    report_materialized(result, as_json)
+
+
+def estimate_table_backlog(
+    settings: KafkaSettings, topic: str, table: str, checkpoints: str, storage: dict[str, str]
+) -> int:
+    """Records a materialization would read: watermarks (an estimate) minus the newest
+    checkpoint's offsets. A missing topic or broker fails here, at once."""
+    admin = KafkaAdmin(settings)
+    cluster_id = admin.cluster_id()
+    partitions = admin.partitions(topic)
+    ends = high_watermarks(settings, topic, partitions)
+    repo = CheckpointRepository.for_table(open_blob_store(checkpoints, **storage), cluster_id, table)
+    latest = repo.latest()
+    return estimate_backlog(ends, latest.offsets if latest is not None else {})
+
+
+def _materialize_in_python(
+    settings: KafkaSettings,
+    topic: str,
+    table: str,
+    checkpoints: str,
+    storage: dict[str, str],
+    *,
+    follow: bool,
+    quiet: bool,
+    instances: int | None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    started = time.monotonic()
+    t = Table(
         topic,
-        table,
-        checkpoints,
-        storage_pairs,
-        kafka_pairs,
-        kafka_files,
-        store=store,
-        retention=retention,
-        checkpoint_interval=checkpoint_interval,
-        commit_interval=commit_interval,
+        bootstrap_servers=settings.bootstrap_servers,
+        kafka_config=dict(settings.config),
+        name=table,
+        checkpoints=checkpoints,
+        storage_options=storage,
         background=follow,
-        instance=instance,
         instances=instances,
-        generation=generation,
-        snapshot_timeout=snapshot_timeout,
+        **kwargs,
     )
     try:
-        report = start_with_progress(t, quiet or as_json)
+        report = start_with_progress(t, quiet)
         if follow:
             stop = threading.Event()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, lambda *_: stop.set())
-            if not as_json:
+            if not quiet:
                 click.echo(
-                    f"following {topic}; checkpoints every {checkpoint_interval} (Ctrl-C to stop)", err=True
+                    f"following {topic}; checkpoints every {kwargs['checkpoint_interval']} (Ctrl-C to stop)",
+                    err=True,
                 )
             while not stop.wait(0.5):
                 t.raise_if_failed()
-        started = time.monotonic()
+        write_started = time.monotonic()
         # One task of several cannot complete a snapshot alone; its peers report on their own.
         manifest = t.checkpoint() if not instances or instances == 1 or not follow else None
-        write_seconds = time.monotonic() - started
+        write_seconds = time.monotonic() - write_started
         keys = len(t.store)
     finally:
         t.close(checkpoint=False)
     current = manifest or t.last_checkpoint
-    result = {
+    return {
         "table": t.name,
         "topic": topic,
+        "engine": "python",
         "checkpoint": current.generation if current else None,
         "written": manifest is not None,
         "keys": keys,
         "offsets": current.offsets if current else {},
-        "restore": report.to_json(),
+        "restore": {
+            "checkpoint": report.checkpoint,
+            "replayed_records": report.replayed_records,
+            "restore_seconds": round(report.restore_seconds, 3),
+        },
         "checkpoint_seconds": round(write_seconds, 3),
+        "seconds": round(time.monotonic() - started, 3),
+        "bytes": current.total_bytes if current else 0,
         "url": t.repo.url if t.repo else None,
     }
+
+
+def report_materialized(result: dict[str, Any], as_json: bool) -> None:
+    """The same keys (``--json``) and the same sentence whichever engine ran."""
     if as_json:
         emit_json(result)
-    elif manifest is None:
+    elif not result["written"]:
         click.echo(f"no new records since checkpoint {result['checkpoint']}; nothing written")
     else:
+        restore = result["restore"]
         click.echo(
-            f"checkpoint {manifest.generation} of {t.name}: {manifest.total_rows} rows, "
-            f"{manifest.total_bytes:,} bytes in {write_seconds:.2f}s (restore {report.restore_seconds:.2f}s, "
-            f"replayed {report.replayed_records} records) → {t.repo.url if t.repo else ''}"
+            f"checkpoint {result['checkpoint']} of {result['table']} by {result['engine']}: "
+            f"{result['keys']:,} keys, {result['bytes']:,} bytes in {result['seconds']:.2f}s "
+            f"(read {restore['replayed_records']:,} records after checkpoint {restore['checkpoint']}) "
+            f"→ {result['url']}"
         )
 
 
@@ -298,6 +407,7 @@ def dump(
         store=store,
         generation=generation,
         background=False,
+        read_only=True,
     )
     try:
         report = start_with_progress(t, quiet or not digest or as_json)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from statesnap.checkpoint.manifest import DataFile, PartitionCheckpoint
+from statesnap.checkpoint.manifest import PartitionCheckpoint
 from statesnap.errors import CorruptCheckpointError
 
 
@@ -47,22 +47,14 @@ class CheckpointRef:
     def to_json(self) -> dict[str, Any]:
         return {
             "location": self.location,
-            "partitions": {
-                str(p): {"next_offset": pc.next_offset, "files": [f.to_json() for f in pc.files]}
-                for p, pc in sorted(self.partitions.items())
-            },
+            "partitions": {str(p): pc.to_json() for p, pc in sorted(self.partitions.items())},
         }
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> CheckpointRef:
         return cls(
             str(obj["location"]),
-            {
-                int(p): PartitionCheckpoint(
-                    int(p), int(pc["next_offset"]), tuple(DataFile.from_json(f) for f in pc["files"])
-                )
-                for p, pc in obj["partitions"].items()
-            },
+            {int(p): PartitionCheckpoint.from_json(int(p), pc) for p, pc in obj["partitions"].items()},
         )
 
 
@@ -75,6 +67,9 @@ class TaskSnapshot:
     offsets: Mapping[tuple[str, int], int]
     checkpoints: Mapping[str, CheckpointRef] = field(default_factory=dict)
     reported_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    #: How the task wrote its part (``engine``: python | spark, plus engine-specific figures);
+    #: the committed manifest's ``writer`` record is built from it.
+    writer: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def partitions(self) -> set[int]:
@@ -88,6 +83,7 @@ class TaskSnapshot:
             ],
             "checkpoints": {name: ref.to_json() for name, ref in sorted(self.checkpoints.items())},
             "reported_at": _ts(self.reported_at),
+            "writer": dict(self.writer),
         }
 
     @classmethod
@@ -97,6 +93,7 @@ class TaskSnapshot:
             {(str(o["topic"]), int(o["partition"])): int(o["next_offset"]) for o in obj["offsets"]},
             {str(n): CheckpointRef.from_json(r) for n, r in (obj.get("checkpoints") or {}).items()},
             _parse_ts(obj.get("reported_at")) or datetime.now(UTC),
+            dict(obj.get("writer") or {}),
         )
 
 

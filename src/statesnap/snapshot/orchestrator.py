@@ -21,7 +21,7 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from statesnap import __version__
 from statesnap.checkpoint.manifest import CheckpointManifest, CheckpointState, PartitionCheckpoint
@@ -44,7 +44,11 @@ class Orchestrator(Protocol):
 
 
 def manifest_of(snapshot: Snapshot, *, table: str, topic: str, cluster_id: str) -> CheckpointManifest:
-    """The checkpoint manifest a complete snapshot commits: every task's partitions, merged."""
+    """The checkpoint manifest a complete snapshot commits: every task's partitions, merged.
+
+    The ``writer`` record names the engine(s) that wrote it; a snapshot of one task (a single
+    process, a Spark job) also carries that task's own figures (files and bytes written, …).
+    """
     partitions: dict[int, PartitionCheckpoint] = {}
     for task in snapshot.tasks.values():
         ref = task.checkpoints.get(table)
@@ -52,6 +56,21 @@ def manifest_of(snapshot: Snapshot, *, table: str, topic: str, cluster_id: str) 
             continue
         partitions.update(ref.partitions)
     files = [f for pc in partitions.values() for f in pc.files]
+    engines = sorted({str(t.writer.get("engine", "python")) for t in snapshot.tasks.values()})
+    writer: dict[str, Any] = {}
+    if len(snapshot.tasks) == 1:
+        writer.update(next(iter(snapshot.tasks.values())).writer)
+    writer.update(
+        {
+            "name": "statesnap",
+            "version": __version__,
+            "engine": engines[0] if len(engines) == 1 else "+".join(engines),
+            "tasks": sorted(snapshot.tasks),
+            "label": snapshot.label,
+            "bytes": sum(f.bytes for f in files),
+            "snapshot_seconds": round((datetime.now(UTC) - snapshot.created_at).total_seconds(), 3),
+        }
+    )
     return CheckpointManifest(
         table=table,
         topic=topic,
@@ -60,15 +79,7 @@ def manifest_of(snapshot: Snapshot, *, table: str, topic: str, cluster_id: str) 
         partitions=partitions,
         created_at=datetime.now(UTC),
         state=CheckpointState.COMPLETED,
-        writer={
-            "name": "statesnap",
-            "version": __version__,
-            "engine": "python",
-            "tasks": sorted(snapshot.tasks),
-            "label": snapshot.label,
-            "bytes": sum(f.bytes for f in files),
-            "snapshot_seconds": round((datetime.now(UTC) - snapshot.created_at).total_seconds(), 3),
-        },
+        writer=writer,
     )
 
 

@@ -1,9 +1,12 @@
-"""A table's part in snapshots: at commit points, write its partitions' files for the target
-generation and report them; start generations when its checkpoint interval is due.
+"""A writer's part in its table's snapshots: the one way any checkpoint gets committed.
 
-A single-process table owns every partition, so its report completes the snapshot at once and a
-"checkpoint" is simply a snapshot of one task; several instances each report their partitions and
-the snapshot completes when the last one does.
+Every writer — a Python :class:`~statesnap.Table` task, the Spark bootstrap driver, the Spark
+streaming driver — is a :class:`Participant`: it joins the snapshot in progress or starts one
+(:meth:`Participant.begin`), writes its partitions' files into that generation's data directory
+and reports them (:meth:`Participant.submit`). The orchestrator commits the manifest and marks the
+snapshot ``COMPLETED`` when the reports cover every partition, then the completing process runs
+retention GC through :meth:`SnapshotApi.gc`. A single writer owns every partition, so its report
+completes the snapshot at once.
 """
 
 from __future__ import annotations
@@ -12,68 +15,51 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import pyarrow as pa
 
 from statesnap.checkpoint.datafile import empty_table
-from statesnap.checkpoint.manifest import CheckpointManifest
-from statesnap.checkpoint.repository import CheckpointRepository
-from statesnap.checkpoint.retention import RetentionPolicy, collect_garbage
+from statesnap.checkpoint.manifest import CheckpointManifest, PartitionCheckpoint
+from statesnap.checkpoint.retention import RetentionPolicy
 from statesnap.checkpoint.writer import PartitionUpdate, write_partition_files
 from statesnap.errors import StaleGenerationError
 from statesnap.snapshot.api import SnapshotApi
 from statesnap.snapshot.model import CheckpointRef, Snapshot, SnapshotState, TaskSnapshot
-from statesnap.snapshot.store import BlobSnapshotStore
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class TaskState:
-    """What the table tells the participant at a commit point."""
-
-    offsets: Mapping[int, int]
-    export: Callable[[], dict[int, pa.Table]]
-
-
-class SnapshotTask:
-    """One task (a Table instance) taking part in its table's snapshots."""
+class Participant:
+    """One task of a table's snapshots (any engine)."""
 
     def __init__(
         self,
-        repo: CheckpointRepository,
+        api: SnapshotApi,
         *,
         task_id: str,
-        table: str,
-        topic: str,
-        cluster_id: str,
-        all_partitions: tuple[int, ...],
         owned: tuple[int, ...],
-        retention: RetentionPolicy,
+        engine: str,
+        retention: RetentionPolicy | None,
         snapshot_timeout: timedelta,
-        refresh_interval: float,
         previous: CheckpointManifest | None,
+        refresh_interval: float = 0.5,
     ) -> None:
-        self.repo = repo
+        self.api = api
+        self.repo = api.repo
         self.task_id = task_id
-        self.table = table
-        self.topic = topic
         self.owned = owned
+        self.engine = engine
         self.retention = retention
         self.snapshot_timeout = snapshot_timeout
-        self.api = SnapshotApi(
-            BlobSnapshotStore(repo.store, repo.directory),
-            repo,
-            table=table,
-            topic=topic,
-            cluster_id=cluster_id,
-            partitions=all_partitions,
-        )
-        self.orchestrator = self.api.orchestrator
+        self.orchestrator = api.orchestrator
         self.orchestrator.refresh_interval = refresh_interval
         self.orchestrator.on_completed = self._completed
+        #: The newest checkpoint this task's files can build on (restored, or completed since).
         self.last_checkpoint = previous
         self.reported = previous.generation if previous is not None else 0
+        #: Set by the completing process's hook: the GC that ran after the last completion.
+        self.on_checkpoint: Callable[[CheckpointManifest], None] | None = None
 
     @property
     def single(self) -> bool:
@@ -85,28 +71,100 @@ class SnapshotTask:
         self.orchestrator.start()
 
     def close(self) -> None:
-        self.orchestrator.close()
+        """Stop watching and release the snapshot store's clients."""
+        self.api.close()
+
+    # --- the protocol --------------------------------------------------------------------------
+
+    def pending(self, block: bool = False) -> Snapshot | None:
+        """The snapshot in progress this task has yet to report to (cached unless *block*)."""
+        target = self.orchestrator.target_generation(block=block)
+        if target.state is SnapshotState.COMPLETED and 0 < target.generation == self.reported:
+            self._adopt(target.generation)
+        if target.state is SnapshotState.CREATED and target.generation > self.reported:
+            return target
+        return None
+
+    def begin(self) -> Snapshot:
+        """Join the snapshot in progress, or start one (a stale one is failed first)."""
+        return self.pending(block=True) or self.api.create(timeout=self.snapshot_timeout)
+
+    def submit(
+        self,
+        generation: int,
+        partitions: Mapping[int, PartitionCheckpoint],
+        offsets: Mapping[int, int],
+        writer: Mapping[str, Any] | None = None,
+    ) -> CheckpointManifest | None:
+        """Report this task's partitions of *generation*; returns the manifest when this report
+        completed the snapshot, None when other tasks have yet to report or it was fenced."""
+        task = TaskSnapshot(
+            self.task_id,
+            {(self.api.topic, p): off for p, off in offsets.items()},
+            {self.api.table: CheckpointRef(self.repo.url, dict(partitions))},
+            writer={"engine": self.engine, **(writer or {})},
+        )
+        try:
+            result = self.orchestrator.report(generation, task)
+        except StaleGenerationError as e:
+            log.warning("%s", e)
+            return None
+        self.reported = generation
+        if result.state is SnapshotState.COMPLETED and result.generation == generation:
+            if self.last_checkpoint is None or self.last_checkpoint.generation != generation:
+                self.last_checkpoint = self.repo.read_manifest(generation)
+            return self.last_checkpoint
+        return None
+
+    def write(
+        self, generation: int, updates: Mapping[int, PartitionUpdate]
+    ) -> dict[int, PartitionCheckpoint]:
+        """Write *updates* into *generation*'s data directory, building on the last checkpoint."""
+        return write_partition_files(self.repo, generation, updates, self.last_checkpoint)
+
+    def _adopt(self, generation: int) -> None:
+        """A snapshot we reported to completed elsewhere: its files become our reuse base."""
+        if self.last_checkpoint is None or self.last_checkpoint.generation < generation:
+            self.last_checkpoint = self.repo.read_manifest(generation)
+
+    def _completed(self, manifest: CheckpointManifest) -> None:
+        """Called by the orchestrator in the process that finished a snapshot: adopt it, run GC."""
+        if set(manifest.partitions) >= set(self.owned):
+            self.last_checkpoint = manifest
+        if self.retention is not None:
+            self.api.gc(self.retention)
+        if self.on_checkpoint is not None:
+            self.on_checkpoint(manifest)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskState:
+    """What a Python table tells its task at a commit point."""
+
+    offsets: Mapping[int, int]
+    export: Callable[[], dict[int, pa.Table]]
+
+
+class SnapshotTask(Participant):
+    """A Python :class:`~statesnap.Table` task: reports at commit points, starts a snapshot when
+    its checkpoint interval is due."""
 
     def on_commit(self, state: TaskState, *, checkpoint_due: bool) -> CheckpointManifest | None:
         """Called at every commit point: report to a pending snapshot; start one if due."""
-        target = self.orchestrator.target_generation(block=False)
-        if target.state is SnapshotState.COMPLETED and 0 < target.generation == self.reported:
-            self._adopt(target.generation)
-        if checkpoint_due and target.state is not SnapshotState.CREATED:
-            if self.unchanged(state):
-                return None
-            target = self.api.create(timeout=self.snapshot_timeout)
-        if target.state is SnapshotState.CREATED and target.generation > self.reported:
+        target = self.pending()
+        if target is None and checkpoint_due and not self.unchanged(state):
+            target = self.begin()
+        if target is not None and target.generation > self.reported:
             return self.report(target, state)
         return None
 
     def checkpoint(self, state: TaskState) -> CheckpointManifest | None:
         """Take part in a snapshot now: join the pending one or start one; None if nothing changed."""
-        target = self.orchestrator.target_generation(block=True)
-        if target.state is not SnapshotState.CREATED or target.generation <= self.reported:
+        target = self.pending(block=True)
+        if target is None:
             if self.unchanged(state):
                 return None
-            target = self.api.create(timeout=self.snapshot_timeout)
+            target = self.begin()
         return self.report(target, state)
 
     def unchanged(self, state: TaskState) -> bool:
@@ -126,30 +184,16 @@ class SnapshotTask:
             p: PartitionUpdate(p, off, base=exported.get(p, empty_table()) if p in changed else None)
             for p, off in state.offsets.items()
         }
-        refs = write_partition_files(self.repo, target.generation, updates, prev)
-        task = TaskSnapshot(
-            self.task_id,
-            {(self.topic, p): off for p, off in state.offsets.items()},
-            {self.table: CheckpointRef(self.repo.url, refs)},
+        refs = self.write(target.generation, updates)
+        written = [
+            f
+            for pc in refs.values()
+            for f in pc.files
+            if f.path.startswith(f"data/{target.generation:020d}/")
+        ]
+        return self.submit(
+            target.generation,
+            refs,
+            state.offsets,
+            {"files_written": len(written), "bytes_written": sum(f.bytes for f in written)},
         )
-        try:
-            result = self.orchestrator.report(target.generation, task)
-        except StaleGenerationError as e:
-            log.warning("%s", e)
-            return None
-        self.reported = target.generation
-        if result.state is SnapshotState.COMPLETED and result.generation == target.generation:
-            return self.last_checkpoint
-        return None
-
-    def _adopt(self, generation: int) -> None:
-        """A snapshot we reported to completed elsewhere: its files become our reuse base."""
-        if self.last_checkpoint is None or self.last_checkpoint.generation < generation:
-            self.last_checkpoint = self.repo.read_manifest(generation)
-
-    def _completed(self, manifest: CheckpointManifest) -> None:
-        """Called by the orchestrator in the process that finished a snapshot: adopt it, run GC."""
-        if set(manifest.partitions) >= set(self.owned):
-            self.last_checkpoint = manifest
-        keep = self.api.retained()
-        collect_garbage(self.repo, self.retention, keep=keep.__contains__)

@@ -11,11 +11,17 @@ import json
 import logging
 import re
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from statesnap.blob import BlobStore
-from statesnap.errors import BlobExistsError, GenerationConflictError, SnapshotNotFoundError
+from statesnap.errors import (
+    BlobExistsError,
+    GenerationConflictError,
+    SnapshotNotFoundError,
+    SnapshotStoreError,
+)
+from statesnap.kafka.config import KafkaSettings
 from statesnap.snapshot.model import EMPTY, Snapshot
 
 log = logging.getLogger(__name__)
@@ -191,8 +197,84 @@ class BlobSnapshotStore:
             f"could not update generation {generation} after {MAX_ATTEMPTS} attempts"
         )
 
+    def insert(self, snapshot: Snapshot) -> Snapshot:
+        """Give an older generation that has no record one (a checkpoint an older statesnap
+        committed without a record); a record that appeared meanwhile wins."""
+        self._put(replace(snapshot, version=0), ok_if_exists=True)
+        return self.get(snapshot.generation)
+
     def delete(self, generation: int) -> None:
         keys = [b.key for b in self.store.list(f"{self.directory}/generations/{generation:020d}/")]
         if not keys:
             raise SnapshotNotFoundError(f"no snapshot generation {generation}")
         self.store.delete(keys)
+
+
+# --- choosing a store ----------------------------------------------------------------------------
+
+#: Where a table keeps its snapshot records unless told otherwise: beside its checkpoints.
+DEFAULT_SPEC = "blob"
+#: The environment variable every entry point reads the choice from.
+SPEC_ENV = "STATESNAP_SNAPSHOT_STORE"
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotStoreSpec:
+    """``blob`` (records under ``generations/`` beside the checkpoints) or ``topic:NAME`` (records
+    in the single-partition Kafka topic NAME, see :class:`TopicSnapshotStore`)."""
+
+    kind: str
+    topic: str | None = None
+
+    @classmethod
+    def parse(cls, spec: str | None) -> SnapshotStoreSpec:
+        text = (spec or DEFAULT_SPEC).strip()
+        if text == "blob":
+            return cls("blob")
+        kind, _, topic = text.partition(":")
+        if kind == "topic" and topic.strip():
+            return cls("topic", topic.strip())
+        raise SnapshotStoreError(
+            f"invalid snapshot store {text!r}: use 'blob' (beside the checkpoints) or 'topic:NAME'"
+        )
+
+    def __str__(self) -> str:
+        return self.kind if self.topic is None else f"{self.kind}:{self.topic}"
+
+
+def open_snapshot_store(
+    spec: str | SnapshotStoreSpec | None,
+    *,
+    blob: BlobStore,
+    directory: str,
+    table: str,
+    kafka: KafkaSettings | None = None,
+) -> SnapshotStore:
+    """The snapshot store *spec* names, for the table in *directory* of *blob*.
+
+    A topic store needs *kafka* (the cluster the topic lives on); without it the error says so.
+    """
+    parsed = spec if isinstance(spec, SnapshotStoreSpec) else SnapshotStoreSpec.parse(spec)
+    if parsed.kind == "blob":
+        return BlobSnapshotStore(blob, directory)
+    if kafka is None:
+        raise SnapshotStoreError(
+            f"table {table!r} keeps its snapshots in Kafka topic {parsed.topic!r}: pass the cluster's "
+            "bootstrap servers (--bootstrap-servers / STATESNAP_BOOTSTRAP_SERVERS)"
+        )
+    from statesnap.snapshot.topic_store import TopicSnapshotStore
+
+    assert parsed.topic is not None
+    return TopicSnapshotStore(kafka, parsed.topic, table=table)
+
+
+def resolve_spec(asked: str | None, described: str | None, table: str) -> SnapshotStoreSpec:
+    """The store a table uses: the one its descriptor records; one asked for must agree with it."""
+    recorded = SnapshotStoreSpec.parse(described) if described else None
+    wanted = SnapshotStoreSpec.parse(asked) if asked else None
+    if recorded is not None and wanted is not None and recorded != wanted:
+        raise SnapshotStoreError(
+            f"table {table!r} keeps its snapshots in {recorded}, not {wanted}: drop the option or "
+            "use a new table name"
+        )
+    return wanted or recorded or SnapshotStoreSpec(DEFAULT_SPEC)

@@ -4,9 +4,10 @@ The only package that imports pyspark. Everything here reads and writes the same
 format as :class:`statesnap.Table`, so a Spark job can build checkpoints a Python service boots
 from, and the other way round::
 
-    from statesnap.spark import bootstrap, read_table, register
+    from statesnap.spark import bootstrap, read_table, register, spark_session
 
-    register(spark)                      # spark.read.format("statesnap-kafka")
+    spark = spark_session()              # workers checked to import statesnap; quiet; loopback
+    register(spark)                      # (done by spark_session) spark.read.format("statesnap-kafka")
     manifest = bootstrap(spark, bootstrap_servers=..., topic="orders", table="orders",
                          checkpoints="s3://bucket/checkpoints")
     df = read_table(spark, "s3://bucket/checkpoints", "orders")
@@ -19,7 +20,8 @@ from typing import Any
 from statesnap.spark.bootstrap import bootstrap
 from statesnap.spark.materialize import StreamMaterializer, materialize_stream
 from statesnap.spark.options import KafkaSourceOptions, offsets_json, parse_options, source_options
-from statesnap.spark.readback import CheckpointDataSource, read_table
+from statesnap.spark.readback import CheckpointDataSource, count_keys, read_table
+from statesnap.spark.session import check_workers, spark_session
 from statesnap.spark.source import (
     RANGES_SOURCE_NAME,
     SOURCE_NAME,
@@ -38,12 +40,15 @@ __all__ = [
     "KafkaSourceOptions",
     "StreamMaterializer",
     "bootstrap",
+    "check_workers",
+    "count_keys",
     "materialize_stream",
     "offsets_json",
     "parse_options",
     "read_table",
     "register",
     "source_options",
+    "spark_session",
 ]
 
 

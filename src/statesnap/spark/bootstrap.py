@@ -3,12 +3,14 @@
 Steps, in this order (the manifest last, so a crash leaves only unreferenced files):
 
 1. Driver: cluster id, partitions, the true end of every partition (found by partition EOF), and
-   the newest usable checkpoint of the table, if any: each partition resumes at its offsets.
+   the newest usable checkpoint of the table (the selection every reader uses), if any: each
+   partition resumes at its offsets. It joins the snapshot in progress or starts one.
 2. Tasks (one per offset range; big partitions are split so every core works): read the range
    with confluent-kafka and fold it into newest-row-per-key in Arrow. A partition read by one task
    merges the previous checkpoint's rows and writes its sorted ``base`` file itself; partitions
    split over several tasks are merged in a second, small stage that writes the file.
-3. Driver: commit the manifest with every partition's next offset = the end its tasks reached.
+3. Driver: report every partition (next offset = the end its tasks reached) to the snapshot
+   orchestrator, which commits the manifest and the snapshot record, then runs retention GC.
 
 The Kafka reading runs in Python tasks directly (the same code as the ``statesnap-kafka``
 source) rather than through a DataFrame: the records never cross into the JVM and back.
@@ -20,34 +22,24 @@ import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import timedelta
 from typing import Any
 
-from statesnap.blob import open_blob_store
 from statesnap.checkpoint import (
     CheckpointManifest,
     CheckpointRepository,
     PartitionCheckpoint,
     RetentionPolicy,
-    collect_garbage,
     datafile,
 )
 from statesnap.checkpoint.datafile import latest_per_key
-from statesnap.checkpoint.layout import valid_table_name
 from statesnap.checkpoint.manifest import DataFile
-from statesnap.checkpoint.selection import TopicState, check_identity, unusable_reason
-from statesnap.errors import CheckpointError, ConfigError
-from statesnap.kafka.admin import KafkaAdmin
-from statesnap.spark.changes import (
-    ChangeFolder,
-    commit_files,
-    from_ipc,
-    to_ipc,
-    write_data_file,
-)
-from statesnap.spark.kafka_io import OffsetOracle, change_table, iter_range, split_ranges
+from statesnap.durations import parse_duration
+from statesnap.errors import CheckpointError
+from statesnap.spark.changes import ChangeFolder, from_ipc, to_ipc, write_data_file
+from statesnap.spark.kafka_io import change_table, iter_range, split_ranges
 from statesnap.spark.options import KafkaSourceOptions
-from statesnap.spark.readback import newest_usable
+from statesnap.spark.writer import SparkTableWriter
 
 log = logging.getLogger(__name__)
 
@@ -65,30 +57,6 @@ class _Split:
     previous: tuple[DataFile, ...]
 
 
-def table_options(
-    bootstrap_servers: str, topic: str, kafka_config: Mapping[str, Any] | None, timeout: float = 15.0
-) -> KafkaSourceOptions:
-    """Source options for table work: ``read_committed`` like :class:`statesnap.Table`;
-    *timeout* bounds every wait for the cluster's metadata."""
-    config = {"isolation.level": "read_committed"}
-    config.update({k: str(v) for k, v in (kafka_config or {}).items() if k != "bootstrap.servers"})
-    return KafkaSourceOptions(
-        bootstrap_servers, topic, kafka_config=config, metadata_timeout_ms=max(1, int(timeout * 1000))
-    )
-
-
-def usable_previous(repo: CheckpointRepository, table: str, state: TopicState) -> CheckpointManifest | None:
-    """The newest checkpoint a continuation may start from: one of another topic or cluster is
-    refused, one retention or compaction made unsafe is skipped (the rules of a restore)."""
-    now = datetime.now(UTC)
-
-    def why_not(manifest: CheckpointManifest) -> str | None:
-        check_identity(manifest, table, state)
-        return unusable_reason(manifest, state, now)
-
-    return newest_usable(repo, why_not)
-
-
 def bootstrap(
     spark: Any,
     *,
@@ -100,60 +68,74 @@ def bootstrap(
     kafka_config: Mapping[str, Any] | None = None,
     retention: RetentionPolicy | None = None,
     min_partitions: int | None = None,
+    snapshot_store: str | None = None,
+    snapshot_timeout: str | float | timedelta = "60s",
+    generation: int | None = None,
+    require_checkpoint: bool = False,
     timeout: float = 15.0,
 ) -> CheckpointManifest:
     """Write a checkpoint of *topic*'s table as of now, using the whole Spark cluster.
 
-    With an existing checkpoint of *table* only the records after its offsets are read, and a
-    new generation holds its rows plus those records; without one, the whole history is read.
-    Returns the committed manifest (the previous one if nothing was appended since).
-    ``retention`` runs GC after the commit. Partitions are split so that there are at least
-    ``min_partitions`` tasks (default: the cluster's default parallelism, splitting only ranges
-    of more than 2 × 200k records; an explicit value splits down to single records). An
-    unreachable cluster fails after *timeout* seconds.
+    The driver is one task of the table's snapshots: it joins the snapshot in progress (one
+    ``statesnap snapshot create`` started) or starts one, and reports every partition, so the
+    snapshot completes with its report, through the same orchestrator as every writer.
+    With a usable checkpoint of *table* (or *generation*) only the records after its offsets are
+    read; without one, the whole history. Returns the committed manifest (the previous one if
+    nothing was appended and no snapshot waits). ``retention`` runs GC after the commit.
+    Partitions are split so that there are at least ``min_partitions`` tasks (default: the
+    cluster's default parallelism, splitting only ranges of more than 2 × 200k records; an
+    explicit value splits down to single records). An unreachable cluster fails after *timeout*.
     """
     started = time.monotonic()
-    if not valid_table_name(table):
-        raise ConfigError(f"invalid table name {table!r}: use letters, digits, '.', '_', '-'")
-    opts = table_options(bootstrap_servers, topic, kafka_config, timeout)
-    admin = KafkaAdmin(opts.settings())
-    cluster_id = admin.cluster_id()
-    info = admin.describe_topic(topic)
-    store = open_blob_store(checkpoints, **dict(storage_options or {}))
-    store.check(writable=True)
-    repo = CheckpointRepository.for_table(store, cluster_id, table)
-
-    oracle = OffsetOracle(opts)
+    writer = SparkTableWriter.open(
+        bootstrap_servers=bootstrap_servers,
+        topic=topic,
+        table=table,
+        checkpoints=checkpoints,
+        storage_options=storage_options,
+        kafka_config=kafka_config,
+        retention=retention,
+        task_id="spark-bootstrap",
+        snapshot_store=snapshot_store,
+        snapshot_timeout=parse_duration(snapshot_timeout),
+        generation=generation,
+        require_checkpoint=require_checkpoint,
+        timeout=timeout,
+    )
     try:
-        earliest = oracle.earliest(info.partitions)
-        ends = oracle.latest(info.partitions)
+        return _bootstrap(spark, writer, min_partitions, started)
     finally:
-        oracle.close()
-    state = TopicState(topic, cluster_id, info.partitions, earliest, info.compacted, info.delete_retention_ms)
-    previous = usable_previous(repo, table, state)
+        writer.close()
+
+
+def _bootstrap(
+    spark: Any, writer: SparkTableWriter, min_partitions: int | None, started: float
+) -> CheckpointManifest:
+    repo, previous, partitions = writer.repo, writer.previous, writer.partitions
+    assert writer.state.log_end is not None
+    ends = dict(writer.state.log_end)
     prior = previous.partitions if previous is not None else {}
-    starts = {}
-    for p in info.partitions:
-        starts[p] = prior[p].next_offset if p in prior else earliest[p]
-        if starts[p] > ends[p]:
-            raise CheckpointError(
-                f"{repo.url} generation {previous.generation if previous else '?'} resumes partition "
-                f"{p} at {starts[p]}, past the end of the topic ({ends[p]}): was it recreated?"
-            )
+    starts = {p: prior[p].next_offset if p in prior else writer.state.log_start[p] for p in partitions}
+    participant = writer.participant
     if (
         previous is not None
-        and all(starts[p] == ends[p] for p in info.partitions)
-        and set(info.partitions) <= set(previous.partitions)
+        and all(starts[p] == ends[p] for p in partitions)
+        and set(partitions) <= set(previous.partitions)
     ):
-        log.info("%s: nothing appended since generation %d", repo.url, previous.generation)
-        return previous
+        pending = participant.pending(block=True)
+        if pending is None:
+            log.info("%s: nothing appended since generation %d", repo.url, previous.generation)
+            return previous
+        done = participant.submit(pending.generation, dict(previous.partitions), previous.offsets)
+        return _completed(done, pending.generation, repo.url)
 
-    generation = repo.next_generation()
+    snapshot = participant.begin()
+    generation = snapshot.generation
     planned = time.monotonic()
     sc = spark.sparkContext
     target = min_partitions or sc.defaultParallelism
     splits = _plan(starts, ends, previous, target, min_split=1 if min_partitions else MIN_SPLIT_RECORDS)
-    results = _run(sc, splits, opts, repo, generation)
+    results = _run(sc, splits, writer.opts, repo, generation)
     ran = time.monotonic()
 
     files: dict[int, tuple[DataFile, ...]] = {}
@@ -163,21 +145,18 @@ def bootstrap(
         files[p] = (DataFile.from_json(meta),)
         records += count
         spent = {k: spent[k] + seconds[k] for k in spent}
-    for p in info.partitions:
+    for p in partitions:
         if p not in files:  # nothing new: keep referencing what the previous checkpoint holds
             files[p] = prior[p].files if p in prior else ()
     written = [f for p in results for f in files[p]]
-    manifest = commit_files(
-        repo,
-        table=table,
-        topic=topic,
-        cluster_id=cluster_id,
-        generation=generation,
-        partitions={p: PartitionCheckpoint(p, ends[p], files[p]) for p in info.partitions},
-        extra={
+    manifest = participant.submit(
+        generation,
+        {p: PartitionCheckpoint(p, ends[p], files[p], keys=_keys(files[p])) for p in partitions},
+        {p: ends[p] for p in partitions},
+        {
             "mode": "incremental" if previous is not None else "full",
             "base_generation": previous.generation if previous is not None else None,
-            "tasks": len(splits),
+            "spark_tasks": len(splits),
             "files_written": len(written),
             "bytes_written": sum(f.bytes for f in written),
             "records_read": records,
@@ -196,8 +175,22 @@ def bootstrap(
         len(splits),
         time.monotonic() - started,
     )
-    if retention is not None:
-        collect_garbage(repo, retention)
+    return _completed(manifest, generation, repo.url)
+
+
+def _keys(files: tuple[DataFile, ...]) -> int | None:
+    """A partition's key count when its files say it: one base file holds no tombstones."""
+    if not files:
+        return 0
+    return files[0].rows if len(files) == 1 and files[0].kind == "base" else None
+
+
+def _completed(manifest: CheckpointManifest | None, generation: int, url: str) -> CheckpointManifest:
+    if manifest is None:
+        raise CheckpointError(
+            f"{url}: snapshot {generation} did not complete with the Spark writer's report: a newer "
+            "generation fenced it, or other tasks own partitions of this table"
+        )
     return manifest
 
 

@@ -8,9 +8,6 @@ whole history (a ``base`` file never contains tombstones, a ``delta`` file may).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
-from datetime import UTC, datetime
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -18,9 +15,8 @@ import pyarrow.parquet as pq
 
 from statesnap.checkpoint import datafile, layout
 from statesnap.checkpoint.datafile import latest_per_key
-from statesnap.checkpoint.manifest import CheckpointManifest, DataFile, PartitionCheckpoint
+from statesnap.checkpoint.manifest import DataFile
 from statesnap.checkpoint.repository import CheckpointRepository
-from statesnap.checkpoint.writer import PartitionUpdate, write_checkpoint
 from statesnap.errors import CheckpointConflictError
 
 #: Fold pending records once this many have piled up (or more than the folded table holds): keeps
@@ -79,35 +75,6 @@ def write_data_file(
         return DataFile(
             rel, "base" if kind == "base" else "delta", count, len(data), hashlib.sha256(data).hexdigest()
         )
-
-
-def commit_files(
-    repo: CheckpointRepository,
-    *,
-    table: str,
-    topic: str,
-    cluster_id: str,
-    generation: int,
-    partitions: Mapping[int, PartitionCheckpoint],
-    extra: Mapping[str, Any],
-) -> CheckpointManifest:
-    """Commit a manifest for files the tasks already wrote (the driver's last step).
-
-    Goes through :func:`write_checkpoint` with nothing left to write, so the manifest and its
-    ``writer`` record (``engine="spark"`` plus *extra*) look like every other writer's.
-    """
-    staged = CheckpointManifest(table, topic, cluster_id, generation, partitions, datetime.now(UTC))
-    return write_checkpoint(
-        repo,
-        table=table,
-        topic=topic,
-        cluster_id=cluster_id,
-        updates={p: PartitionUpdate(p, pc.next_offset) for p, pc in partitions.items()},
-        previous=staged,
-        engine="spark",
-        generation=generation,
-        extra=extra,
-    )
 
 
 def to_ipc(table: pa.Table) -> bytes:

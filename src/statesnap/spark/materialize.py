@@ -5,16 +5,24 @@ micro-batch, in ``foreachBatch``:
 
 1. tasks read their partition's range with confluent-kafka, fold it into newest-row-per-key
    (tombstones kept) and write one ``delta`` file per partition, named by the batch id;
-2. the driver appends the batch to the journal (:mod:`statesnap.spark.journal`), then returns;
-3. when ``checkpoint_interval`` has passed: partitions whose deltas piled up are compacted into a
-   new ``base`` by tasks, the manifest (previous files + pending deltas, offsets = the end of the
-   last batch) is committed, journal entries it covers are deleted, then retention GC runs.
+2. the driver appends the batch to the journal (:mod:`statesnap.checkpoint.journal`), then returns.
+
+The driver is one task of the table's snapshots (a
+:class:`~statesnap.snapshot.participant.Participant`, like every writer). A timer on the driver —
+not only the next batch — commits a checkpoint when ``checkpoint_interval`` has passed with
+something new, and reports to any snapshot in progress (``statesnap snapshot create``) even when
+the topic is quiet: partitions whose deltas piled up are compacted into a new ``base`` by tasks,
+the participant reports every partition (previous files + pending deltas, offsets = the end of
+the last batch), the orchestrator commits manifest and snapshot record, then retention GC runs
+(it keeps files the journal references). Journal entries a manifest covers are deleted.
 
 What the materializer reads is decided by *its own* offsets (checkpoint + journal), not Spark's:
 a batch reads from where the materializer stands to the batch's end. A batch Spark re-runs after
 a crash (same batch id) finds nothing left to read; a batch whose journal entry or files were
-lost is read again by the next batch. Killed anywhere and restarted, the next checkpoint is
-still exactly a full replay. One materializer per table at a time.
+lost is read again by the next batch. Spark's streaming state that disagrees with statesnap's
+(ahead of it, another topic incarnation, another cluster or store) is moved aside at start.
+Killed anywhere and restarted, the next checkpoint is still exactly a full replay. One
+materializer per table at a time.
 """
 
 from __future__ import annotations
@@ -26,27 +34,18 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
-from statesnap.blob import open_blob_store
-from statesnap.checkpoint import (
-    CheckpointManifest,
-    CheckpointRepository,
-    PartitionCheckpoint,
-    RetentionPolicy,
-    collect_garbage,
-    datafile,
-)
-from statesnap.checkpoint.layout import valid_table_name
+from statesnap.checkpoint import CheckpointManifest, PartitionCheckpoint, RetentionPolicy, datafile
+from statesnap.checkpoint.journal import BatchEntry, BatchJournal, BatchRange, pending_entries
 from statesnap.checkpoint.manifest import DataFile
-from statesnap.checkpoint.selection import TopicState
 from statesnap.durations import parse_duration
-from statesnap.errors import ConfigError
-from statesnap.kafka.admin import KafkaAdmin
-from statesnap.spark.bootstrap import table_options, usable_previous
-from statesnap.spark.changes import ChangeFolder, commit_files, write_data_file
-from statesnap.spark.journal import BatchEntry, BatchJournal, BatchRange, pending_entries
-from statesnap.spark.kafka_io import OffsetOracle, change_table, iter_range
+from statesnap.errors import CheckpointError, ConfigError
+from statesnap.snapshot.model import Snapshot
+from statesnap.spark.changes import ChangeFolder, write_data_file
+from statesnap.spark.kafka_io import change_table, iter_range
 from statesnap.spark.options import offsets_json, source_options
+from statesnap.spark.query_state import reconcile_query_state
 from statesnap.spark.source import RANGES_SOURCE_NAME
+from statesnap.spark.writer import SparkTableWriter
 
 log = logging.getLogger(__name__)
 
@@ -73,44 +72,43 @@ class StreamMaterializer:
         retention: RetentionPolicy,
         compact_after: int,
         observer: Observer | None,
+        snapshot_store: str | None = None,
+        snapshot_timeout: timedelta = timedelta(seconds=60),
+        generation: int | None = None,
+        timer_interval: float = 1.0,
         timeout: float = 15.0,
     ) -> None:
-        if not valid_table_name(table):
-            raise ConfigError(f"invalid table name {table!r}: use letters, digits, '.', '_', '-'")
-        if checkpoint_interval >= retention.orphan_grace:
-            raise ConfigError(
-                f"checkpoint_interval ({checkpoint_interval}) must be shorter than the retention "
-                f"orphan_grace ({retention.orphan_grace}): GC could delete deltas still pending"
-            )
         if compact_after < 1:
             raise ConfigError(f"compact_after must be >= 1, got {compact_after}")
         self.spark = spark
         self.topic = topic
         self.table = table
         self.checkpoint_interval = checkpoint_interval
-        self.retention = retention
         self.compact_after = compact_after
         self.observer = observer
-        self.opts = table_options(bootstrap_servers, topic, kafka_config, timeout)
-        admin = KafkaAdmin(self.opts.settings())
-        self.cluster_id = admin.cluster_id()
-        info = admin.describe_topic(topic)
-        self.partitions = set(info.partitions)
-        store = open_blob_store(checkpoints, **dict(storage_options or {}))
-        store.check(writable=True)
-        self.repo = CheckpointRepository.for_table(store, self.cluster_id, table)
-        self.journal = BatchJournal(self.repo, checkpoint_location)
-        oracle = OffsetOracle(self.opts)
-        try:
-            earliest = oracle.earliest(info.partitions)
-        finally:
-            oracle.close()
-        state = TopicState(
-            topic, self.cluster_id, info.partitions, earliest, info.compacted, info.delete_retention_ms
+        self.timer_interval = timer_interval
+        self.writer = SparkTableWriter.open(
+            bootstrap_servers=bootstrap_servers,
+            topic=topic,
+            table=table,
+            checkpoints=checkpoints,
+            storage_options=storage_options,
+            kafka_config=kafka_config,
+            retention=retention,
+            task_id="spark-stream",
+            snapshot_store=snapshot_store,
+            snapshot_timeout=snapshot_timeout,
+            generation=generation,
+            timeout=timeout,
         )
-        self.base = usable_previous(self.repo, table, state)
-        self.last_checkpoint = self.base
-        self._earliest = earliest
+        self.participant = self.writer.participant
+        self.repo = self.writer.repo
+        self.opts = self.writer.opts
+        self.cluster_id = self.writer.cluster_id
+        self.partitions = set(self.writer.partitions)
+        self.journal = BatchJournal(self.repo, checkpoint_location)
+        self.base = self.writer.previous
+        self._earliest = dict(self.writer.state.log_start)
         #: Journaled batches the next checkpoint will include, oldest first.
         self.pending: list[BatchEntry] = []
         #: Next offset per partition: everything below is in the base or a pending delta.
@@ -120,6 +118,9 @@ class StreamMaterializer:
         self._lock = threading.RLock()
         self._last_checkpoint_at = time.monotonic()
         self._stats = {"tasks": 0, "records": 0}
+        self._stop = threading.Event()
+        self._timer: threading.Thread | None = None
+        self.timer_error: BaseException | None = None
         self.query: Any = None
         log.info(
             "materializer %s: resuming at %s with %d pending batches",
@@ -127,6 +128,10 @@ class StreamMaterializer:
             self.offsets,
             len(self.pending),
         )
+
+    @property
+    def last_checkpoint(self) -> CheckpointManifest | None:
+        return self.base
 
     def _adopt(self, entries: list[BatchEntry]) -> None:
         """Keep the journaled batches that continue the base checkpoint with all their files
@@ -155,8 +160,14 @@ class StreamMaterializer:
     ) -> None:
         from statesnap.spark import register
 
-        if self.pending:  # batches a previous run journaled: make them a checkpoint right away,
-            self.checkpoint()  # so they are referenced before any GC could take them for orphans
+        if self.pending:  # batches a previous run journaled: make them a checkpoint right away
+            self.checkpoint(force=True)
+        reconcile_query_state(
+            checkpoint_location,
+            topic=self.topic,
+            offsets=self.offsets,
+            identity={"table_url": self.repo.url, "cluster_id": self.cluster_id, "topic": self.topic},
+        )
         register(self.spark)
         options = source_options(
             self.opts.bootstrap_servers,
@@ -173,7 +184,18 @@ class StreamMaterializer:
         )
         if query_name:
             writer = writer.queryName(query_name)
+        self.participant.start()
         self.query = writer.start()
+        self._timer = threading.Thread(target=self._tick, name="statesnap-stream-timer", daemon=True)
+        self._timer.start()
+
+    def _tick(self) -> None:
+        """Checkpoints on time even when no batch runs: a quiet topic, a snapshot in progress."""
+        while not self._stop.wait(self.timer_interval):
+            try:
+                self.maybe_checkpoint()
+            except Exception as e:  # the query goes on; the next tick retries
+                log.warning("materializer %s: checkpoint failed, will retry: %s", self.repo.url, e)
 
     def _on_batch(self, df: Any, batch_id: int) -> None:
         planned: dict[int, int] = {}
@@ -181,8 +203,7 @@ class StreamMaterializer:
             planned[int(row["partition"])] = max(planned.get(int(row["partition"]), 0), int(row["end"]))
         with self._lock:
             self._apply_batch(batch_id, planned)
-            if time.monotonic() - self._last_checkpoint_at >= self.checkpoint_interval.total_seconds():
-                self._checkpoint()
+            self.maybe_checkpoint()
 
     def _notify(self, stage: str, number: int) -> None:
         if self.observer is not None:
@@ -231,39 +252,67 @@ class StreamMaterializer:
 
     # --- checkpoints ---------------------------------------------------------------------------
 
-    def checkpoint(self) -> CheckpointManifest | None:
-        """Commit a checkpoint of everything materialized so far (None if nothing is new)."""
-        with self._lock:
-            return self._checkpoint()
-
-    def _checkpoint(self) -> CheckpointManifest | None:
-        self._last_checkpoint_at = time.monotonic()
-        started = time.monotonic()
-        self._adopt(self.pending)  # a delta file deleted meanwhile drops its batch (read again later)
+    def _changed(self) -> bool:
         base_offsets = self.base.offsets if self.base is not None else {}
-        if self.base is not None and all(self.offsets.get(p) == base_offsets.get(p) for p in self.partitions):
+        return any(self.offsets.get(p) != base_offsets.get(p) for p in self.partitions) and (
+            self.base is not None
+            or any(self.offsets.get(p, 0) > self._earliest.get(p, 0) for p in self.partitions)
+        )
+
+    def maybe_checkpoint(self) -> CheckpointManifest | None:
+        """Report to a snapshot in progress, or checkpoint when the interval is due."""
+        with self._lock:
+            due = time.monotonic() - self._last_checkpoint_at >= self.checkpoint_interval.total_seconds()
+            if self.participant.pending() is not None or (due and self._changed()):
+                return self._checkpoint(force=False)
             return None
+
+    def checkpoint(self, *, force: bool = True) -> CheckpointManifest | None:
+        """Commit a checkpoint of everything materialized so far (None if nothing is new and no
+        snapshot waits for this task)."""
+        with self._lock:
+            return self._checkpoint(force=force)
+
+    def _checkpoint(self, *, force: bool) -> CheckpointManifest | None:
+        self._last_checkpoint_at = time.monotonic()
+        self._adopt(self.pending)  # a delta file deleted meanwhile drops its batch (read again later)
+        target: Snapshot | None = self.participant.pending(block=True)
+        if target is None:
+            if not self._changed():
+                return None
+            target = self.participant.begin()
+            if target.generation <= self.participant.reported:
+                return None  # we already reported to it; other tasks have yet to
+        started = time.monotonic()
         files: dict[int, tuple[DataFile, ...]] = {}
         for p in sorted(self.partitions):
             known = self.base.partitions.get(p) if self.base is not None else None
             deltas = [e.partitions[p].file for e in self.pending if p in e.partitions]
             files[p] = (*(known.files if known else ()), *(f for f in deltas if f is not None))
-        compacted = self._compact({p: fs for p, fs in files.items() if self._needs_compaction(fs)})
-        files.update(compacted)
+        compacted = self._compact(
+            target.generation, {p: fs for p, fs in files.items() if self._needs_compaction(fs)}
+        )
+        partitions: dict[int, PartitionCheckpoint] = {}
+        for p, fs in files.items():
+            known = self.base.partitions.get(p) if self.base is not None else None
+            if p in compacted:
+                meta, count = compacted[p]
+                partitions[p] = PartitionCheckpoint(p, self.offsets.get(p, 0), (meta,), count)
+            else:
+                unchanged = known is not None and known.files == fs
+                keys = known.keys if unchanged and known is not None else (0 if not fs else None)
+                partitions[p] = PartitionCheckpoint(p, self.offsets.get(p, 0), fs, keys)
         old = {f.path for f in self.base.files} if self.base is not None else set()
-        new_files = [f for fs in files.values() for f in fs if f.path not in old]
+        new_files = [f for pc in partitions.values() for f in pc.files if f.path not in old]
         last_batch = self.pending[-1].batch_id if self.pending else None
-        manifest = commit_files(
-            self.repo,
-            table=self.table,
-            topic=self.topic,
-            cluster_id=self.cluster_id,
-            generation=self.generation,
-            partitions={p: PartitionCheckpoint(p, self.offsets.get(p, 0), fs) for p, fs in files.items()},
-            extra={
+        manifest = self.participant.submit(
+            target.generation,
+            partitions,
+            {p: pc.next_offset for p, pc in partitions.items()},
+            {
                 "mode": "stream",
                 "base_generation": self.base.generation if self.base is not None else None,
-                "tasks": self._stats["tasks"] + len(compacted),
+                "spark_tasks": self._stats["tasks"] + len(compacted),
                 "batches": len(self.pending),
                 "records_read": self._stats["records"],
                 "files_written": len(new_files),
@@ -275,14 +324,17 @@ class StreamMaterializer:
                 "spark_version": self.spark.version,
             },
         )
+        if manifest is None:
+            if force and not self.participant.single:
+                raise CheckpointError(f"{self.repo.url}: snapshot {target.generation} did not complete")
+            return None
         self._notify("checkpointed", manifest.generation)
         done = [e.batch_id for e in self.pending]
-        self.base = self.last_checkpoint = manifest
+        self.base = manifest
         self.pending = []
-        self.generation = manifest.generation + 1
+        self.generation = max(self.repo.next_generation(), manifest.generation + 1)
         self._stats = {"tasks": 0, "records": 0}
         self.journal.delete(done)
-        collect_garbage(self.repo, self.retention)
         log.info("materializer %s: committed generation %d", self.repo.url, manifest.generation)
         return manifest
 
@@ -293,26 +345,35 @@ class StreamMaterializer:
             bool(deltas) and sum(f.bytes for f in deltas) > max(base_bytes, 1 << 20)
         )
 
-    def _compact(self, work: Mapping[int, tuple[DataFile, ...]]) -> dict[int, tuple[DataFile, ...]]:
-        """Merge base + deltas into one new base per partition, in tasks."""
+    def _compact(
+        self, generation: int, work: Mapping[int, tuple[DataFile, ...]]
+    ) -> dict[int, tuple[DataFile, int]]:
+        """Merge base + deltas into one new base per partition, in tasks, in *generation*."""
         if not work:
             return {}
-        repo, gen = self.repo, self.generation
+        repo = self.repo
 
-        def compact(item: tuple[int, tuple[DataFile, ...]]) -> tuple[int, dict[str, Any]]:
+        def compact(item: tuple[int, tuple[DataFile, ...]]) -> tuple[int, dict[str, Any], int]:
             p, fs = item
             rows = datafile.merge([repo.read_file(f) for f in fs])
-            return p, write_data_file(repo, gen, p, "base", 0, rows).to_json()
+            return p, write_data_file(repo, generation, p, "base", 0, rows).to_json(), rows.num_rows
 
         items = sorted(work.items())
         out = self.spark.sparkContext.parallelize(items, len(items)).map(compact).collect()
-        return {p: (DataFile.from_json(meta),) for p, meta in out}
+        return {p: (DataFile.from_json(meta), keys) for p, meta, keys in out}
 
     def stop(self, *, checkpoint: bool = True) -> CheckpointManifest | None:
-        """Stop the query; with *checkpoint*, commit what the finished batches materialized."""
-        if self.query is not None:
-            self.query.stop()
-        return self.checkpoint() if checkpoint else None
+        """Stop the query and the timer; with *checkpoint*, commit what the finished batches
+        materialized. The table's snapshot participation ends here."""
+        self._stop.set()
+        if self._timer is not None:
+            self._timer.join()
+        try:
+            if self.query is not None:
+                self.query.stop()
+            return self.checkpoint(force=True) if checkpoint else None
+        finally:
+            self.writer.close()
 
 
 def materialize_stream(
@@ -333,17 +394,24 @@ def materialize_stream(
     compact_after: int = 8,
     query_name: str | None = None,
     observer: Observer | None = None,
+    snapshot_store: str | None = None,
+    snapshot_timeout: str | float | timedelta = "60s",
+    generation: int | None = None,
     timeout: float = 15.0,
 ) -> StreamMaterializer:
     """Start materializing *topic* into checkpoints of *table*; returns the running handle.
 
     ``checkpoint_location`` is the Spark streaming checkpoint (restart with the same one to
-    resume). A checkpoint is committed at the end of the first micro-batch after
-    ``checkpoint_interval``; partitions with more than ``compact_after`` delta files (or more
-    delta than base bytes) get a new base. ``available_now`` processes what exists and stops.
-    Stop with :meth:`StreamMaterializer.stop` (which commits a final checkpoint). ``observer``
-    sees each step of a batch; ``timeout`` bounds waits for the cluster's metadata.
+    resume; state that disagrees with the checkpoint store is moved aside). A checkpoint is
+    committed every ``checkpoint_interval`` when something new was materialized (checked at each
+    batch and on a timer, so a quiet topic is checkpointed too); a snapshot created elsewhere
+    (``statesnap snapshot create``) is reported to within about one ``trigger_interval``.
+    Partitions with more than ``compact_after`` delta files (or more delta than base bytes) get
+    a new base. ``available_now`` processes what exists and stops. Stop with
+    :meth:`StreamMaterializer.stop` (which commits a final checkpoint). ``observer`` sees each
+    step of a batch; ``timeout`` bounds waits for the cluster's metadata.
     """
+    trigger_seconds = parse_duration(trigger_interval).total_seconds()
     materializer = StreamMaterializer(
         spark,
         bootstrap_servers=bootstrap_servers,
@@ -357,13 +425,16 @@ def materialize_stream(
         retention=retention or RetentionPolicy(),
         compact_after=compact_after,
         observer=observer,
+        snapshot_store=snapshot_store,
+        snapshot_timeout=parse_duration(snapshot_timeout),
+        generation=generation,
+        timer_interval=max(0.2, min(trigger_seconds, 1.0)),
         timeout=timeout,
     )
     if available_now:
         trigger: dict[str, Any] = {"availableNow": True}
     else:
-        seconds = parse_duration(trigger_interval).total_seconds()
-        trigger = {"processingTime": f"{seconds:g} seconds"}
+        trigger = {"processingTime": f"{trigger_seconds:g} seconds"}
     materializer.start(
         checkpoint_location, trigger, max_offsets_per_trigger=max_offsets_per_trigger, query_name=query_name
     )

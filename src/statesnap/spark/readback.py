@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -28,9 +29,10 @@ from pyspark.sql.types import (
 )
 
 from statesnap.blob import open_blob_store
-from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, datafile, discover_tables
+from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, datafile, locate_table
 from statesnap.checkpoint.manifest import DataFile
-from statesnap.errors import ConfigError, CorruptCheckpointError, NoUsableCheckpointError
+from statesnap.checkpoint.restore import CheckpointSelector
+from statesnap.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -124,56 +126,28 @@ class CheckpointDataSource(DataSource):
         return CheckpointReader({str(k).lower(): str(v) for k, v in self.options.items()})
 
 
-def locate(store: Any, table: str, cluster_id: str | None) -> CheckpointRepository:
-    """The repository of *table*; without *cluster_id* there must be exactly one cluster's."""
-    if cluster_id is not None:
-        return CheckpointRepository.for_table(store, cluster_id, table)
-    found = discover_tables(store, table)
-    if not found:
-        raise NoUsableCheckpointError(f"no checkpoints of table {table!r} under {store.url}")
-    if len(found) > 1:
-        clusters = sorted(str(f.cluster_id) for f in found)
-        raise ConfigError(
-            f"table {table!r} has checkpoints of several clusters under {store.url} ({clusters}); "
-            "pass cluster_id"
-        )
-    return CheckpointRepository(store, found[0].directory)
-
-
-def newest_usable(
-    repo: CheckpointRepository,
-    why_not: Callable[[CheckpointManifest], str | None] = lambda _m: None,
-) -> CheckpointManifest | None:
-    """The newest checkpoint that parses, that *why_not* accepts and whose files are all there.
-
-    The others are skipped with a warning, as a restore skips them; *why_not* may also raise to
-    refuse outright (a checkpoint of another topic under this table's name).
-    """
-    for gen, item in repo.manifests():
-        if isinstance(item, CorruptCheckpointError):
-            log.warning("%s: skipping generation %d: %s", repo.url, gen, item)
-            continue
-        reason = why_not(item) or "; ".join(repo.verify(gen, deep=False).problems)
-        if reason:
-            log.warning("%s: skipping generation %d: %s", repo.url, gen, reason)
-            continue
-        return item
-    return None
-
-
-def choose_manifest(repo: CheckpointRepository, generation: int | None) -> CheckpointManifest:
-    """The asked-for generation (it must verify), or the newest one whose files are all there."""
-    if generation is not None:
-        verdict = repo.verify(generation, deep=False)
-        if not verdict.ok or verdict.manifest is None:
-            raise NoUsableCheckpointError(
-                f"generation {generation} of {repo.url} is not usable: {'; '.join(verdict.problems)}"
-            )
-        return verdict.manifest
-    manifest = newest_usable(repo)
-    if manifest is None:
-        raise NoUsableCheckpointError(f"no usable checkpoint in {repo.url}")
+def choose_manifest(repo: CheckpointRepository, table: str, generation: int | None) -> CheckpointManifest:
+    """The asked-for generation or the newest usable one, fully verified (checksums included) —
+    the selection every reader and writer of statesnap uses."""
+    selector = CheckpointSelector(repo, table, generation, require_checkpoint=True)
+    manifest = selector.newest_verified(None, datetime.now(UTC))
+    assert manifest is not None  # require_checkpoint raises instead
     return manifest
+
+
+def count_keys(spark: Any, repo: CheckpointRepository, manifest: CheckpointManifest) -> int:
+    """The table's key count at *manifest*: recorded by the writer, or merged in tasks."""
+    known = manifest.keys
+    if known is not None:
+        return known
+    work = [(p, pc.files) for p, pc in sorted(manifest.partitions.items()) if pc.files]
+    if not work:
+        return 0
+
+    def merged(item: tuple[int, tuple[DataFile, ...]]) -> int:
+        return int(datafile.merge([repo.read_file(f) for f in item[1]]).num_rows)
+
+    return int(sum(spark.sparkContext.parallelize(work, len(work)).map(merged).collect()))
 
 
 def read_table(
@@ -187,15 +161,15 @@ def read_table(
     """The table at a checkpoint as a DataFrame (``key, value, offset, timestamp, partition``).
 
     Any writer's checkpoints work (Python ``Table``, Spark bootstrap or streaming). Without
-    *generation*, the newest checkpoint whose files are all present is read; checksums are
-    verified as the tasks read the files.
+    *generation*, the newest usable checkpoint is read (the selection restores use: corrupt ones
+    are skipped with a warning, checksums verified on the driver and again as tasks read).
     """
     from statesnap.spark import register
 
     store = open_blob_store(url, **dict(storage_options or {}))
     store.check(writable=False)
-    repo = locate(store, table, cluster_id)
-    manifest = choose_manifest(repo, generation)
+    repo = locate_table(store, table, cluster_id)
+    manifest = choose_manifest(repo, table, generation)
     register(spark)
     options = {"url": url, "directory": repo.directory, "generation": str(manifest.generation)}
     storage = {k: str(v) for k, v in (storage_options or {}).items() if v is not None}

@@ -19,7 +19,7 @@ from statesnap.checkpoint import datafile
 from statesnap.checkpoint.datafile import latest_per_key
 from statesnap.checkpoint.manifest import CheckpointManifest, DataFile, PartitionCheckpoint
 from statesnap.spark.changes import ChangeFolder, from_ipc, to_ipc
-from statesnap.spark.journal import BatchEntry, BatchRange, journal_id, pending_entries
+from statesnap.checkpoint.journal import BatchEntry, BatchRange, journal_id, pending_entries
 from statesnap.spark.kafka_io import split_ranges
 
 pytestmark = [pytest.mark.spark]

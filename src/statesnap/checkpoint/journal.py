@@ -7,8 +7,9 @@ delta files known. One small JSON object per batch, written after its delta file
 
     <root>/<cluster-id>_<table>/_spark/<journal-id>/<batch-id:020d>.json
 
-``journal-id`` is derived from the query's ``checkpointLocation``. Readers and retention GC ignore
-``_spark/``; the materializer deletes entries once a manifest includes them.
+``journal-id`` is derived from the query's ``checkpointLocation``. Readers ignore ``_spark/``;
+retention GC keeps the data files its entries reference; the materializer deletes entries once a
+manifest includes them.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from urllib.parse import urlsplit
 
 from statesnap.checkpoint.manifest import CheckpointManifest, DataFile
 from statesnap.checkpoint.repository import CheckpointRepository
-from statesnap.errors import CorruptCheckpointError
+from statesnap.errors import BlobNotFoundError, CorruptCheckpointError
 
 JOURNAL_DIR = "_spark"
 
@@ -105,6 +106,20 @@ class BatchJournal:
 
     def delete(self, batch_ids: list[int]) -> None:
         self.repo.store.delete(self._key(b) for b in batch_ids)
+
+
+def journal_references(repo: CheckpointRepository) -> set[str]:
+    """Data files (relative to the table directory) that journal entries of any streaming query
+    still reference: retention GC must keep them, whatever their age, until a manifest does."""
+    referenced: set[str] = set()
+    prefix = repo.key(f"{JOURNAL_DIR}/")
+    for blob in repo.store.list(prefix):
+        try:
+            entry = BatchEntry.from_bytes(repo.store.read(blob.key), blob.key)
+        except (CorruptCheckpointError, BlobNotFoundError):
+            continue  # a garbled entry protects nothing; one deleted meanwhile neither
+        referenced.update(r.file.path for r in entry.partitions.values() if r.file is not None)
+    return referenced
 
 
 def pending_entries(

@@ -1,0 +1,127 @@
+"""Which engine runs ``statesnap materialize``, and which options each engine honours.
+
+Both engines are writers of one system (same checkpoints, snapshots and GC); they differ in cost.
+A Spark job pays a fixed start-up (a JVM, a session, Python workers) and then reads partitions in
+parallel on every core; the Python engine starts at once and replays in one process. ``auto``
+estimates both from the backlog and picks the cheaper, and says why. The rates below come from
+``benchmarks/engine_crossover.py`` on the reference 2-core machine; override them with the
+environment variables named in :data:`ENV` where a cluster differs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from statesnap.errors import EngineOptionError
+
+#: Records/s the Python engine replays into a table and checkpoints (one process).
+PYTHON_RATE = 800_000
+#: Records/s one Spark core reads, folds and writes during bootstrap.
+SPARK_RATE_PER_CORE = 450_000
+#: Seconds a cold Spark session needs before its first task runs.
+SPARK_STARTUP = 9.0
+ENV = {
+    "python_rate": "STATESNAP_PYTHON_RATE",
+    "spark_rate": "STATESNAP_SPARK_RATE_PER_CORE",
+    "spark_startup": "STATESNAP_SPARK_STARTUP_SECONDS",
+}
+MASTER_ENV = "STATESNAP_SPARK_MASTER"
+
+
+@dataclass(frozen=True, slots=True)
+class EngineChoice:
+    engine: str
+    reason: str
+
+
+def spark_available() -> bool:
+    """Whether the Spark engine can run here: pyspark importable and a Java runtime present."""
+    has_java = shutil.which("java") is not None or bool(os.environ.get("JAVA_HOME"))
+    return has_java and importlib.util.find_spec("pyspark") is not None
+
+
+def _rate(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(ENV[name], default))
+    except ValueError:
+        return default
+
+
+def estimate_seconds(backlog: int, cores: int) -> tuple[float, float]:
+    """(python, spark) seconds to materialize *backlog* records with *cores* Spark cores."""
+    python = backlog / _rate("python_rate", PYTHON_RATE)
+    spark = _rate("spark_startup", SPARK_STARTUP) + backlog / (
+        _rate("spark_rate", SPARK_RATE_PER_CORE) * cores
+    )
+    return python, spark
+
+
+def crossover(cores: int) -> float:
+    """The backlog (records) above which Spark is expected to finish first; inf if never."""
+    per_record = 1 / _rate("python_rate", PYTHON_RATE) - 1 / (
+        _rate("spark_rate", SPARK_RATE_PER_CORE) * cores
+    )
+    return float("inf") if per_record <= 0 else _rate("spark_startup", SPARK_STARTUP) / per_record
+
+
+#: Options only one engine can honour, with what to say on the other.
+PYTHON_ONLY = {
+    "store": "the Spark engine keeps no local state store (its tasks fold straight into files)",
+    "instances": "the Spark engine reads every partition in one parallel job; run one Spark "
+    "materializer per table, or --engine python for --instance/--instances",
+}
+SPARK_ONLY = {
+    "spark_checkpoint_location": "only the Spark engine keeps a streaming checkpoint",
+    "spark_conf": "only the Spark engine takes Spark settings",
+}
+
+
+def choose_engine(
+    requested: str,
+    *,
+    python_only: Mapping[str, bool],
+    spark_only: Mapping[str, bool],
+    backlog: int | None,
+    follow: bool,
+) -> EngineChoice:
+    """The engine for this run and why; options the chosen engine cannot honour are refused."""
+    py_opts = [k for k, given in python_only.items() if given]
+    sp_opts = [k for k, given in spark_only.items() if given]
+    flag = "--" + "|".join(k.replace("_", "-") for k in (py_opts or sp_opts))
+    if requested == "spark":
+        if py_opts:
+            raise EngineOptionError(f"{flag} cannot be used with --engine spark: {PYTHON_ONLY[py_opts[0]]}")
+        if not spark_available():
+            raise EngineOptionError(
+                "--engine spark needs pyspark (pip install 'statesnap[spark]') and Java 17"
+            )
+        return EngineChoice("spark", "asked for with --engine spark")
+    if requested == "python":
+        if sp_opts:
+            raise EngineOptionError(f"{flag} cannot be used with --engine python: {SPARK_ONLY[sp_opts[0]]}")
+        return EngineChoice("python", "asked for with --engine python")
+    if py_opts and sp_opts:
+        raise EngineOptionError(f"{flag} and --{sp_opts[0].replace('_', '-')} need different engines")
+    if py_opts:
+        return EngineChoice("python", f"{flag} needs the python engine")
+    if sp_opts:
+        return EngineChoice("spark", f"--{sp_opts[0].replace('_', '-')} needs the spark engine")
+    if not spark_available():
+        return EngineChoice("python", "pyspark or Java is not installed")
+    master = os.environ.get(MASTER_ENV, "")
+    if master and not master.startswith("local"):
+        return EngineChoice("spark", f"a Spark cluster is configured ({MASTER_ENV}={master})")
+    cores = os.cpu_count() or 1
+    if backlog is None:
+        return EngineChoice("python", "the backlog is unknown; the python engine starts at once")
+    py_s, spark_s = estimate_seconds(backlog, cores)
+    mode = " before following" if follow else ""
+    estimate = (
+        f"estimated backlog {backlog:,} records{mode}: python ≈ {py_s:.1f}s, spark ≈ {spark_s:.1f}s "
+        f"on {cores} cores (crossover ≈ {crossover(cores):,.0f} records)"
+    )
+    return EngineChoice("spark" if spark_s < py_s else "python", estimate)

@@ -1,0 +1,74 @@
+"""``write_checkpoint``: one checkpoint by one writer, as a one-task snapshot.
+
+For tools and tests that hold a table's rows and want them committed the way every writer
+commits: begin (join or create a generation), write the data files, report to the orchestrator,
+which commits the manifest and the snapshot record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from statesnap.checkpoint.manifest import CheckpointManifest
+from statesnap.checkpoint.repository import CheckpointRepository
+from statesnap.checkpoint.retention import RetentionPolicy
+from statesnap.checkpoint.writer import PartitionUpdate
+from statesnap.errors import CheckpointError
+from statesnap.kafka.config import KafkaSettings
+from statesnap.snapshot.api import SnapshotApi
+from statesnap.snapshot.participant import Participant
+
+
+def write_checkpoint(
+    repo: CheckpointRepository,
+    *,
+    table: str,
+    topic: str,
+    cluster_id: str,
+    updates: Mapping[int, PartitionUpdate],
+    previous: CheckpointManifest | None = None,
+    engine: str = "python",
+    extra: Mapping[str, Any] | None = None,
+    retention: RetentionPolicy | None = None,
+    snapshot_store: str | None = None,
+    kafka: KafkaSettings | None = None,
+) -> CheckpointManifest:
+    """Commit *updates* (every partition of the table) as one snapshot; returns its manifest.
+
+    Partitions without a new ``base``/``delta`` reference *previous*'s files again.
+    """
+    partitions = sorted(set(updates) | set(previous.partitions if previous is not None else ()))
+    repo.ensure_descriptor(table, topic, cluster_id, len(partitions), str(snapshot_store or "blob"))
+    api = SnapshotApi.for_repo(
+        repo,
+        table,
+        snapshot_store=snapshot_store,
+        kafka=kafka,
+        topic=topic,
+        cluster_id=cluster_id,
+        partitions=partitions,
+    )
+    task = Participant(
+        api,
+        task_id=engine,
+        owned=tuple(partitions),
+        engine=engine,
+        retention=retention,
+        snapshot_timeout=timedelta(minutes=5),
+        previous=previous,
+    )
+    try:
+        snap = task.begin()
+        files = task.write(snap.generation, updates)
+        offsets = {p: pc.next_offset for p, pc in files.items()}
+        manifest = task.submit(snap.generation, files, offsets, extra)
+    finally:
+        api.close()
+    if manifest is None:
+        raise CheckpointError(
+            f"{repo.url}: snapshot {snap.generation} did not complete with this writer's report "
+            "(fenced by a newer generation, or the table has partitions this writer does not own)"
+        )
+    return manifest

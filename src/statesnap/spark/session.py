@@ -1,0 +1,110 @@
+"""A SparkSession that can run statesnap's Python code on its workers, quietly.
+
+Spark starts its Python workers with ``PYSPARK_PYTHON`` (else ``python3`` on the PATH), which is
+often not the interpreter statesnap is installed in: jobs then die deep inside a task with
+``ModuleNotFoundError``. :func:`spark_session` points local workers at this interpreter, binds
+local mode to loopback and keeps Spark's own logs below WARN out of the terminal;
+:func:`check_workers` proves (with one tiny job, once per application) that the workers of any
+session — local or a cluster — can import statesnap, or fails with one line saying what to set.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any
+
+from statesnap.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+#: ``local[*]`` by default; point it at a cluster with STATESNAP_SPARK_MASTER.
+MASTER_ENV = "STATESNAP_SPARK_MASTER"
+_checked: set[str] = set()
+
+
+def default_master() -> str:
+    return os.environ.get(MASTER_ENV) or "local[*]"
+
+
+def spark_session(
+    master: str | None = None,
+    *,
+    app_name: str = "statesnap",
+    conf: Mapping[str, str] | None = None,
+    verbose: bool = False,
+) -> Any:
+    """A session (new, or the active one) with the statesnap sources registered and its Python
+    workers checked. *conf* passes any Spark setting (``spark.executor.memory``, …); *verbose*
+    keeps Spark's INFO logs."""
+    from pyspark.sql import SparkSession
+
+    from statesnap.spark import register
+
+    master = master or default_master()
+    local = master.startswith("local")
+    if local:
+        # Local workers must run this interpreter: it is the one with statesnap installed.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+    )
+    if not verbose:
+        quiet = resources.files("statesnap.spark").joinpath("log4j2-quiet.properties")
+        builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={quiet}")
+    if local:
+        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    settings = dict(conf or {})
+    if "spark.sql.shuffle.partitions" not in settings and local:
+        settings["spark.sql.shuffle.partitions"] = str(max(2, os.cpu_count() or 2))
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    if not verbose:
+        spark.sparkContext.setLogLevel("ERROR")
+    if "spark.sql.shuffle.partitions" not in (conf or {}) and not local:
+        # On a cluster, shuffles follow the cluster's cores, not the driver's.
+        cores = int(spark.sparkContext.defaultParallelism)
+        spark.conf.set("spark.sql.shuffle.partitions", str(max(2, cores)))
+    log.info("Spark %s, master %s", spark.version, spark.sparkContext.master)
+    register(spark)
+    check_workers(spark)
+    return spark
+
+
+def check_workers(spark: Any) -> None:
+    """Run one tiny task that imports statesnap; a worker that cannot fails here, in one line,
+    instead of deep inside the first real job. Checked once per Spark application."""
+    sc = spark.sparkContext
+    app = str(sc.applicationId)
+    if app in _checked:
+        return
+
+    def probe(_: Any) -> str:
+        import statesnap
+
+        return statesnap.__version__
+
+    try:
+        sc.parallelize([0], 1).map(probe).collect()
+    except Exception as e:
+        text = str(e)
+        if "ModuleNotFoundError" not in text and "ImportError" not in text:
+            raise
+        missing = text.split("ModuleNotFoundError:", 1)[-1].strip().splitlines()[0][:120]
+        python = getattr(sc, "pythonExec", None) or os.environ.get("PYSPARK_PYTHON") or "python3"
+        raise ConfigError(
+            f"Spark's Python workers ({python}) cannot run statesnap ({missing}): set "
+            f"PYSPARK_PYTHON={sys.executable} for local mode, or ship statesnap and its dependencies "
+            "to the executors (spark-submit --archives of a packed venv, or a cluster image; see "
+            "docs/spark-cluster.md)"
+        ) from None
+    _checked.add(app)
