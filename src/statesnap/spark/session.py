@@ -57,12 +57,13 @@ def spark_session(
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
     )
+    settings = dict(conf or {})
     if not verbose:
         quiet = resources.files("statesnap.spark").joinpath("log4j2-quiet.properties")
-        builder = builder.config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={quiet}")
+        extra = settings.get("spark.driver.extraJavaOptions", "")
+        settings["spark.driver.extraJavaOptions"] = f"{extra} -Dlog4j2.configurationFile={quiet}".strip()
     if local:
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-    settings = dict(conf or {})
     if "spark.sql.shuffle.partitions" not in settings and local:
         settings["spark.sql.shuffle.partitions"] = str(max(2, os.cpu_count() or 2))
     for key, value in settings.items():

@@ -1,0 +1,387 @@
+"""One system, two engines: the CLI run as a user runs it, on the real broker, both blob stores
+and both snapshot stores, with checkpoints written by the Python engine and by Spark.
+
+Every checkpoint — whoever wrote it — must behave the same under ``snapshot`` and ``checkpoints``
+commands, GC and restore; ``--json`` keys must not depend on the engine. The ground truth is an
+independent consumer read of the topic to partition EOF (``kafka.read_all`` + ``kafka.truth``),
+never a statesnap reader.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statesnap.cli.engine import spark_available
+
+pytestmark = pytest.mark.integration
+
+STATESNAP = [sys.executable, "-m", "statesnap.cli"]
+PARTITIONS = 4
+ENGINES = ["python", pytest.param("spark", marks=pytest.mark.spark)]
+
+
+def statesnap(
+    *args: str, timeout: float = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*STATESNAP, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, **(env or {})},
+    )
+
+
+def ok(result: subprocess.CompletedProcess[str]) -> Any:
+    assert result.returncode == 0, (
+        f"exit {result.returncode}\nstdout: {result.stdout}\nstderr: {result.stderr}"
+    )
+    return json.loads(result.stdout) if result.stdout.strip().startswith(("{", "[")) else result.stdout
+
+
+def digest(table: dict[bytes, bytes]) -> str:
+    """The README's digest, computed here independently of statesnap."""
+    h = hashlib.sha256()
+    for key in sorted(table):
+        value = table[key]
+        h.update(struct.pack(">I", len(key)) + key + struct.pack(">I", len(value)) + value)
+    return h.hexdigest()
+
+
+def records(n: int, seed: int, keys: int = 300) -> list[tuple[int, bytes | None, bytes | None]]:
+    out: list[tuple[int, bytes | None, bytes | None]] = []
+    for i in range(n):
+        k = (i * 7919 + seed) % keys
+        key = b"k%04d" % k
+        value = None if (i + seed) % 23 == 0 else b"v%d-%d" % (seed, i)
+        out.append((k % PARTITIONS, key, value))
+    return out
+
+
+@dataclass
+class Written:
+    """A table whose checkpoints one engine wrote through the CLI."""
+
+    engine: str
+    store: str
+    bootstrap: str
+    topic: str
+    url: str
+    storage: list[str]
+    snapshot_args: list[str]
+    results: list[dict[str, Any]]
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return statesnap(*args)
+
+    def snap(self, command: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return statesnap(
+            "snapshot", command, self.url, "--table", self.topic, *self.snapshot_args, *self.storage, *args
+        )
+
+    def ckpt(self, command: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return statesnap("checkpoints", command, self.url, "--table", self.topic, *self.storage, *args)
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        ("python", "blob"),
+        ("python", "topic"),
+        pytest.param(("spark", "blob"), marks=pytest.mark.spark),
+        pytest.param(("spark", "topic"), marks=pytest.mark.spark),
+    ],
+    ids="-".join,
+)
+def written(request: pytest.FixtureRequest, kafka: Any, tmp_path_factory: pytest.TempPathFactory) -> Written:
+    """Two generations written by ``statesnap materialize --engine E`` (the second incremental),
+    on a file store for the topic snapshot store and on moto S3 for the blob one."""
+    engine, store = request.param
+    if engine == "spark" and not spark_available():
+        pytest.skip("Spark needs pyspark and Java")
+    topic = f"cli-{engine}-{store}-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, PARTITIONS)
+    storage: list[str] = []
+    if store == "blob":
+        s3 = request.getfixturevalue("s3_server")
+        bucket = s3.create_bucket(f"b-{uuid.uuid4().hex[:10]}")
+        url = f"s3://{bucket}/ckpt"
+        for k, v in s3.storage_options().items():
+            storage += ["--storage-option", f"{k}={v}"]
+        snapshot_args: list[str] = []
+    else:
+        url = str(tmp_path_factory.mktemp("ckpt"))
+        snapshot_args = ["--snapshot-store", f"topic:_snapshots-{topic}", "-b", kafka.bootstrap]
+    w = Written(engine, store, kafka.bootstrap, topic, url, storage, snapshot_args, [])
+    for seed in (1, 2):
+        kafka.produce(topic, records(2000, seed))
+        args = ["materialize", "-b", kafka.bootstrap, "-t", topic, "--checkpoints", url, "--engine", engine]
+        if store == "topic":
+            args += ["--snapshot-store", f"topic:_snapshots-{topic}"]
+        w.results.append(ok(statesnap(*args, *storage, "--json", "--quiet")))
+    return w
+
+
+def test_materialize_json_is_the_same_on_both_engines(written: Written, kafka: Any) -> None:
+    first, second = written.results
+    assert set(first) == {
+        "table",
+        "topic",
+        "engine",
+        "engine_reason",
+        "checkpoint",
+        "written",
+        "keys",
+        "offsets",
+        "restore",
+        "checkpoint_seconds",
+        "seconds",
+        "bytes",
+        "url",
+    }
+    assert set(first["restore"]) == {"checkpoint", "replayed_records", "restore_seconds"}
+    assert first["engine"] == second["engine"] == written.engine
+    assert first["written"] and second["written"]
+    assert second["restore"]["checkpoint"] == first["checkpoint"]  # incremental
+    assert second["restore"]["replayed_records"] == 2000
+    truth = kafka.truth(kafka.read_all(written.topic, range(PARTITIONS)))
+    assert second["keys"] == len(truth)  # the table's keys, not the files' rows
+    assert second["offsets"] == {
+        str(p): o
+        for p, o in kafka.end_offsets(
+            kafka.read_all(written.topic, range(PARTITIONS)), range(PARTITIONS)
+        ).items()
+    }
+
+
+def test_every_checkpoint_is_a_snapshot(written: Written) -> None:
+    snaps = ok(written.snap("list", "--json"))
+    ckpts = ok(written.ckpt("list", "--json"))
+    assert [s["generation"] for s in snaps] == [c["generation"] for c in ckpts]
+    assert all(s["state"] == "COMPLETED" for s in snaps)
+    assert all(c["state"] == "COMPLETED" for c in ckpts)
+    task = "spark-bootstrap" if written.engine == "spark" else "main"
+    assert all([t["task_id"] for t in s["tasks"]] == [task] for s in snaps)
+    assert all(c["engine"] == written.engine for c in ckpts)
+    newest = snaps[0]["generation"]
+    shown = ok(written.snap("show", str(newest), "--json"))
+    assert shown["generation"] == newest and shown["missing_partitions"] == []
+    assert ok(written.snap("current", "--json"))["generation"] == newest
+    assert ok(written.ckpt("verify", "--json"))[0]["ok"]
+
+
+def test_restore_from_either_engine_equals_ground_truth(written: Written, kafka: Any) -> None:
+    truth = kafka.truth(kafka.read_all(written.topic, range(PARTITIONS)))
+    out = ok(
+        statesnap(
+            "dump",
+            "-b",
+            written.bootstrap,
+            "-t",
+            written.topic,
+            "--checkpoints",
+            written.url,
+            *written.storage,
+            "--digest",
+            "--json",
+        )
+    )
+    assert out["checkpoint"] == written.results[-1]["checkpoint"]
+    assert out["replayed_records"] == 0
+    assert (out["keys"], out["digest"]) == (len(truth), digest(truth))
+
+
+def test_pinned_snapshot_survives_gc_and_dry_run_says_so(written: Written) -> None:
+    gens = [s["generation"] for s in ok(written.snap("list", "--json"))]
+    oldest, newest = gens[-1], gens[0]
+    assert ok(written.snap("pin", str(oldest), "--json"))["pinned"] is True
+    gc_args = [
+        "--min-count",
+        "1",
+        "--min-age",
+        "0s",
+        "--orphan-grace",
+        "0s",
+        *written.snapshot_args,
+        "--json",
+    ]
+    (dry,) = ok(written.ckpt("gc", "--dry-run", *gc_args))
+    assert sorted(dry["retained"]) == sorted({oldest, newest}) and dry["deleted_generations"] == []
+    assert dry["pinned"] == [oldest]
+    (real,) = ok(written.ckpt("gc", *gc_args))
+    assert sorted(real["retained"]) == sorted(dry["retained"])
+    assert {c["generation"] for c in ok(written.ckpt("list", "--json"))} == {oldest, newest}
+    assert ok(written.ckpt("verify", "--json"))[0]["ok"]
+    ok(written.snap("unpin", str(oldest)))
+    (after,) = ok(written.ckpt("gc", *gc_args))
+    assert after["deleted_generations"] == [oldest]
+    assert oldest in after["snapshot_records_deleted"]
+    assert [s["generation"] for s in ok(written.snap("list", "--json"))] == [newest]
+
+
+def test_snapshot_create_delete_and_diff(written: Written, kafka: Any) -> None:
+    """A snapshot created with no writer running fails by its deadline, naming the partitions;
+    the next writer run starts a newer generation; `diff` compares checkpoints whoever wrote
+    them; `delete` removes the newest too."""
+    result = written.snap("create", "--wait", "--timeout", "1s", "--json")
+    assert result.returncode == 1  # --wait exits 1 unless COMPLETED
+    failed = json.loads(result.stdout)
+    assert failed["state"] == "FAILED" and failed["missing_partitions"] == list(range(PARTITIONS))
+    # a writer run joins nothing stale: it starts the next generation and completes it
+    kafka.produce(written.topic, records(200, 3))
+    args = [
+        "materialize",
+        "-b",
+        written.bootstrap,
+        "-t",
+        written.topic,
+        "--checkpoints",
+        written.url,
+        "--engine",
+        "python",
+    ]
+    done = ok(statesnap(*args, *written.storage, "--json", "--quiet"))
+    assert done["checkpoint"] > failed["generation"]
+    diff = ok(written.snap("diff", str(written.results[-1]["checkpoint"]), str(done["checkpoint"]), "--json"))
+    assert diff["added"] + diff["removed"] + diff["changed"] > 0
+    ok(written.snap("delete", str(done["checkpoint"])))
+    gens = [s["generation"] for s in ok(written.snap("list", "--json"))]
+    assert done["checkpoint"] not in gens
+
+
+@pytest.mark.spark
+def test_snapshot_create_waits_for_the_spark_streaming_materializer(kafka: Any, tmp_path: Path) -> None:
+    """`snapshot create --wait` completes against `materialize --follow` on Spark, idle or not,
+    within about two trigger intervals; Ctrl-C commits a final checkpoint with the same keys."""
+    if not spark_available():
+        pytest.skip("Spark needs pyspark and Java")
+    topic = f"follow-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, PARTITIONS)
+    kafka.produce(topic, records(1500, 1))
+    url = str(tmp_path / "ckpt")
+    proc = subprocess.Popen(
+        [
+            *STATESNAP,
+            "materialize",
+            "-b",
+            kafka.bootstrap,
+            "-t",
+            topic,
+            "--checkpoints",
+            url,
+            "--engine",
+            "spark",
+            "--follow",
+            "--commit-interval",
+            "1s",
+            "--checkpoint-interval",
+            "1h",
+            "--spark-checkpoint-location",
+            str(tmp_path / "spark-state"),
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not list(tmp_path.glob("ckpt/*/table.json")):
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "materializer never registered the table"
+            time.sleep(0.5)
+        time.sleep(8)  # let the first micro-batches run
+        for _ in range(2):  # idle the second time: nothing new since the first snapshot
+            started = time.monotonic()
+            snap = ok(
+                statesnap("snapshot", "create", url, "--table", topic, "--wait", "--timeout", "60s", "--json")
+            )
+            assert snap["state"] == "COMPLETED", snap
+            assert [t["task_id"] for t in snap["tasks"]] == ["spark-stream"]
+            assert time.monotonic() - started < 30
+        ckpts = ok(statesnap("checkpoints", "list", url, "--table", topic, "--json"))
+        snaps = ok(statesnap("snapshot", "list", url, "--table", topic, "--json"))
+        assert {c["generation"]: c["state"] for c in ckpts} == {
+            s["generation"]: s["state"] for s in snaps if s["state"] == "COMPLETED"
+        }
+        kafka.produce(topic, records(500, 2))
+        time.sleep(5)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    final = json.loads(out.strip().splitlines()[-1])
+    truth = kafka.truth(kafka.read_all(topic, range(PARTITIONS)))
+    assert final["engine"] == "spark" and final["keys"] == len(truth)
+    dumped = ok(
+        statesnap("dump", "-b", kafka.bootstrap, "-t", topic, "--checkpoints", url, "--digest", "--json")
+    )
+    assert (dumped["keys"], dumped["digest"]) == (len(truth), digest(truth))
+    assert dumped["replayed_records"] == 0
+
+
+def test_engine_options_are_refused_where_they_cannot_be_honoured(kafka: Any, tmp_path: Path) -> None:
+    topic = kafka.create_topic(f"opts-{uuid.uuid4().hex[:8]}", 2)
+    base = ["materialize", "-b", kafka.bootstrap, "-t", topic, "--checkpoints", str(tmp_path / "c")]
+    if spark_available():
+        bad = statesnap(*base, "--engine", "spark", "--store", "rocksdb")
+        assert bad.returncode == 1 and "--store cannot be used with --engine spark" in bad.stderr
+        bad = statesnap(*base, "--engine", "spark", "--instance", "0", "--instances", "2")
+        assert bad.returncode == 1 and "--engine spark" in bad.stderr
+    bad = statesnap(*base, "--engine", "python", "--spark-conf", "spark.executor.memory=1g")
+    assert bad.returncode == 1 and "--spark-conf cannot be used with --engine python" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+    auto = ok(statesnap(*base, "--store", "rocksdb", "--json", "--quiet"))
+    assert auto["engine"] == "python" and "--store" in auto["engine_reason"]
+    started = time.monotonic()
+    typo = statesnap(
+        "materialize", "-b", kafka.bootstrap, "-t", "no-such-topic-xyz", "--checkpoints", str(tmp_path / "d")
+    )
+    assert typo.returncode == 1 and "TopicNotFoundError" in typo.stderr
+    assert time.monotonic() - started < 15
+
+
+def test_default_follow_works_with_default_options(kafka: Any, tmp_path: Path) -> None:
+    """`materialize --follow` with nothing but the required options starts, checkpoints on
+    Ctrl-C and exits 0 (it used to exit 1 on checkpoint_interval vs orphan_grace)."""
+    topic = kafka.create_topic(f"deflt-{uuid.uuid4().hex[:8]}", 2)
+    kafka.produce(topic, [(i % 2, b"k%d" % i, b"v") for i in range(100)])
+    proc = subprocess.Popen(
+        [
+            *STATESNAP,
+            "materialize",
+            "-b",
+            kafka.bootstrap,
+            "-t",
+            topic,
+            "--checkpoints",
+            str(tmp_path / "c"),
+            "--follow",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "HOME": str(tmp_path)},
+    )
+    time.sleep(6)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-2000:]
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["keys"] == 100 and result["checkpoint"] == 1
