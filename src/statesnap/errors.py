@@ -155,3 +155,109 @@ class EngineOptionError(ConfigError):
 
 class SnapshotStoreError(SnapshotError, ConfigError):
     """The snapshot store spec is malformed or does not match the one the table was created with."""
+
+
+# --- serdes (keys and values as objects) ---------------------------------------------------------
+
+
+class SerdeError(StatesnapError):
+    """A key or value could not be converted between stored bytes and objects by the table's serde,
+    or the schema registry a serde needs could not be used. The cause is chained."""
+
+
+class DeserializationError(SerdeError, ValueError):
+    """Stored bytes cannot be decoded by the serde (not JSON, not UTF-8, not schema-registry framed,
+    a schema id the registry does not know, bytes that do not match the writer's schema).
+
+    The table's bytes are unchanged: fix the serde (or the producer) and read again.
+    """
+
+
+class SerializationError(SerdeError, ValueError):
+    """An object cannot be encoded by the serde (e.g. it does not match the schema, or the subject
+    has no schema to write with). Nothing was written."""
+
+
+class SchemaRegistryError(SerdeError):
+    """The schema registry refused a request or could not be reached (address, credentials, subject,
+    compatibility). The message names the registry URL without credentials."""
+
+
+# --- faults at the edges (Kafka, blob URLs and keys) ---------------------------------------------
+
+
+class KafkaConfigError(ConfigError):
+    """librdkafka refused a client setting: an unknown property, an invalid value, SASL without
+    credentials. The message names the property (never a secret value); fix it in
+    ``kafka_config`` / ``--kafka-config`` / the properties file / ``STATESNAP_KAFKA_*``."""
+
+    def __init__(self, message: str, prop: str | None = None) -> None:
+        super().__init__(message)
+        self.property = prop
+
+
+class OffsetOutOfRangeError(KafkaError):
+    """A partition's next offset lies beyond its log end: the offsets (usually a checkpoint's)
+    belong to another incarnation of the topic (deleted and recreated, or another cluster).
+
+    Continuing would wait forever or build a wrong table; refuse that checkpoint and restore an
+    older one or replay from the beginning.
+    """
+
+    def __init__(self, topic: str, partition: int, offset: int, log_end: int | None, address: str) -> None:
+        end = "unknown" if log_end is None else str(log_end)
+        super().__init__(
+            f"topic {topic!r} partition {partition} on {address}: next offset {offset} is beyond "
+            f"the log end {end}; the offsets belong to another incarnation of the topic"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.log_end = log_end
+
+
+class InvalidStoreUrlError(BlobStoreError, ConfigError):
+    """A checkpoint URL or path is malformed (an empty scheme, a NUL byte, a host in a file URL).
+
+    The message shows the URL with credentials masked; fix it, nothing was read or written."""
+
+
+class InvalidBlobKeyError(BlobStoreError, ValueError):
+    """A key would leave the store's root (``..``, an absolute path) or is not a valid name.
+
+    Keys come from statesnap's own layout and from manifests; a manifest naming such a key is
+    corrupt (or hostile) and is refused instead of read."""
+
+
+class DataLossError(KafkaError):
+    """A Spark read over Kafka would miss records (``failOnDataLoss=true``, Spark's default):
+    offsets below a partition's log start (deleted by retention), a partition or topic that is
+    gone, or offsets beyond a partition's end (the topic was deleted and recreated).
+
+    Restart the query from a new checkpoint location or ``startingOffsets``, or set
+    ``failOnDataLoss=false`` to warn and continue from the earliest available offsets."""
+
+
+# --- table reads (typed mapping, point in time) --------------------------------------------------
+
+
+class UndecodableRowError(DeserializationError):
+    """A stored key or value cannot be decoded by the table's serde; the message names the table,
+    the key (as bytes), and the partition and offset of the record that wrote it (never the value).
+
+    Fix the serde or the producer; the table's bytes are unchanged (``raw_items()`` still reads
+    them). The serde's own error is chained as ``__cause__``."""
+
+    def __init__(
+        self, message: str, *, table: str, key: bytes, partition: int | None, offset: int | None
+    ) -> None:
+        super().__init__(message)
+        self.table = table
+        self.key = key
+        self.partition = partition
+        self.offset = offset
+
+
+class GenerationNotFoundError(NoUsableCheckpointError, SnapshotNotFoundError):
+    """A table was asked for a checkpoint generation the store does not hold (never written, or
+    deleted by GC). The message says ``no generation G`` and lists the generations there are."""

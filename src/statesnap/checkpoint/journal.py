@@ -108,6 +108,19 @@ class BatchJournal:
         self.repo.store.delete(self._key(b) for b in batch_ids)
 
 
+def verify_journal(repo: CheckpointRepository) -> list[str]:
+    """Problems with Spark journal entries (a garbled one makes the materializer re-read its batch)."""
+    problems = []
+    for blob in repo.store.list(repo.key(f"{JOURNAL_DIR}/")):
+        try:
+            BatchEntry.from_bytes(repo.store.read(blob.key), blob.key)
+        except CorruptCheckpointError as e:
+            problems.append(str(e))
+        except BlobNotFoundError:
+            continue
+    return problems
+
+
 def journal_references(repo: CheckpointRepository) -> set[str]:
     """Data files (relative to the table directory) that journal entries of any streaming query
     still reference: retention GC must keep them, whatever their age, until a manifest does."""

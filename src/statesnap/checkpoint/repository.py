@@ -41,6 +41,8 @@ class VerifyResult:
     generation: int
     manifest: CheckpointManifest | None
     problems: tuple[str, ...]
+    #: The manifest was deleted (by GC or a user) while it was being verified: not corrupt, gone.
+    vanished: bool = False
 
     @property
     def ok(self) -> bool:
@@ -140,13 +142,17 @@ class CheckpointRepository:
                     fut.cancel()
 
     def verify(self, generation: int, *, deep: bool = True) -> VerifyResult:
-        """Check a generation: manifest readable, every file present with the right size (and,
-        when *deep*, checksum and Parquet structure)."""
+        """Check a generation as a restore would: manifest readable, COMPLETED, of this table
+        directory's table and cluster (and the descriptor's topic), every file present with the
+        right size (and, when *deep*, checksum and Parquet structure). A generation deleted while
+        it was checked is reported ``vanished``, not corrupt."""
         try:
             manifest = self.read_manifest(generation)
-        except (CorruptCheckpointError, BlobNotFoundError) as e:
+        except BlobNotFoundError:
+            return VerifyResult(generation, None, (), vanished=True)
+        except CorruptCheckpointError as e:
             return VerifyResult(generation, None, (str(e),))
-        problems: list[str] = []
+        problems = self._identity_problems(manifest)
         present = {b.key: b.size for b in self.store.list(self.key(layout.DATA_DIR) + "/")}
         for f in manifest.files:
             size = present.get(self.key(f.path))
@@ -165,7 +171,24 @@ class CheckpointRepository:
 
             with ThreadPoolExecutor(IO_THREADS) as pool:
                 problems.extend(p for p in pool.map(check, manifest.files) if p)
+        if problems and not self.store.exists(self.key(layout.manifest_key(generation))):
+            return VerifyResult(generation, None, (), vanished=True)  # GC took it meanwhile
         return VerifyResult(generation, manifest, tuple(problems))
+
+    def _identity_problems(self, manifest: CheckpointManifest) -> list[str]:
+        problems = []
+        if manifest.state.value != "COMPLETED":
+            problems.append(f"state is {manifest.state.value}, not COMPLETED")
+        name = self.directory.rsplit("/", 1)[-1]
+        if name != layout.table_dir(manifest.cluster_id, manifest.table):
+            problems.append(
+                f"manifest names table {manifest.table!r} of cluster {manifest.cluster_id!r}, "
+                f"not the table directory {name!r}"
+            )
+        described = self.descriptor() or {}
+        if described.get("topic") not in (None, manifest.topic):
+            problems.append(f"manifest names topic {manifest.topic!r}, the table's is {described['topic']!r}")
+        return problems
 
     # --- writing -------------------------------------------------------------------------------
 
@@ -215,6 +238,18 @@ class CheckpointRepository:
         with contextlib.suppress(BlobExistsError):
             self.store.write(self.key(layout.DESCRIPTOR), json.dumps(body).encode(), if_absent=True)
         return self.descriptor() or body
+
+    def verify_descriptor(self) -> list[str]:
+        """Problems with the table descriptor (a missing one is fine: older tables have none)."""
+        try:
+            obj = json.loads(self.store.read(self.key(layout.DESCRIPTOR)))
+        except BlobNotFoundError:
+            return []
+        except (ValueError, UnicodeDecodeError) as e:
+            return [f"{layout.DESCRIPTOR}: not valid JSON ({e})"]
+        if not isinstance(obj, dict) or not {"table", "topic", "cluster_id"} <= set(obj):
+            return [f"{layout.DESCRIPTOR}: not a table descriptor (needs table, topic, cluster_id)"]
+        return []
 
     def descriptor(self) -> dict[str, Any] | None:
         try:

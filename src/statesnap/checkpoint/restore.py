@@ -93,6 +93,8 @@ class CheckpointSelector:
         was required) if there is none."""
         for manifest in self.candidates(state, now):
             verdict = self.repo.verify(manifest.generation, deep=deep)
+            if verdict.vanished:
+                continue  # deleted by GC since it was listed: the next-older one
             if verdict.ok:
                 return manifest
             self._skip(manifest.generation, "; ".join(verdict.problems))

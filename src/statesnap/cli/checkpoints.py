@@ -8,6 +8,7 @@ import click
 
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, RetentionPolicy
+from statesnap.checkpoint.journal import verify_journal
 from statesnap.checkpoint.repository import TableLocation, discover_tables
 from statesnap.cli.options import (
     emit_json,
@@ -20,6 +21,7 @@ from statesnap.cli.options import (
 from statesnap.durations import parse_duration
 from statesnap.errors import CheckpointError, CorruptCheckpointError, TableNotFoundError
 from statesnap.snapshot.api import SnapshotApi
+from statesnap.snapshot.store import BlobSnapshotStore
 
 
 @click.group()
@@ -124,14 +126,19 @@ def show(
 @common
 @click.option("--shallow", is_flag=True, help="Only check files exist with the right size (no checksums).")
 def verify(url: str, table: str | None, storage_pairs: tuple[str, ...], as_json: bool, shallow: bool) -> None:
-    """Verify every checkpoint: manifest readable, files present, sizes and checksums match.
+    """Verify everything a restore reads: every checkpoint (manifest readable and of this table,
+    COMPLETED, files present, sizes and checksums), the table descriptor, snapshot records and the
+    Spark journal.
 
-    Exits 1 if any checkpoint is corrupt (restores would skip it).
+    Exits 1 if anything is corrupt (restores would skip that checkpoint). A generation GC deletes
+    while it is checked is reported as gone, not corrupt.
     """
     results: list[dict[str, Any]] = []
     for repo in _locations(url, table, storage_pairs):
         for gen in repo.generations():
             verdict = repo.verify(gen, deep=not shallow)
+            if verdict.vanished:
+                continue
             results.append(
                 {
                     "location": repo.url,
@@ -140,12 +147,23 @@ def verify(url: str, table: str | None, storage_pairs: tuple[str, ...], as_json:
                     "problems": list(verdict.problems),
                 }
             )
+        metadata = [
+            *repo.verify_descriptor(),
+            *BlobSnapshotStore(repo.store, repo.directory).verify(),
+            *verify_journal(repo),
+        ]
+        results.append({"location": repo.url, "generation": None, "ok": not metadata, "problems": metadata})
     if as_json:
         emit_json(results)
     else:
         for r in results:
             status = "ok" if r["ok"] else "CORRUPT: " + "; ".join(r["problems"])
-            click.echo(f"{r['location']}  gen {r['generation']:>6}  {status}")
+            what = (
+                f"gen {r['generation']:>6}"
+                if r["generation"] is not None
+                else "descriptor, snapshot records, journal"
+            )
+            click.echo(f"{r['location']}  {what}  {status}")
     if not all(r["ok"] for r in results):
         raise SystemExit(1)
 

@@ -99,6 +99,7 @@ class SnapshotApi:
         topic: str | None = None,
         cluster_id: str | None = None,
         partitions: Sequence[int] | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> SnapshotApi:
         """The API over *repo*; what is not given comes from the descriptor or newest manifest.
 
@@ -114,7 +115,9 @@ class SnapshotApi:
             count = int(described.get("partitions") or 0)
             partitions = tuple(range(count)) if count else tuple(sorted(latest.partitions) if latest else ())
         store = open_snapshot_store(spec, blob=repo.store, directory=repo.directory, table=table, kafka=kafka)
-        return cls(store, repo, table=table, topic=topic, cluster_id=cluster_id, partitions=partitions)
+        return cls(
+            store, repo, table=table, topic=topic, cluster_id=cluster_id, partitions=partitions, clock=clock
+        )
 
     def close(self) -> None:
         """Stop the orchestrator's refresher and release the store's clients."""

@@ -17,6 +17,8 @@ from typing import Protocol, runtime_checkable
 from statesnap.blob import BlobStore
 from statesnap.errors import (
     BlobExistsError,
+    BlobNotFoundError,
+    CorruptCheckpointError,
     GenerationConflictError,
     SnapshotNotFoundError,
     SnapshotStoreError,
@@ -196,6 +198,24 @@ class BlobSnapshotStore:
         raise GenerationConflictError(
             f"could not update generation {generation} after {MAX_ATTEMPTS} attempts"
         )
+
+    def verify(self) -> builtins.list[str]:
+        """Problems with any record version readers may parse (every version of every generation)."""
+        problems = []
+        for blob in self.store.list(f"{self.directory}/generations/"):
+            if not _RECORD_RE.search(blob.key):
+                continue
+            try:
+                data = self.store.read(blob.key)
+                Snapshot.from_bytes(data)
+                successor = json.loads(data).get(_NEXT)
+                if successor is not None:
+                    Snapshot.from_json(successor)
+            except BlobNotFoundError:
+                continue
+            except (CorruptCheckpointError, ValueError) as e:
+                problems.append(f"{blob.key}: {e}")
+        return problems
 
     def insert(self, snapshot: Snapshot) -> Snapshot:
         """Give an older generation that has no record one (a checkpoint an older statesnap

@@ -26,6 +26,7 @@ from statesnap.spark.source import (
     RANGES_SOURCE_NAME,
     SOURCE_NAME,
     SPARK_SCHEMA,
+    SPARK_SCHEMA_WITH_HEADERS,
     KafkaDataSource,
     KafkaRangesDataSource,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "RANGES_SOURCE_NAME",
     "SOURCE_NAME",
     "SPARK_SCHEMA",
+    "SPARK_SCHEMA_WITH_HEADERS",
     "CheckpointDataSource",
     "KafkaDataSource",
     "KafkaRangesDataSource",

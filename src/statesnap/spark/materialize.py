@@ -157,7 +157,9 @@ class StreamMaterializer:
         *,
         max_offsets_per_trigger: int | None,
         query_name: str | None,
+        timer: bool = True,
     ) -> None:
+        """Start the query (and, for a continuous one, the checkpoint timer)."""
         from statesnap.spark import register
 
         if self.pending:  # batches a previous run journaled: make them a checkpoint right away
@@ -186,8 +188,9 @@ class StreamMaterializer:
             writer = writer.queryName(query_name)
         self.participant.start()
         self.query = writer.start()
-        self._timer = threading.Thread(target=self._tick, name="statesnap-stream-timer", daemon=True)
-        self._timer.start()
+        if timer:
+            self._timer = threading.Thread(target=self._tick, name="statesnap-stream-timer", daemon=True)
+            self._timer.start()
 
     def _tick(self) -> None:
         """Checkpoints on time even when no batch runs: a quiet topic, a snapshot in progress."""
@@ -436,6 +439,10 @@ def materialize_stream(
     else:
         trigger = {"processingTime": f"{trigger_seconds:g} seconds"}
     materializer.start(
-        checkpoint_location, trigger, max_offsets_per_trigger=max_offsets_per_trigger, query_name=query_name
+        checkpoint_location,
+        trigger,
+        max_offsets_per_trigger=max_offsets_per_trigger,
+        query_name=query_name,
+        timer=not available_now,
     )
     return materializer

@@ -1,66 +1,136 @@
-"""Options of the ``statesnap-kafka`` source, parsed and validated once, before any I/O.
+"""Options of the ``statesnap-kafka`` source, parsed and validated once, at ``load()``.
 
-The names follow Spark's own Kafka source (``kafka.bootstrap.servers``, ``subscribe``,
-``startingOffsets``, ``endingOffsets``, ``maxOffsetsPerTrigger``, ``minPartitions``,
-``maxRecordsPerPartition``, ``failOnDataLoss``, ``kafkaConsumer.pollTimeoutMs``), so a job can
-switch between this source and Spark's ``kafka`` format by changing only the format name. Every
-other ``kafka.*`` option is handed to librdkafka unchanged (TLS, SASL, …). A malformed option is a
-:class:`~statesnap.errors.ConfigError` that names the option.
+The names and meanings are those of Spark's own Kafka source (``subscribe``/``subscribePattern``/
+``assign``, ``startingOffsets``/``endingOffsets`` and their timestamp variants,
+``maxOffsetsPerTrigger``/``minOffsetsPerTrigger``/``maxTriggerDelay``, ``failOnDataLoss``,
+``includeHeaders``, ``minPartitions``, ``groupIdPrefix``, ``fetchOffset.*``,
+``kafkaConsumer.pollTimeoutMs``), so a job switches between this source and Spark's ``kafka``
+format by changing only the format name. ``kafka.*`` options are Java-client settings: they are
+translated to librdkafka (:mod:`statesnap.spark.java_settings`) and checked by librdkafka here, so
+a setting that cannot work fails at ``load()`` with one line naming it, never at the first task.
+Any other option is refused, naming it. docs/spark-kafka-source.md maps every option.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from statesnap.durations import parse_duration
 from statesnap.errors import ConfigError
 from statesnap.kafka.config import KafkaSettings, redact
+from statesnap.spark.java_settings import check_client_config, translate
 
 #: Spark's JSON offsets use these sentinels per partition.
 EARLIEST = -2
 LATEST = -1
 
-OffsetSpec = Literal["earliest", "latest"] | dict[int, int]
+#: A Kafka partition of a topic.
+TP = tuple[str, int]
 
-#: librdkafka properties the source owns: setting them would break exactly-once range reads.
-_RESERVED_KAFKA = frozenset(
-    {"enable.auto.commit", "auto.offset.reset", "enable.partition.eof", "group.instance.id"}
-)
-_UNSUPPORTED = {
-    "assign": "use subscribe with one topic",
-    "subscribepattern": "use subscribe with one topic",
-    "includeheaders": "headers are not read by this source",
-    "startingtimestamp": "the dev broker's offsets_for_times is broken; use startingOffsets",
-    "startingoffsetsbytimestamp": "use startingOffsets",
-    "endingtimestamp": "use endingOffsets",
-    "endingoffsetsbytimestamp": "use endingOffsets",
-}
-_KNOWN = frozenset(
-    {
-        "subscribe",
-        "startingoffsets",
-        "endingoffsets",
-        "maxoffsetspertrigger",
-        "minpartitions",
-        "maxrecordsperpartition",
-        "failondataloss",
-        "kafkaconsumer.polltimeoutms",
-        "metadatatimeoutms",
-        "path",
-        "kafkaconfig.secret",
-    }
-)
 #: A JSON object of librdkafka properties, merged over the ``kafka.*`` options. Spark redacts
 #: option keys matching ``spark.redaction.regex`` (``secret``, ``password``, …) in plans, the UI
 #: and logs; under this key *every* property stays hidden (``sasl.jaas.config`` would not).
 SECRET_CONFIG_OPTION = "kafkaConfig.secret"
 
+#: Every source option this source knows (lower case), beside ``kafka.*``.
+KNOWN_OPTIONS = frozenset(
+    {
+        "subscribe",
+        "subscribepattern",
+        "assign",
+        "startingoffsets",
+        "endingoffsets",
+        "startingtimestamp",
+        "endingtimestamp",
+        "startingoffsetsbytimestamp",
+        "endingoffsetsbytimestamp",
+        "startingoffsetsbytimestampstrategy",
+        "maxoffsetspertrigger",
+        "minoffsetspertrigger",
+        "maxtriggerdelay",
+        "minpartitions",
+        "maxrecordsperpartition",
+        "failondataloss",
+        "includeheaders",
+        "groupidprefix",
+        "fetchoffset.numretries",
+        "fetchoffset.retryintervalms",
+        "kafkaconsumer.polltimeoutms",
+        "metadatatimeoutms",
+        "kafkaconfig.secret",
+        "path",
+    }
+)
+_REFUSED = {
+    "topic": "it names the topic a Kafka *sink* writes to; to read, use subscribe",
+}
+_STRATEGIES = ("assign", "subscribe", "subscribePattern")
+#: Kafka's internal topics, which a Java consumer's pattern subscription never matches.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """What to read: Spark's ``subscribe``, ``subscribePattern`` or ``assign`` strategy."""
+
+    kind: Literal["subscribe", "subscribePattern", "assign"]
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    assigned: tuple[TP, ...] = ()
+
+    @property
+    def option(self) -> str:
+        """The option to name in errors about the subscription."""
+        return self.kind
+
+    def matches(self, topic: str) -> bool:
+        if self.kind == "subscribePattern":
+            return topic not in INTERNAL_TOPICS and re.fullmatch(self.pattern or "", topic) is not None
+        if self.kind == "assign":
+            return any(t == topic for t, _p in self.assigned)
+        return topic in self.topics
+
+    def describe(self) -> str:
+        if self.kind == "subscribePattern":
+            return f"pattern {self.pattern!r}"
+        if self.kind == "assign":
+            return f"partitions {sorted(self.assigned)}"
+        return ",".join(self.topics)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    """Spark's JSON offsets per topic and partition; -2 means earliest, -1 latest."""
+
+    offsets: Mapping[TP, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Timestamps:
+    """``*Timestamp`` (one timestamp for every partition) or ``*OffsetsByTimestamp`` (JSON per
+    partition), in epoch milliseconds; resolved with Kafka's ListOffsets-by-timestamp."""
+
+    option: str
+    every: int | None = None
+    per_partition: Mapping[TP, int] = field(default_factory=dict)
+
+
+#: Where a read starts or ends. A plain ``{partition: offset}`` dict means partitions of ``topic``.
+OffsetSpec = Literal["earliest", "latest"] | PartitionOffsets | Timestamps | dict[int, int]
+
 
 @dataclass(frozen=True, slots=True)
 class KafkaSourceOptions:
-    """Everything a reader needs, picklable so it travels to executors with the reader."""
+    """Everything a reader needs, picklable so it travels to executors with the reader.
+
+    ``kafka_config`` holds librdkafka properties (already translated from Java names).
+    ``topic`` is the topic of a single-topic subscription (and names the read in logs
+    otherwise); ``subscription`` defaults to ``subscribe=topic``.
+    """
 
     bootstrap_servers: str
     topic: str
@@ -75,6 +145,32 @@ class KafkaSourceOptions:
     poll_timeout_ms: int = 120_000
     #: How long metadata and end-offset discovery wait for the cluster.
     metadata_timeout_ms: int = 15_000
+    subscription: Subscription | None = None
+    include_headers: bool = False
+    min_offsets_per_trigger: int | None = None
+    #: ``maxTriggerDelay``: a trigger below ``minOffsetsPerTrigger`` fires anyway after this long.
+    max_trigger_delay_ms: int = 15 * 60_000
+    #: ``startingOffsetsByTimestampStrategy``: no record at/after the timestamp → fail or latest.
+    starting_timestamp_strategy: Literal["error", "latest"] = "error"
+    #: ``fetchOffset.numRetries`` attempts (Spark's count) for every offset/metadata request.
+    fetch_retries: int = 3
+    fetch_retry_interval_ms: int = 10
+    group_id_prefix: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.subscription is None:
+            object.__setattr__(self, "subscription", Subscription("subscribe", (self.topic,)))
+        for name in ("starting", "ending"):
+            spec = getattr(self, name)
+            if isinstance(spec, dict):  # {partition: offset} of the single topic
+                object.__setattr__(
+                    self, name, PartitionOffsets({(self.topic, int(p)): int(o) for p, o in spec.items()})
+                )
+
+    @property
+    def strategy(self) -> Subscription:
+        assert self.subscription is not None  # set by __post_init__
+        return self.subscription
 
     def settings(self) -> KafkaSettings:
         """Client settings; ``kafka_config`` carries the user's librdkafka properties."""
@@ -86,132 +182,256 @@ class KafkaSourceOptions:
 
     def __repr__(self) -> str:
         return (
-            f"KafkaSourceOptions(bootstrap_servers={self.bootstrap_servers!r}, topic={self.topic!r}, "
-            f"kafka_config={redact(self.kafka_config)!r}, starting={self.starting!r}, "
-            f"ending={self.ending!r})"
+            f"KafkaSourceOptions(bootstrap_servers={self.bootstrap_servers!r}, "
+            f"subscription={self.strategy.describe()!r}, kafka_config={redact(self.kafka_config)!r}, "
+            f"starting={self.starting!r}, ending={self.ending!r})"
         )
 
 
-def parse_options(options: Mapping[str, Any], *, streaming: bool) -> KafkaSourceOptions:
+def parse_options(
+    options: Mapping[str, Any], *, streaming: bool | None, check_client: bool = True
+) -> KafkaSourceOptions:
     """Validate the options Spark hands the source (keys are case-insensitive).
 
-    Streaming reads default ``startingOffsets`` to ``latest`` and reject ``endingOffsets``, as
-    Spark's Kafka source does; batch reads default to ``earliest`` … ``latest``.
+    Streaming reads default ``startingOffsets`` to ``latest`` and refuse ending offsets; batch
+    reads default to ``earliest`` … ``latest`` and refuse a ``latest`` start, all as Spark's
+    Kafka source does; ``streaming=None`` (``load()``, before Spark says which) checks neither.
+    *check_client* lets librdkafka check the client settings (no request is sent).
     """
     opts = {str(k).lower(): str(v) for k, v in options.items() if v is not None}
     original = {str(k).lower(): str(k) for k in options}
-    kafka_config: dict[str, str] = {}
+    java: dict[str, str] = {}
     for key, value in opts.items():
         if key.startswith("kafka."):
             prop = original[key][len("kafka.") :]
-            if prop.lower() == "bootstrap.servers":
-                continue
-            if prop.lower() in _RESERVED_KAFKA:
-                raise ConfigError(
-                    f"option kafka.{prop} is not supported: the source sets it itself "
-                    "(use startingOffsets/endingOffsets to choose where to read)"
-                )
-            kafka_config[prop] = value
-        elif key in _UNSUPPORTED:
-            raise ConfigError(f"option {original[key]} is not supported: {_UNSUPPORTED[key]}")
-        elif key not in _KNOWN:
+            if prop.lower() != "bootstrap.servers":
+                java[prop] = value
+        elif key in _REFUSED:
+            raise ConfigError(f"option {original[key]} is not supported: {_REFUSED[key]}")
+        elif key not in KNOWN_OPTIONS:
             raise ConfigError(
-                f"unknown option {original[key]!r} for the statesnap-kafka source; "
-                "librdkafka properties need the 'kafka.' prefix"
+                f"option {original[key]} is not an option of the statesnap-kafka source (nor of "
+                "Spark's kafka source); Kafka client settings need the 'kafka.' prefix"
             )
-
-    if SECRET_CONFIG_OPTION.lower() in opts:
-        try:
-            hidden = json.loads(opts[SECRET_CONFIG_OPTION.lower()])
-        except json.JSONDecodeError:
-            hidden = None
-        if not isinstance(hidden, dict):
-            raise ConfigError(
-                f"option {SECRET_CONFIG_OPTION} must be a JSON object of librdkafka "
-                "properties (its content is not shown)"
-            )
-        for prop, value in hidden.items():
-            if str(prop).lower() in _RESERVED_KAFKA:
-                raise ConfigError(f"option {SECRET_CONFIG_OPTION}: property {prop} is not supported")
-            kafka_config[str(prop)] = str(value)
+    java.update(_secret_config(opts))
+    kafka_config, origin = translate(java)
 
     servers = opts.get("kafka.bootstrap.servers", "").strip()
     if not servers:
-        raise ConfigError("option kafka.bootstrap.servers is required (host:port[,host:port])")
-    topic = opts.get("subscribe", "").strip()
-    if not topic:
-        raise ConfigError("option subscribe is required: the topic to read")
-    if "," in topic:
-        raise ConfigError(f"option subscribe names several topics ({topic!r}); give exactly one")
+        raise ConfigError("Option 'kafka.bootstrap.servers' must be specified for configuring Kafka consumer")
+    subscription = parse_subscription(opts)
+    topic = subscription.topics[0] if len(subscription.topics) == 1 else subscription.describe()
 
-    starting = parse_offsets(
-        opts.get("startingoffsets", "latest" if streaming else "earliest"),
-        "startingOffsets",
-        topic,
-        allow_earliest=True,
-    )
-    if streaming and "endingoffsets" in opts:
-        raise ConfigError("option endingOffsets is only for batch reads, not streaming ones")
-    ending = parse_offsets(opts.get("endingoffsets", "latest"), "endingOffsets", topic, allow_earliest=False)
-    return KafkaSourceOptions(
+    if streaming is True:
+        for name in ("endingOffsets", "endingOffsetsByTimestamp", "endingTimestamp"):
+            if name.lower() in opts:
+                raise ConfigError(f"option {name} is only for batch reads, not streaming ones")
+    starting = _offset_limit(opts, "starting", subscription, default="latest" if streaming else "earliest")
+    ending = _offset_limit(opts, "ending", subscription, default="latest")
+    if streaming is False:
+        _check_batch_limits(starting, ending)
+    strategy = opts.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise ConfigError(
+            f"option startingOffsetsByTimestampStrategy must be error or latest, got {strategy!r}"
+        )
+    min_per_trigger = _positive_int(opts, "minOffsetsPerTrigger")
+    max_per_trigger = _positive_int(opts, "maxOffsetsPerTrigger")
+    if min_per_trigger and max_per_trigger and min_per_trigger > max_per_trigger:
+        raise ConfigError(
+            f"option minOffsetsPerTrigger ({min_per_trigger}) is higher than maxOffsetsPerTrigger "
+            f"({max_per_trigger})"
+        )
+    parsed = KafkaSourceOptions(
         bootstrap_servers=servers,
         topic=topic,
         kafka_config=kafka_config,
         starting=starting,
         ending=ending,
-        max_offsets_per_trigger=_positive_int(opts, "maxOffsetsPerTrigger"),
+        max_offsets_per_trigger=max_per_trigger,
         min_partitions=_positive_int(opts, "minPartitions"),
         max_records_per_partition=_positive_int(opts, "maxRecordsPerPartition"),
         fail_on_data_loss=_bool(opts, "failOnDataLoss", default=True),
         poll_timeout_ms=_positive_int(opts, "kafkaConsumer.pollTimeoutMs") or 120_000,
         metadata_timeout_ms=_positive_int(opts, "metadataTimeoutMs") or 15_000,
+        subscription=subscription,
+        include_headers=_bool(opts, "includeHeaders", default=False),
+        min_offsets_per_trigger=min_per_trigger,
+        max_trigger_delay_ms=_duration_ms(opts, "maxTriggerDelay", default=15 * 60_000),
+        starting_timestamp_strategy="latest" if strategy == "latest" else "error",
+        fetch_retries=_positive_int(opts, "fetchOffset.numRetries", minimum=0) or 1,
+        fetch_retry_interval_ms=_positive_int(opts, "fetchOffset.retryIntervalMs", minimum=0) or 0,
+        group_id_prefix=opts.get("groupidprefix") or None,
+    )
+    if check_client:
+        check_client_config(servers, kafka_config, origin)
+    return parsed
+
+
+def _secret_config(opts: Mapping[str, str]) -> dict[str, str]:
+    raw = opts.get(SECRET_CONFIG_OPTION.lower())
+    if raw is None:
+        return {}
+    try:
+        hidden = json.loads(raw)
+    except json.JSONDecodeError:
+        hidden = None
+    if not isinstance(hidden, dict):
+        raise ConfigError(
+            f"option {SECRET_CONFIG_OPTION} must be a JSON object of Kafka client properties "
+            "(its content is not shown)"
+        )
+    return {str(k): str(v) for k, v in hidden.items() if str(k) != "bootstrap.servers"}
+
+
+def parse_subscription(opts: Mapping[str, str]) -> Subscription:
+    """Exactly one of ``assign``, ``subscribe``, ``subscribePattern`` (Spark's rule and words)."""
+    given = [name for name in _STRATEGIES if name.lower() in opts]
+    if len(given) != 1:
+        which = "One" if not given else "Only one"
+        verb = "must" if not given else "can"
+        raise ConfigError(
+            f"{which} of the following options {verb} be specified for Kafka source: {', '.join(_STRATEGIES)}"
+        )
+    name = given[0]
+    value = opts[name.lower()].strip()
+    if name == "subscribe":
+        topics = tuple(dict.fromkeys(t.strip() for t in value.split(",") if t.strip()))
+        if not topics:
+            raise ConfigError(f"option subscribe names no topic (value {value!r})")
+        return Subscription("subscribe", topics)
+    if name == "subscribePattern":
+        if not value:
+            raise ConfigError("option subscribePattern is empty")
+        try:
+            re.compile(value)
+        except re.error as e:
+            raise ConfigError(f"option subscribePattern: {value!r} is not a valid regex ({e})") from e
+        return Subscription("subscribePattern", pattern=value)
+    try:
+        obj = json.loads(value)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f'option assign must be JSON like {{"topicA":[0,1]}}, got {value!r}') from e
+    if not isinstance(obj, dict) or not obj:
+        raise ConfigError(f'option assign must be a JSON object like {{"topicA":[0,1]}}, got {value!r}')
+    assigned: list[TP] = []
+    for topic, parts in obj.items():
+        if not isinstance(parts, list) or not all(_is_partition(p) for p in parts):
+            raise ConfigError(
+                f"option assign: the partitions of {topic!r} must be a list of partition numbers"
+            )
+        assigned.extend((str(topic), int(p)) for p in parts)
+    return Subscription(
+        "assign", tuple(dict.fromkeys(t for t, _p in assigned)), assigned=tuple(sorted(set(assigned)))
     )
 
 
-def parse_offsets(text: str, option: str, topic: str, *, allow_earliest: bool) -> OffsetSpec:
-    """``earliest``, ``latest``, Spark's ``{"topic":{"0":5}}`` or a bare ``{"0":5}`` map.
+def _offset_limit(opts: Mapping[str, str], side: str, sub: Subscription, *, default: str) -> OffsetSpec:
+    """Spark's precedence: ``*Timestamp`` over ``*OffsetsByTimestamp`` over ``*Offsets``."""
+    every_name, by_ts_name, offsets_name = f"{side}Timestamp", f"{side}OffsetsByTimestamp", f"{side}Offsets"
+    if every_name.lower() in opts:
+        raw = opts[every_name.lower()].strip()
+        if not _is_int(raw) or int(raw) < 0:
+            raise ConfigError(f"option {every_name} must be a timestamp in epoch milliseconds, got {raw!r}")
+        return Timestamps(every_name, every=int(raw))
+    if by_ts_name.lower() in opts:
+        per = _partition_json(opts[by_ts_name.lower()], by_ts_name, sub)
+        for (t, p), ts in per.items():
+            if ts < 0:
+                raise ConfigError(f"option {by_ts_name}: timestamp {ts} of {t}[{p}] must be >= 0")
+        return Timestamps(by_ts_name, per_partition=per)
+    return parse_offsets(opts.get(offsets_name.lower(), default), offsets_name, sub)
 
-    Per partition, ``-2`` means earliest and ``-1`` latest, as in Spark.
+
+def parse_offsets(
+    text: str, option: str, sub: Subscription | str, *, allow_earliest: bool = True
+) -> OffsetSpec:
+    """``earliest``, ``latest`` or Spark's ``{"topic":{"0":5,"1":-2}}`` (-2 earliest, -1 latest).
+
+    For a single-topic subscription a bare ``{"0":5}`` map is accepted too.
     """
+    if isinstance(sub, str):
+        sub = Subscription("subscribe", (sub,))
     value = text.strip()
-    if value.lower() == "latest":
-        return "latest"
-    if value.lower() == "earliest":
-        if not allow_earliest:
+    if value.lower() in ("latest", "earliest"):
+        if value.lower() == "earliest" and not allow_earliest:
             raise ConfigError(f"option {option} cannot be 'earliest'")
-        return "earliest"
+        return "latest" if value.lower() == "latest" else "earliest"
+    offsets = _partition_json(value, option, sub)
+    for (t, p), off in offsets.items():
+        if off < EARLIEST:
+            raise ConfigError(
+                f"option {option}: offset {off} of {t}[{p}] must be an integer >= 0, "
+                "-1 (latest) or -2 (earliest)"
+            )
+        if off == EARLIEST and not allow_earliest:
+            raise ConfigError(f"option {option}: -2 (earliest) is not allowed for {t}[{p}]")
+    return PartitionOffsets(offsets)
+
+
+def _partition_json(value: str, option: str, sub: Subscription) -> dict[TP, int]:
+    example = f'{{"{(sub.topics or ("topicA",))[0]}":{{"0":23,"1":-2}}}}'
     try:
         obj = json.loads(value)
     except json.JSONDecodeError as e:
         raise ConfigError(
-            f"option {option} must be 'earliest', 'latest' or JSON like "
-            f'{{"{topic}":{{"0":23,"1":-2}}}}, got {value!r} ({e.msg})'
+            f"option {option} must be 'earliest', 'latest' or JSON like {example}, got {value!r} ({e.msg})"
         ) from e
     if not isinstance(obj, dict):
-        raise ConfigError(f"option {option} must be a JSON object, got {value!r}")
-    if obj and all(isinstance(k, str) and _is_int(k) for k in obj):
-        per_partition: Any = obj
-    else:
-        if set(obj) != {topic}:
-            raise ConfigError(
-                f"option {option} names topic(s) {sorted(map(str, obj))}, but subscribe is {topic!r}"
-            )
-        per_partition = obj[topic]
-    if not isinstance(per_partition, dict):
-        raise ConfigError(f"option {option}: the partitions of {topic!r} must be a JSON object")
-    out: dict[int, int] = {}
-    for p, off in per_partition.items():
-        if not _is_int(str(p)) or int(p) < 0:
-            raise ConfigError(f"option {option}: {p!r} is not a partition number")
-        if not isinstance(off, int) or isinstance(off, bool) or off < EARLIEST:
-            raise ConfigError(
-                f"option {option}: offset {off!r} of partition {p} must be an integer >= 0, "
-                "-1 (latest) or -2 (earliest)"
-            )
-        if off == EARLIEST and not allow_earliest:
-            raise ConfigError(f"option {option}: -2 (earliest) is not allowed for partition {p}")
-        out[int(p)] = off
+        raise ConfigError(f"option {option} must be a JSON object like {example}, got {value!r}")
+    if obj and all(_is_int(str(k)) for k in obj):
+        if len(sub.topics) != 1 or sub.kind == "subscribePattern":
+            raise ConfigError(f"option {option} must name the topic of each partition, like {example}")
+        obj = {sub.topics[0]: obj}
+    out: dict[TP, int] = {}
+    for topic, parts in obj.items():
+        if not sub.matches(str(topic)):
+            raise ConfigError(f"option {option} names topic {topic!r}, which {sub.kind} does not read")
+        if not isinstance(parts, dict):
+            raise ConfigError(f"option {option}: the partitions of {topic!r} must be a JSON object")
+        for p, off in parts.items():
+            if not _is_partition(p):
+                raise ConfigError(f"option {option}: {p!r} is not a partition number")
+            if not isinstance(off, int) or isinstance(off, bool):
+                raise ConfigError(
+                    f"option {option}: the value for {topic}[{p}] must be an integer, got {off!r}"
+                )
+            if sub.kind == "assign" and (str(topic), int(p)) not in sub.assigned:
+                raise ConfigError(f"option {option}: {topic}[{p}] is not among the assigned partitions")
+            out[(str(topic), int(p))] = off
     return out
+
+
+def _check_batch_limits(starting: OffsetSpec, ending: OffsetSpec) -> None:
+    """Spark's batch rules: no ``latest`` start, no ``earliest`` end (its words)."""
+    if starting == "latest":
+        raise ConfigError(
+            "option startingOffsets: starting offset can't be latest for batch queries on Kafka"
+        )
+    if isinstance(starting, PartitionOffsets):
+        for (t, p), off in sorted(starting.offsets.items()):
+            if off == LATEST:
+                raise ConfigError(
+                    f"option startingOffsets: startingOffsets for {t}-{p} can't be latest "
+                    "for batch queries on Kafka"
+                )
+    if ending == "earliest":
+        raise ConfigError("option endingOffsets: ending offset can't be earliest for batch queries on Kafka")
+    if isinstance(ending, PartitionOffsets):
+        for (t, p), off in sorted(ending.offsets.items()):
+            if off == EARLIEST:
+                raise ConfigError(
+                    f"option endingOffsets: ending offset for {t}-{p} can't be earliest "
+                    "for batch queries on Kafka"
+                )
+        if isinstance(starting, PartitionOffsets):
+            for tp, start in starting.offsets.items():
+                end = ending.offsets.get(tp)
+                if end is not None and start >= 0 and end >= 0 and start > end:
+                    raise ConfigError(
+                        f"option endingOffsets: {tp[0]}[{tp[1]}] ends at {end}, "
+                        f"before startingOffsets ({start})"
+                    )
 
 
 def offsets_json(topic: str, offsets: Mapping[int, int]) -> str:
@@ -239,17 +459,40 @@ def _is_int(text: str) -> bool:
     return text.lstrip("-").isdigit()
 
 
-def _positive_int(opts: Mapping[str, str], name: str) -> int | None:
+def _is_partition(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return value >= 0
+    return isinstance(value, str) and value.isdigit()
+
+
+def _positive_int(opts: Mapping[str, str], name: str, *, minimum: int = 1) -> int | None:
     raw = opts.get(name.lower())
     if raw is None:
         return None
     try:
         value = int(raw)
-    except ValueError as e:
-        raise ConfigError(f"option {name} must be a positive integer, got {raw!r}") from e
-    if value < 1:
-        raise ConfigError(f"option {name} must be a positive integer, got {raw!r}")
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+        raise ConfigError(f"option {name} must be {kind}, got {raw!r}")
     return value
+
+
+def _duration_ms(opts: Mapping[str, str], name: str, *, default: int) -> int:
+    """Spark's "time with units" (``15m``, ``30s``, ``500ms``); a bare number is milliseconds."""
+    raw = opts.get(name.lower())
+    if raw is None:
+        return default
+    text = raw.strip().lower()
+    try:
+        if text.isdigit():  # Spark reads a bare number as milliseconds
+            return int(text)
+        return round(parse_duration(text.replace("min", "m")).total_seconds() * 1000)
+    except (ConfigError, ValueError) as e:
+        raise ConfigError(f"option {name} must be a duration such as 15m, 30s or 500ms, got {raw!r}") from e
 
 
 def _bool(opts: Mapping[str, str], name: str, *, default: bool) -> bool:

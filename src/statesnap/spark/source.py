@@ -1,9 +1,13 @@
-"""The ``statesnap-kafka`` source: Kafka on Spark's Python Data Source API, over confluent-kafka.
+"""The ``statesnap-kafka`` source: Spark's Kafka source on the Python Data Source API, over confluent-kafka.
 
-Batch reads cover ``startingOffsets`` … ``endingOffsets``; streaming reads track offsets as a
-per-partition JSON map (``{"0": 123, "1": 77}``, next offset to read) in Spark's checkpoint, so a
-query stopped and restarted with the same ``checkpointLocation`` resumes with no record missed and
-none read twice. Rows reach Spark as Arrow record batches in exactly Spark's Kafka schema.
+Same options, same schema (``includeHeaders`` adds Spark's ``headers`` column), same offsets:
+batch reads cover ``startingOffsets`` … ``endingOffsets`` (or their timestamp variants);
+streaming reads keep Spark's offset JSON (``{"topic": {"0": 123}}``, next offset to read) in
+Spark's checkpoint, so a query stopped and restarted with the same ``checkpointLocation``
+resumes with no record missed and none read twice. Where the log no longer holds what the
+checkpoint says — offsets deleted, partitions gone, a recreated topic — the query fails under
+``failOnDataLoss=true`` (the default), as Spark's does. Rows reach Spark as Arrow batches.
+Planning rules live in :mod:`statesnap.spark.planning`; docs/spark-kafka-source.md maps options.
 
 ``statesnap-kafka-ranges`` is the same source emitting one row per planned offset range
 (``partition, start, end``) instead of the records: the streaming materializer lets Spark plan and
@@ -13,9 +17,8 @@ checkpoint the ranges, and reads them itself on the executors, straight into dat
 from __future__ import annotations
 
 import logging
-import math
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -29,9 +32,11 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     IntegerType,
     LongType,
@@ -41,16 +46,36 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from statesnap.errors import ConfigError, KafkaError
+from statesnap.errors import ConfigError
 from statesnap.spark.kafka_io import OffsetOracle, iter_range, spark_batch, split_ranges
-from statesnap.spark.options import EARLIEST, LATEST, KafkaSourceOptions, OffsetSpec, parse_options
+from statesnap.spark.options import TP, KafkaSourceOptions, parse_options
+from statesnap.spark.planning import (
+    TriggerGate,
+    continue_from,
+    decode_offsets,
+    encode_offsets,
+    initial_offsets,
+    plan_batch,
+    rate_limit,
+    report_data_loss,
+)
+
+__all__ = [
+    "RANGES_SOURCE_NAME",
+    "SOURCE_NAME",
+    "SPARK_SCHEMA",
+    "SPARK_SCHEMA_WITH_HEADERS",
+    "KafkaDataSource",
+    "KafkaRangesDataSource",
+    "rate_limit",
+]
 
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "statesnap-kafka"
 RANGES_SOURCE_NAME = "statesnap-kafka-ranges"
 
-#: Exactly Spark's Kafka source schema (``includeHeaders`` is not supported).
+#: Exactly Spark's Kafka source schema.
 SPARK_SCHEMA = StructType(
     [
         StructField("key", BinaryType()),
@@ -60,6 +85,16 @@ SPARK_SCHEMA = StructType(
         StructField("offset", LongType()),
         StructField("timestamp", TimestampType()),
         StructField("timestampType", IntegerType()),
+    ]
+)
+#: Spark's schema with ``includeHeaders=true``.
+SPARK_SCHEMA_WITH_HEADERS = StructType(
+    [
+        *SPARK_SCHEMA.fields,
+        StructField(
+            "headers",
+            ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())])),
+        ),
     ]
 )
 RANGES_SCHEMA = StructType(
@@ -79,90 +114,19 @@ DEFAULT_MIN_SPLIT = 50_000
 class KafkaRange(InputPartition):
     """One task's work: offsets ``[start, end)`` of one Kafka partition."""
 
-    def __init__(self, partition: int, start: int, end: int) -> None:
-        super().__init__((partition, start, end))
+    def __init__(self, partition: int, start: int, end: int, topic: str = "") -> None:
+        super().__init__((topic, partition, start, end))
+        self.topic = topic
         self.partition = partition
         self.start = start
         self.end = end
 
 
-def resolve_offsets(
-    spec: OffsetSpec,
-    option: str,
-    partitions: Sequence[int],
-    earliest: Mapping[int, int],
-    latest: Mapping[int, int],
-    *,
-    default: str,
-    fail_on_data_loss: bool,
-) -> dict[int, int]:
-    """Concrete offsets for ``earliest``/``latest``/JSON specs, checked against the topic."""
-    if spec == "earliest":
-        return {p: earliest[p] for p in partitions}
-    if spec == "latest":
-        return {p: latest[p] for p in partitions}
-    assert isinstance(spec, dict)
-    unknown = sorted(set(spec) - set(partitions))
-    if unknown:
-        raise ConfigError(f"option {option}: the topic has no partition(s) {unknown}")
-    out = {}
-    for p in partitions:
-        off = spec.get(p, EARLIEST if default == "earliest" else LATEST)
-        if off == EARLIEST:
-            off = earliest[p]
-        elif off == LATEST:
-            off = latest[p]
-        elif off > latest[p]:
-            raise ConfigError(
-                f"option {option}: offset {off} of partition {p} is beyond the end of the "
-                f"partition ({latest[p]})"
-            )
-        elif off < earliest[p]:
-            if fail_on_data_loss:
-                raise KafkaError(
-                    f"option {option}: offset {off} of partition {p} was deleted (the log starts "
-                    f"at {earliest[p]}); set failOnDataLoss=false to start at the log start"
-                )
-            off = earliest[p]
-        out[p] = off
-    return out
-
-
-def plan_ranges(opts: KafkaSourceOptions, oracle: OffsetOracle) -> dict[int, tuple[int, int]]:
-    """``[start, end)`` per partition of a batch read; the end is the true end found by EOF."""
-    parts = oracle.partitions()
-    earliest, latest = oracle.earliest(parts), oracle.latest(parts)
-    starts = resolve_offsets(
-        opts.starting,
-        "startingOffsets",
-        parts,
-        earliest,
-        latest,
-        default="earliest",
-        fail_on_data_loss=opts.fail_on_data_loss,
-    )
-    ends = resolve_offsets(
-        opts.ending,
-        "endingOffsets",
-        parts,
-        earliest,
-        latest,
-        default="latest",
-        fail_on_data_loss=opts.fail_on_data_loss,
-    )
-    for p in parts:
-        if ends[p] < starts[p]:
-            raise ConfigError(
-                f"option endingOffsets: partition {p} ends at {ends[p]}, before startingOffsets ({starts[p]})"
-            )
-    return {p: (starts[p], ends[p]) for p in parts}
-
-
 def _splits(
-    opts: KafkaSourceOptions, ranges: Mapping[int, tuple[int, int]], *, split: bool
+    opts: KafkaSourceOptions, ranges: Mapping[TP, tuple[int, int]], *, split: bool
 ) -> list[KafkaRange]:
     if not split:
-        pieces = [(p, s, e) for p, (s, e) in sorted(ranges.items()) if e > s]
+        pieces = [(tp, s, e) for tp, (s, e) in sorted(ranges.items()) if e > s]
     elif opts.min_partitions is not None:
         pieces = split_ranges(
             ranges, min_partitions=opts.min_partitions, max_records=opts.max_records_per_partition
@@ -174,14 +138,15 @@ def _splits(
             max_records=opts.max_records_per_partition,
             min_split=DEFAULT_MIN_SPLIT,
         )
-    return [KafkaRange(p, s, e) for p, s, e in pieces]
+    return [KafkaRange(p, s, e, topic=t) for (t, p), s, e in pieces]
 
 
 def _read(opts: KafkaSourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(partition, KafkaRange):
         return  # Spark plans one empty partition when a read covers no offsets
-    for msgs in iter_range(opts, partition.partition, partition.start, partition.end):
-        yield spark_batch(msgs, opts.topic, partition.partition)
+    topic = partition.topic or opts.topic
+    for msgs in iter_range(opts, partition.partition, partition.start, partition.end, topic=topic):
+        yield spark_batch(msgs, topic, partition.partition, headers=opts.include_headers)
 
 
 def _ranges_batch(partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -206,7 +171,7 @@ class KafkaBatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         oracle = OffsetOracle(self.opts)
         try:
-            ranges = plan_ranges(self.opts, oracle)
+            ranges = plan_batch(self.opts, oracle)
         finally:
             oracle.close()
         return list(_splits(self.opts, ranges, split=not self.emit_ranges))
@@ -218,7 +183,8 @@ class KafkaBatchReader(DataSourceReader):
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Offsets are ``{"<partition>": next offset}``; ends are found by EOF on every trigger.
+    """Offsets are Spark's ``{"topic": {"partition": next offset}}``; ends are found by EOF on
+    every trigger, and checked against the log (``failOnDataLoss``).
 
     Lives in a long-running Python process on the driver (Spark keeps it for the whole query),
     so the :class:`OffsetOracle` and its consumer are reused across triggers. A copy is pickled to
@@ -228,9 +194,19 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, opts: KafkaSourceOptions, *, emit_ranges: bool = False) -> None:
         self.opts = opts
         self.emit_ranges = emit_ranges
+        self._reset()
+
+    def _reset(self) -> None:
         self._oracle: OffsetOracle | None = None
-        self._target: dict[int, int] | None = None
-        self._latest: dict[int, int] | None = None
+        self._target: dict[TP, int] | None = None
+        self._latest: dict[TP, int] | None = None
+        #: (end offsets, where each partition really starts) of the last latestOffset() answer.
+        self._planned: tuple[dict[TP, int], dict[TP, int]] | None = None
+        self._gate = (
+            TriggerGate(self.opts.min_offsets_per_trigger, self.opts.max_trigger_delay_ms)
+            if self.opts.min_offsets_per_trigger
+            else None
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         return {"opts": self.opts, "emit_ranges": self.emit_ranges}
@@ -238,9 +214,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.opts = state["opts"]
         self.emit_ranges = state["emit_ranges"]
-        self._oracle = None
-        self._target = None
-        self._latest = None
+        self._reset()
 
     @property
     def oracle(self) -> OffsetOracle:
@@ -248,64 +222,79 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._oracle = OffsetOracle(self.opts)
         return self._oracle
 
-    def initialOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's API
-        ranges = plan_ranges(self.opts, self.oracle)
-        return {str(p): start for p, (start, _end) in sorted(ranges.items())}
+    def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's API
+        return encode_offsets(initial_offsets(self.opts, self.oracle))
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
         if self.opts.max_offsets_per_trigger:
             return ReadMaxRows(self.opts.max_offsets_per_trigger)
+        if self.opts.min_offsets_per_trigger:
+            return ReadMinRows(self.opts.min_offsets_per_trigger)
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
-        self._target = self.oracle.latest(self.oracle.partitions())
+        self._target = self.oracle.latest_of(self.oracle.topic_partitions(missing_ok=True))
 
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:  # noqa: N802
-        parts = self.oracle.partitions()
-        ends = self.oracle.latest(parts)
-        self._latest = dict(ends)
-        begin = {p: int(start.get(str(p), 0)) for p in parts}
-        if self._target is not None:
-            ends = {p: min(ends[p], self._target.get(p, begin[p])) for p in parts}
-        ends = {p: max(ends[p], begin[p]) for p in parts}
-        if isinstance(limit, ReadMaxRows):
-            ends = rate_limit(begin, ends, limit.max_rows)
-        return {str(p): ends[p] for p in sorted(ends)}
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802
+        begin = decode_offsets(start, self.opts.topic)
+        tps = self.oracle.topic_partitions(missing_ok=True)
+        earliest, latest = self.oracle.earliest_of(tps), self.oracle.latest_of(tps)
+        self._latest = dict(latest)
+        really = continue_from(begin, tps, earliest, latest, fail_on_data_loss=self.opts.fail_on_data_loss)
+        ends = dict(latest)
+        if self._target is not None:  # Trigger.AvailableNow: nothing past what was there at start
+            ends = {tp: min(ends[tp], self._target.get(tp, really[tp])) for tp in tps}
+        ends = {tp: max(ends[tp], really[tp]) for tp in tps}
+        if not isinstance(limit, ReadAllAvailable):
+            available = sum(ends[tp] - really[tp] for tp in tps)
+            if self._gate is not None and self._target is None and not self._gate.allows(available):
+                return start
+            if isinstance(limit, ReadMaxRows):
+                ends = rate_limit(really, ends, limit.max_rows)
+        self._planned = (ends, really)
+        return encode_offsets(ends)
 
-    def reportLatestOffset(self) -> dict[str, int] | None:  # noqa: N802
-        return None if self._latest is None else {str(p): o for p, o in sorted(self._latest.items())}
+    def reportLatestOffset(self) -> dict[str, Any] | None:  # noqa: N802
+        return None if self._latest is None else encode_offsets(self._latest)
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
-        ranges = {int(p): (int(start.get(p, 0)), int(e)) for p, e in end.items()}
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        begin = decode_offsets(start, self.opts.topic)
+        ends = decode_offsets(end, self.opts.topic)
+        if self._planned is not None and self._planned[0] == ends:
+            really = self._planned[1]
+        else:
+            really, ends = self._recheck(begin, ends)
+        ranges = {tp: (really[tp], ends[tp]) for tp in ends}
         return list(_splits(self.opts, ranges, split=not self.emit_ranges))
+
+    def _recheck(self, begin: dict[TP, int], ends: dict[TP, int]) -> tuple[dict[TP, int], dict[TP, int]]:
+        """A batch this process did not plan (Spark re-runs the last one after a restart):
+        check its offsets against the log as it is now before any task waits for records."""
+        tps = sorted(ends)
+        earliest, latest = self.oracle.earliest_of(tps), self.oracle.latest_of(tps)
+        for tp in tps:
+            if ends[tp] > latest[tp]:
+                report_data_loss(
+                    f"{tp[0]}[{tp[1]}]: the batch being re-run reads up to offset {ends[tp]} but the "
+                    f"partition ends at {latest[tp]}: the topic was deleted and recreated (or truncated)",
+                    fail=self.opts.fail_on_data_loss,
+                )
+        known = {tp: off for tp, off in begin.items() if tp in ends}
+        really = continue_from(known, tps, earliest, latest, fail_on_data_loss=self.opts.fail_on_data_loss)
+        return really, {tp: min(ends[tp], latest[tp]) for tp in tps}
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if self.emit_ranges:
             return _ranges_batch(partition)
         return _read(self.opts, partition)
 
-    def commit(self, end: dict[str, int]) -> None:
+    def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the source keeps no state outside Spark's checkpoint."""
 
     def stop(self) -> None:
         if self._oracle is not None:
             self._oracle.close()
             self._oracle = None
-
-
-def rate_limit(begin: Mapping[int, int], ends: Mapping[int, int], max_rows: int) -> dict[int, int]:
-    """At most *max_rows* offsets in total, shared in proportion to each partition's lag (as
-    Spark's Kafka source does); every lagging partition advances by at least one offset."""
-    sizes = {p: ends[p] - begin[p] for p in ends}
-    total = sum(sizes.values())
-    if total <= max_rows:
-        return dict(ends)
-    out = {}
-    for p, size in sizes.items():
-        share = max_rows * size / total
-        step = math.ceil(share) if share < 1 else math.floor(share)
-        out[p] = begin[p] + min(size, step)
-    return out
 
 
 class KafkaDataSource(DataSource):
@@ -318,18 +307,23 @@ class KafkaDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> StructType:
-        parse_options(self.options, streaming=False)  # fail at load(), naming the bad option
-        return SPARK_SCHEMA
+        # Called by load() for batch and streaming alike: fail there, naming the bad option.
+        opts = self._parse(streaming=None)
+        return SPARK_SCHEMA_WITH_HEADERS if opts.include_headers else SPARK_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return KafkaBatchReader(parse_options(self.options, streaming=False), emit_ranges=self.emit_ranges)
+        return KafkaBatchReader(self._parse(streaming=False), emit_ranges=self.emit_ranges)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
-        return KafkaStreamReader(parse_options(self.options, streaming=True), emit_ranges=self.emit_ranges)
+        return KafkaStreamReader(self._parse(streaming=True), emit_ranges=self.emit_ranges)
+
+    def _parse(self, *, streaming: bool | None) -> KafkaSourceOptions:
+        return parse_options(self.options, streaming=streaming)
 
 
 class KafkaRangesDataSource(KafkaDataSource):
-    """Same planning and checkpointing as ``statesnap-kafka``; rows are the planned ranges."""
+    """Same planning and checkpointing as ``statesnap-kafka``; rows are the planned ranges of
+    a single topic (the rows carry no topic)."""
 
     emit_ranges = True
 
@@ -338,5 +332,12 @@ class KafkaRangesDataSource(KafkaDataSource):
         return RANGES_SOURCE_NAME
 
     def schema(self) -> StructType:
-        parse_options(self.options, streaming=False)
+        self._parse(streaming=None)
         return RANGES_SCHEMA
+
+    def _parse(self, *, streaming: bool | None) -> KafkaSourceOptions:
+        opts = parse_options(self.options, streaming=streaming)
+        sub = opts.strategy
+        if sub.kind != "subscribe" or len(sub.topics) != 1:
+            raise ConfigError(f"{RANGES_SOURCE_NAME} reads exactly one topic: use subscribe with one topic")
+        return opts

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from statesnap.checkpoint import datafile
 from statesnap.checkpoint.datafile import latest_per_key
+from statesnap.checkpoint.journal import BatchEntry, BatchRange, journal_id, pending_entries
 from statesnap.checkpoint.manifest import CheckpointManifest, DataFile, PartitionCheckpoint
 from statesnap.spark.changes import ChangeFolder, from_ipc, to_ipc
-from statesnap.checkpoint.journal import BatchEntry, BatchRange, journal_id, pending_entries
 from statesnap.spark.kafka_io import split_ranges
 
 pytestmark = [pytest.mark.spark]

@@ -15,7 +15,6 @@ import pytest
 from spark_testkit import Delivered
 
 from statesnap.spark import SPARK_SCHEMA
-from statesnap.spark.source import rate_limit
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -134,58 +133,6 @@ def test_stream_resumes_across_stop_restart_and_failed_batch(
     everything = _truth(first) | _truth(second) | _truth(third) | _truth(fourth)
     assert len(got) == len(everything)  # nothing read twice
     assert _records(got) == everything  # nothing missed
-
-
-def test_rate_limit_shares_rows_by_lag() -> None:
-    assert rate_limit({0: 0, 1: 0}, {0: 10, 1: 10}, 100) == {0: 10, 1: 10}
-    assert rate_limit({0: 0, 1: 0}, {0: 300, 1: 100}, 100) == {0: 75, 1: 25}
-    assert rate_limit({0: 5, 1: 0}, {0: 1000, 1: 1}, 10) == {0: 14, 1: 1}
-
-
-_BASE = {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"}
-
-
-@pytest.mark.parametrize(
-    ("options", "named"),
-    [
-        ({"kafka.bootstrap.servers": None}, "kafka.bootstrap.servers"),
-        ({"subscribe": None}, "subscribe"),
-        ({"subscribe": "a,b"}, "subscribe"),
-        ({"startingOffsets": "{not json"}, "startingOffsets"),
-        ({"startingOffsets": '{"other-topic":{"0":1}}'}, "startingOffsets"),
-        ({"startingOffsets": '{"t":{"0":-3}}'}, "startingOffsets"),
-        ({"endingOffsets": "earliest"}, "endingOffsets"),
-        ({"maxOffsetsPerTrigger": "-5"}, "maxOffsetsPerTrigger"),
-        ({"failOnDataLoss": "maybe"}, "failOnDataLoss"),
-        ({"kafka.auto.offset.reset": "latest"}, "kafka.auto.offset.reset"),
-        ({"subscribePattern": "t.*"}, "subscribePattern"),
-        ({"startingOfsets": "earliest"}, "startingOfsets"),
-        ({"kafkaConfig.secret": "[1]"}, "kafkaConfig.secret"),
-    ],
-)
-def test_malformed_options_fail_naming_the_option(options: dict[str, str | None], named: str) -> None:
-    from statesnap.errors import ConfigError
-    from statesnap.spark import parse_options
-
-    merged = {k: v for k, v in {**_BASE, **options}.items() if v is not None}
-    with pytest.raises(ConfigError, match=named):
-        parse_options(merged, streaming=False)
-
-
-def test_secret_kafka_config_is_merged() -> None:
-    from statesnap.spark import parse_options
-
-    opts = parse_options(
-        {
-            **_BASE,
-            "kafka.security.protocol": "SASL_SSL",
-            "kafkaConfig.secret": json.dumps({"sasl.password": "hunter2"}),
-        },
-        streaming=True,
-    )
-    assert opts.kafka_config == {"security.protocol": "SASL_SSL", "sasl.password": "hunter2"}
-    assert opts.starting == "latest"  # Spark's default for streams
-    assert "hunter2" not in repr(opts)
 
 
 def test_bad_options_fail_in_spark_naming_the_option(
