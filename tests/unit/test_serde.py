@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from statesnap.errors import ConfigError
-from statesnap.serde import BytesSerde, JsonSerde, Serde, StringSerde, resolve_serde
+from statesnap.errors import ConfigError, DeserializationError, SerializationError, StatesnapError
+from statesnap.serde import (
+    AvroSerde,
+    BytesSerde,
+    JsonSchemaSerde,
+    JsonSerde,
+    SchemaRegistry,
+    Serde,
+    StringSerde,
+    resolve_serde,
+)
 
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text() | st.floats(allow_nan=False, allow_infinity=False),
@@ -88,3 +99,55 @@ def test_resolve_instances_and_custom_serdes() -> None:
 def test_unknown_serdes_are_config_errors(bad: object) -> None:
     with pytest.raises(ConfigError):
         resolve_serde(bad)  # type: ignore[arg-type]
+
+
+# --- decode errors are typed -------------------------------------------------------------------------
+
+
+def test_undecodable_json_is_a_typed_error_with_the_cause_and_without_the_value() -> None:
+    with pytest.raises(DeserializationError) as caught:
+        JsonSerde().deserialize(b'{"card": "4111-1111", oops')
+    err = caught.value
+    assert isinstance(err, StatesnapError)
+    assert isinstance(err, ValueError)  # code that caught json's ValueError still does
+    assert isinstance(err.__cause__, json.JSONDecodeError)
+    assert "4111" not in str(err), "values may hold secrets: never quoted in errors"
+    with pytest.raises(DeserializationError, match="not valid JSON"):
+        JsonSerde().deserialize(b"\xff\xfe")
+
+
+def test_undecodable_text_is_a_typed_error() -> None:
+    with pytest.raises(DeserializationError, match="utf-8") as caught:
+        StringSerde().deserialize(b"ok\xffsecret")
+    assert isinstance(caught.value.__cause__, UnicodeDecodeError)
+    assert "secret" not in str(caught.value)
+
+
+def test_unencodable_json_is_a_typed_error() -> None:
+    with pytest.raises(SerializationError, match="set"):
+        JsonSerde().serialize({1, 2})
+
+
+# --- schema-registry serdes by name (no I/O until first use) --------------------------------------
+
+
+def test_registry_serdes_by_name() -> None:
+    value = resolve_serde("avro", schema_registry="http://registry:8081", topic="orders")
+    assert isinstance(value, AvroSerde)
+    assert value.subject == "orders-value"
+    key = resolve_serde("AVRO", schema_registry={"url": "http://registry:8081"}, topic="orders", is_key=True)
+    assert isinstance(key, AvroSerde)
+    assert key.subject == "orders-key"
+    assert isinstance(resolve_serde("json_schema", schema_registry="http://r:1", topic="t"), JsonSchemaSerde)
+    assert value.conf["auto.register.schemas"] is False, "a table reader never registers schemas"
+
+
+def test_registry_settings_hide_secrets() -> None:
+    reg = SchemaRegistry.of("https://bob:hunter2@registry:8081", {"basic.auth.user.info": "bob:pw-xyz"})
+    shown = repr(reg) + repr(AvroSerde(reg, topic="t"))
+    assert "hunter2" not in shown
+    assert "pw-xyz" not in shown
+    assert reg.safe_url == "https://***@registry:8081"
+    with pytest.raises(ConfigError) as caught:
+        SchemaRegistry("ftp://bob:hunter2@host")
+    assert "hunter2" not in str(caught.value)

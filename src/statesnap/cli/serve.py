@@ -23,6 +23,8 @@ from statesnap.errors import StatesnapError
 #: import FastAPI and uvicorn (~0.3 s on every `statesnap` command); a unit test keeps them equal.
 MAX_WAIT_MS = 60_000
 DEFAULT_WAIT_MS = 5_000
+#: statesnap.serve.waits.DEFAULT_MAX_PENDING, repeated for the same reason.
+MAX_PENDING_WAITS = 10_000
 
 
 def prefix_filter(prefixes: tuple[str, ...]) -> Callable[[bytes], bool] | None:
@@ -74,6 +76,14 @@ def prefix_filter(prefixes: tuple[str, ...]) -> Callable[[bytes], bool] | None:
     show_default=True,
     help="Upper bound of a request's wait_ms (min_offsets / caught_up).",
 )
+@click.option(
+    "--max-pending-waits",
+    type=click.IntRange(1, 1_000_000),
+    default=MAX_PENDING_WAITS,
+    show_default=True,
+    help="Requests that may wait for min_offsets / caught_up at once; more answer 503. "
+    "Waiting requests hold no thread.",
+)
 @click.option("--access-log", is_flag=True, help="Log every request (uvicorn's access log).")
 @storage_options
 @kafka_config_options
@@ -88,6 +98,7 @@ def serve(
     key_prefixes: tuple[str, ...],
     require_checkpoint: bool,
     max_wait_ms: int,
+    max_pending_waits: int,
     access_log: bool,
     storage_pairs: tuple[str, ...],
     kafka_pairs: tuple[str, ...],
@@ -97,15 +108,17 @@ def serve(
 
     Boots from the owner's newest checkpoint, then tails the changelog; never writes to the topic
     or the checkpoint store. The server listens at once: /health answers 503 while restoring and
-    200 once caught up. Add ?min_offsets={"0":123}&wait_ms=2000 to a read to see your own writes,
-    ?caught_up=true to wait for the end of the log; every answer carries X-Statesnap-Offsets,
-    X-Statesnap-Lag and X-Statesnap-Caught-Up headers.
+    200 once caught up. Add ?min_offsets=0:123&wait_ms=2000 (or the JSON form {"0":123}, which
+    needs `curl -g`) to a read to see your own writes, ?caught_up=true to wait for the end of the
+    log; every answer carries X-Statesnap-Offsets, X-Statesnap-Lag and X-Statesnap-Caught-Up
+    headers. Bad parameters answer 400.
 
     \b
       GET /tables/TABLE/keys/KEY        raw value bytes (404 when absent)
-      GET /tables/TABLE/keys?after=K    paged scan (JSON)
+      GET /tables/TABLE/keys?after=K    paged scan (JSON; &prefix=P for one prefix)
       GET /tables/TABLE                 status
-      GET /health  /metrics  /docs      readiness, Prometheus metrics, OpenAPI docs
+      GET /health  /metrics  /docs      readiness, Prometheus metrics (replica and requests),
+                                        Swagger UI (served locally, works offline)
     """
     from statesnap.follower import Follower
     from statesnap.serve import HttpServer, create_app
@@ -123,7 +136,12 @@ def serve(
             key_filter=prefix_filter(key_prefixes),
             require_checkpoint=require_checkpoint,
         )
-        app = create_app(follower, default_wait_ms=min(DEFAULT_WAIT_MS, max_wait_ms), max_wait_ms=max_wait_ms)
+        app = create_app(
+            follower,
+            default_wait_ms=min(DEFAULT_WAIT_MS, max_wait_ms),
+            max_wait_ms=max_wait_ms,
+            max_pending_waits=max_pending_waits,
+        )
         server = HttpServer(
             app, host=host, port=port, access_log=access_log, log_level="info" if access_log else "warning"
         )

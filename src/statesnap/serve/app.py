@@ -14,7 +14,10 @@ reflects at least those offsets):
 A caller can demand a fresher answer: ``min_offsets={"0": 123}`` waits until the record at offset
 123 of partition 0 (e.g. from a produce() delivery report) is applied — read-your-writes — and
 ``caught_up=true`` waits until every partition is at end-of-partition; both for at most
-``wait_ms``, then 504.
+``wait_ms``, then 504. ``min_offsets`` also takes the form ``0:123,3:9``, which needs no URL
+quoting. Waiting requests hold no thread: other requests are never queued behind them.
+
+Malformed or out-of-range parameters answer 400 with the reason.
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads the route signatures at runtime and
@@ -28,13 +31,20 @@ from urllib.parse import unquote_to_bytes, urlencode
 
 import anyio.to_thread
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, Field
 
 from statesnap import __version__
 from statesnap.errors import ConfigError, StatesnapError, TableStateError
 from statesnap.follower import Follower
-from statesnap.serve.metrics import CONTENT_TYPE, render_metrics
+from statesnap.serve.docs import mount_docs
+from statesnap.serve.metrics import CONTENT_TYPE, FollowerCollector, HttpMetrics, MetricsMiddleware, render
+from statesnap.serve.params import ParameterError, parse_min_offsets
+from statesnap.serve.waits import DEFAULT_MAX_PENDING, FreshnessWaits
 
 #: Default and maximum time a request may wait for ``min_offsets`` / ``caught_up``.
 DEFAULT_WAIT_MS = 5_000
@@ -184,27 +194,80 @@ def _path_key(request: Request, fallback: str) -> bytes:
     return fallback.encode("utf-8")
 
 
-def _parse_min_offsets(text: str) -> dict[int, int]:
-    try:
-        parsed = json.loads(text)
-        if not isinstance(parsed, dict):
-            raise ValueError("not an object")
-        out = {int(p): int(o) for p, o in parsed.items()}
-    except (ValueError, TypeError) as e:
-        raise HTTPException(
-            400, f'min_offsets must be a JSON object of partition → offset, e.g. {{"0": 123}}: {e}'
-        ) from e
-    if any(p < 0 or o < 0 for p, o in out.items()):
-        raise HTTPException(400, "min_offsets: partitions and offsets must be >= 0")
-    return out
+def _one_of(text: str | None, b64: str | None, name: str) -> bytes | None:
+    """The bytes of ``name`` or ``name_b64`` (at most one may be given)."""
+    if text is not None and b64 is not None:
+        raise HTTPException(400, f"give {name} or {name}_b64, not both")
+    if b64 is not None:
+        return _b64(b64, f"{name}_b64")
+    return None if text is None else text.encode("utf-8")
+
+
+def _page(
+    follower: Follower, after: bytes | None, prefix: bytes | None, limit: int
+) -> tuple[list[tuple[bytes, bytes]], bool]:
+    """One page of the scan, and whether another may follow.
+
+    Built on ``Follower.scan(after, limit)`` (ascending keys > *after*), so a page costs what one
+    ordered read of *limit* rows costs. A prefix starts the scan at the prefix itself (its own key
+    is looked up, since scan() starts strictly after) and ends the page at the first key past it.
+    """
+    rows: list[tuple[bytes, bytes]] = []
+    if prefix and (after is None or after < prefix):
+        own = follower.get_raw(prefix)
+        if own is not None:
+            rows.append((prefix, own))
+        after = prefix
+    if len(rows) < limit:
+        batch = follower.scan(after, limit - len(rows))
+        more = len(batch) == limit - len(rows)
+        if prefix:
+            kept = [kv for kv in batch if kv[0].startswith(prefix)]
+            more = more and len(kept) == len(batch)
+            batch = kept
+        rows.extend(batch)
+    else:
+        more = True
+    return rows, more
+
+
+def _validation_detail(exc: RequestValidationError) -> str:
+    """FastAPI's validation errors as one line: ``wait_ms: Input should be less than or equal to …``."""
+    parts = []
+    for err in exc.errors():
+        loc = [str(x) for x in err.get("loc", ()) if x not in ("query", "path", "header")]
+        parts.append(f"{'.'.join(loc) or 'request'}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def _without_422(spec: dict[str, Any]) -> dict[str, Any]:
+    """The OpenAPI document without FastAPI's generated 422 answers: this API answers 400."""
+    for methods in spec.get("paths", {}).values():
+        for op in methods.values():
+            if isinstance(op, dict):
+                op.get("responses", {}).pop("422", None)
+    schemas = spec.get("components", {}).get("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+    return spec
 
 
 def create_app(
-    follower: Follower, *, default_wait_ms: int = DEFAULT_WAIT_MS, max_wait_ms: int = MAX_WAIT_MS
+    follower: Follower,
+    *,
+    default_wait_ms: int = DEFAULT_WAIT_MS,
+    max_wait_ms: int = MAX_WAIT_MS,
+    max_pending_waits: int = DEFAULT_MAX_PENDING,
 ) -> FastAPI:
     """The HTTP API over *follower*. The app does not start or close the follower: its owner
-    (``statesnap serve``, a test, an embedding service) does."""
+    (``statesnap serve``, a test, an embedding service) does.
+
+    ``max_pending_waits`` bounds the requests waiting for freshness at once; beyond it a request
+    that would wait answers 503 with ``Retry-After``.
+    """
     app = FastAPI(
+        docs_url=None,
+        redoc_url=None,
         title=f"statesnap follower: {follower.name}",
         version=__version__,
         description=(__doc__ or "").split("\n\n", 1)[1],
@@ -213,7 +276,32 @@ def create_app(
             {"name": "operations", "description": "Health, status and metrics."},
         ],
     )
+    waits = FreshnessWaits(follower, max_pending=max_pending_waits)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FollowerCollector(follower.status))
     app.add_middleware(_FreshnessHeaders, follower=follower)
+    # Added last, so outermost: it times and counts every answer, errors included.
+    app.add_middleware(MetricsMiddleware, metrics=HttpMetrics(registry, lambda: waits.pending))
+    mount_docs(app)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            spec = get_openapi(
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=app.routes,
+                tags=app.openapi_tags,
+            )
+            app.openapi_schema = _without_422(spec)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        body = {"detail": _validation_detail(exc), "errors": jsonable_encoder(exc.errors())}
+        return JSONResponse(body, status_code=400)
 
     @app.exception_handler(TableStateError)
     async def _not_ready(_request: Request, exc: TableStateError) -> JSONResponse:
@@ -246,9 +334,9 @@ def create_app(
         min_offsets: Annotated[
             str | None,
             Query(
-                description='JSON object partition → offset of a record you wrote (e.g. {"0": 123}); '
-                "the answer waits until every such record is applied (read-your-writes).",
-                examples=['{"0": 123}'],
+                description='Partition → offset of a record you wrote, as JSON ({"0": 123}) or as '
+                "0:123,3:9; the answer waits until every such record is applied (read-your-writes).",
+                examples=['{"0": 123}', "0:123"],
             ),
         ] = None,
         caught_up: Annotated[
@@ -267,10 +355,11 @@ def create_app(
         require_running()
         timeout = wait_ms / 1000
         if min_offsets is not None:
-            wanted = _parse_min_offsets(min_offsets)
-            if wanted and not await anyio.to_thread.run_sync(
-                lambda: follower.wait_for(wanted, timeout=timeout)
-            ):
+            try:
+                wanted = parse_min_offsets(min_offsets)
+            except ParameterError as e:
+                raise HTTPException(400, str(e)) from None
+            if wanted and not await waits.offsets(wanted, timeout):
                 raise HTTPException(
                     504,
                     {
@@ -279,14 +368,20 @@ def create_app(
                         "offsets": {str(p): o for p, o in follower.offsets.items()},
                     },
                 )
-        if caught_up and not await anyio.to_thread.run_sync(lambda: follower.wait_caught_up(timeout)):
+        if caught_up and not await waits.caught_up(timeout):
             raise HTTPException(504, f"not caught up within {wait_ms} ms")
         setattr(request.state, _FRESHNESS_KEY, Freshness.of(follower))
 
     errors: dict[int | str, dict[str, Any]] = {
-        400: {"model": Problem, "description": "Malformed parameter (e.g. min_offsets)."},
+        400: {
+            "model": Problem,
+            "description": "Malformed or out-of-range parameter (e.g. min_offsets, limit).",
+        },
         404: {"model": Problem, "description": "No such table on this server (or no such key)."},
-        503: {"model": Problem, "description": "The replica is still restoring (or failed)."},
+        503: {
+            "model": Problem,
+            "description": "The replica is still restoring (or failed), or too many requests wait.",
+        },
         504: {"model": Problem, "description": "min_offsets / caught_up not reached within wait_ms."},
     }
 
@@ -294,10 +389,12 @@ def create_app(
         "/tables/{table}/keys",
         tags=["table"],
         summary="Scan keys in order, one page at a time",
-        description="Up to `limit` rows with keys greater than `after` (or `after_b64`), ascending "
-        "by key bytes. Keys and values are UTF-8 text, or base64 in `key_b64`/`value_b64` when "
-        "they are not valid UTF-8. Follow `next` for the next page; it is null on the last page. "
-        "Each page is a separate read: rows may change between pages while the replica tails.",
+        description="Up to `limit` rows with keys greater than `after` (or `after_b64`) and, with "
+        "`prefix` (or `prefix_b64`), starting with it; ascending by key bytes. Keys and values are "
+        "UTF-8 text, or base64 in `key_b64`/`value_b64` when they are not valid UTF-8. Follow `next` "
+        "for the next page; it is null on the last page. A page costs O(limit) reads on stores with "
+        "ordered reads. Each page is a separate read: rows may change between pages while the "
+        "replica tails.",
         response_model=ScanPage,
         responses=errors,
     )
@@ -306,19 +403,20 @@ def create_app(
         table: str,
         after: Annotated[str | None, Query(description="Start after this key (UTF-8).")] = None,
         after_b64: Annotated[str | None, Query(description="Start after this key (base64).")] = None,
+        prefix: Annotated[str | None, Query(description="Only keys starting with this (UTF-8).")] = None,
+        prefix_b64: Annotated[str | None, Query(description="Only keys starting with this (base64).")] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Rows per page.")] = DEFAULT_LIMIT,
     ) -> JSONResponse:
-        if after is not None and after_b64 is not None:
-            raise HTTPException(400, "give after or after_b64, not both")
-        start = _b64(after_b64, "after_b64") if after_b64 is not None else None
-        if after is not None:
-            start = after.encode("utf-8")
-        rows = await anyio.to_thread.run_sync(lambda: follower.scan(start, limit))
+        start = _one_of(after, after_b64, "after")
+        wanted = _one_of(prefix, prefix_b64, "prefix")
+        rows, more = await anyio.to_thread.run_sync(lambda: _page(follower, start, wanted, limit))
         items = [{**_text_or_b64("key", k), **_text_or_b64("value", v)} for k, v in rows]
         next_url = None
-        if len(rows) == limit:
-            cursor = _text_or_b64("after", rows[-1][0])
-            next_url = f"/tables/{table}/keys?{urlencode({**cursor, 'limit': limit})}"
+        if more and rows:
+            query: dict[str, Any] = _text_or_b64("after", rows[-1][0])
+            if wanted:
+                query.update(_text_or_b64("prefix", wanted))
+            next_url = f"/tables/{table}/keys?{urlencode({**query, 'limit': limit})}"
         return JSONResponse({"table": table, "items": items, "next": next_url})
 
     @app.get(
@@ -377,12 +475,13 @@ def create_app(
         "/metrics",
         tags=["operations"],
         summary="Prometheus metrics",
-        description="Keys, per-partition offsets and lag, restore seconds, checkpoint generation used, "
-        "last update age, in the Prometheus text format.",
+        description="The replica's keys, per-partition offsets and lag, restore seconds, checkpoint "
+        "generation used and last update age; the server's request counts and latency histograms "
+        "by route and status; requests in progress and waiting. Prometheus text format.",
         response_class=PlainTextResponse,
         responses={200: {"content": {CONTENT_TYPE: {}}, "description": "Prometheus text format 0.0.4."}},
     )
     async def metrics() -> Response:
-        return Response(render_metrics(follower.status()), media_type=CONTENT_TYPE)
+        return Response(render(registry), media_type=CONTENT_TYPE)
 
     return app

@@ -1,0 +1,72 @@
+"""The built-in serdes: raw bytes, text and canonical JSON.
+
+Decoding failures raise :class:`~statesnap.errors.DeserializationError` with the cause chained, so
+a caller (``Table.get``) can add the key, partition and offset and re-raise one typed error. Error
+messages never quote the value: it may hold personal data or secrets.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol, runtime_checkable
+
+from statesnap.errors import DeserializationError, SerializationError
+
+
+@runtime_checkable
+class Serde(Protocol):
+    """Pairs of pure functions; ``deserialize(serialize(x)) == x``.
+
+    ``deserialize`` raises :class:`~statesnap.errors.DeserializationError` (a ``ValueError``) for
+    bytes it cannot decode; custom serdes may raise anything, the table wraps it.
+    """
+
+    def serialize(self, obj: Any) -> bytes: ...
+
+    def deserialize(self, data: bytes) -> Any: ...
+
+
+class BytesSerde:
+    """The default: keys and values are the raw Kafka bytes."""
+
+    def serialize(self, obj: Any) -> bytes:
+        if isinstance(obj, bytes | bytearray | memoryview):
+            return bytes(obj)
+        raise TypeError(f"BytesSerde needs bytes, got {type(obj).__name__}")
+
+    def deserialize(self, data: bytes) -> Any:
+        return data
+
+
+class StringSerde:
+    """Text in one encoding (UTF-8 by default)."""
+
+    def __init__(self, encoding: str = "utf-8") -> None:
+        self.encoding = encoding
+
+    def serialize(self, obj: Any) -> bytes:
+        return str(obj).encode(self.encoding)
+
+    def deserialize(self, data: bytes) -> Any:
+        try:
+            return data.decode(self.encoding)
+        except UnicodeDecodeError as e:
+            raise DeserializationError(
+                f"not valid {self.encoding} text: byte {e.start} of {len(data)} cannot be decoded"
+            ) from e
+
+
+class JsonSerde:
+    """JSON documents; serialization is canonical (sorted keys) so equal objects give equal bytes."""
+
+    def serialize(self, obj: Any) -> bytes:
+        try:
+            return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+        except (TypeError, ValueError) as e:
+            raise SerializationError(f"cannot encode {type(obj).__name__} as JSON: {e}") from e
+
+    def deserialize(self, data: bytes) -> Any:
+        try:
+            return json.loads(data)
+        except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+            raise DeserializationError(f"not valid JSON ({e}; {len(data)} bytes)") from e
