@@ -6,6 +6,9 @@ __version__ = "0.1.0"
 
 from statesnap.checkpoint.retention import RetentionPolicy
 from statesnap.errors import StatesnapError
+from statesnap.follower import Follower, FollowerStatus
+from statesnap.hooks import RestoreListener
+from statesnap.restoring import RestoreReport
 from statesnap.serde import BytesSerde, JsonSerde, Serde, StringSerde
 from statesnap.table import Table
 
@@ -14,6 +17,8 @@ __all__ = [
     "Follower",
     "FollowerStatus",
     "JsonSerde",
+    "RestoreListener",
+    "RestoreReport",
     "RetentionPolicy",
     "Serde",
     "StatesnapError",

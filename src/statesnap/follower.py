@@ -19,26 +19,38 @@ under-report high watermarks); ``lag()`` is an estimate from the last high water
 reported. Read-your-writes: the writer passes the offset its produce() delivery report gave to
 :meth:`Follower.wait_for`, then reads.
 
+Reads: ``Follower[K, V]`` is a typed ``Mapping`` like :class:`~statesnap.Table` (iteration in key
+order, ``keys``/``values``/``items``, ``scan``; :mod:`statesnap.reads`). asyncio:
+``await follower.start_async()`` or ``async with Follower(...)``, ``await follower.wait_for_async()``.
+Hooks ``on_update`` and ``restore_listener`` follow :mod:`statesnap.hooks` (a follower writes no
+checkpoints, so it has no ``on_checkpoint``).
+
+A checkpoint URL under which no checkpoint exists at all (a typo, the wrong table name) is logged at
+WARNING before the full replay it causes; pass ``require_checkpoint=True`` to fail instead.
+
 Life cycle: ``new`` → ``restoring`` → ``running`` → ``closed``, or ``failed`` when the restore or
 the background consumer raised (the error is kept in :attr:`Follower.error`).
 """
 
 from __future__ import annotations
 
-import heapq
+import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Generic
 
 from statesnap.blob import BlobStore
 from statesnap.errors import ConfigError, ReadOnlyTableError, TableStateError
-from statesnap.serde import Serde, resolve_serde
+from statesnap.hooks import RestoreListener, UpdateHook
+from statesnap.reads import K, SerdeName, SerdeOf, StoreName, TableReads, V
+from statesnap.serde import SchemaRegistry, Serde
+from statesnap.stores import StateStore
 from statesnap.table import ProgressCallback, RestoreReport, Table
 
 log = logging.getLogger(__name__)
@@ -106,7 +118,7 @@ class FollowerStatus:
         }
 
 
-class Follower:
+class Follower(TableReads[K, V], Generic[K, V]):
     """A read-only replica of the table *topic* whose checkpoints another application writes.
 
     Example::
@@ -126,16 +138,19 @@ class Follower:
         checkpoints: str | BlobStore | None,
         name: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
-        store: str = "memory",
+        store: StoreName = "memory",
         store_path: str | Path | None = None,
-        key_serde: Serde | str | None = None,
-        value_serde: Serde | str | None = None,
+        key_serde: SerdeOf[K] | SerdeName | None = None,
+        value_serde: SerdeOf[V] | SerdeName | None = None,
+        schema_registry_url: SchemaRegistry | str | Mapping[str, Any] | None = None,
         kafka_config: Mapping[str, Any] | None = None,
         key_filter: Callable[[bytes], bool] | None = None,
         value_projection: Callable[[bytes], bytes | None] | None = None,
         require_checkpoint: bool = False,
         partitions: Collection[int] | None = None,
         timeout: float = 15.0,
+        on_update: UpdateHook[K, V] | None = None,
+        restore_listener: RestoreListener | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         """
@@ -146,20 +161,22 @@ class Follower:
                 whole topic.
             name: the owner's table name in the checkpoint store (default: the topic name).
             storage_options: blob-store options (``endpoint_url``, ``region``, …).
-            store: local state store, ``memory`` or ``rocksdb``.
-            key_serde, value_serde: how :meth:`get` and :meth:`items` convert keys and values
-                (default: raw bytes). Filters and projections always see raw bytes.
+            store: local state store, ``memory``, ``columnar`` or ``rocksdb``.
+            key_serde, value_serde: how reads convert keys and values (default: raw bytes).
+                Filters and projections always see raw bytes.
+            schema_registry_url: the schema registry of ``avro`` / ``json_schema`` serdes.
             kafka_config: extra librdkafka properties (TLS, SASL, …).
             key_filter: keep only keys for which it returns True.
             value_projection: rewrite each value before storing it; returning None drops the key.
-            require_checkpoint: fail instead of replaying the whole topic when no checkpoint verifies.
+            require_checkpoint: fail instead of replaying the whole topic when no checkpoint
+                verifies (:class:`~statesnap.errors.NoUsableCheckpointError`), e.g. when the
+                checkpoint URL has a typo.
             partitions: follow only these partitions (default: all).
             timeout: how long to wait for the cluster's first answers.
+            on_update, restore_listener: hooks (:mod:`statesnap.hooks`).
         """
-        self._key_serde = resolve_serde(key_serde)
-        self._value_serde = resolve_serde(value_serde)
         self._key_filter = key_filter
-        self._table = Table(
+        self._table: Table[K, V] = Table(
             topic,
             bootstrap_servers=bootstrap_servers,
             name=name,
@@ -167,6 +184,9 @@ class Follower:
             storage_options=storage_options,
             store=store,
             store_path=store_path,
+            key_serde=key_serde,
+            value_serde=value_serde,
+            schema_registry_url=schema_registry_url,
             kafka_config=kafka_config,
             require_checkpoint=require_checkpoint,
             background=True,
@@ -175,6 +195,8 @@ class Follower:
             read_only=True,
             key_filter=key_filter,
             value_projection=value_projection,
+            on_update=on_update,
+            restore_listener=restore_listener,
             clock=clock,
         )
         self._state = "new"
@@ -311,7 +333,7 @@ class Follower:
             self._state = "closed"
         self._table.close(checkpoint=False)
 
-    def __enter__(self) -> Follower:
+    def __enter__(self) -> Follower[K, V]:
         if self._state == "new":
             self.start()
         return self
@@ -319,62 +341,46 @@ class Follower:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # --- reads ---------------------------------------------------------------------------------
+    # --- asyncio -------------------------------------------------------------------------------
+
+    async def start_async(self, *, progress: ProgressCallback | None = None) -> RestoreReport:
+        """:meth:`start` on a worker thread: the event loop keeps running during the restore
+        (*progress* and the restore listener run on that thread). Cancelling it closes the
+        replica as soon as the restore ends."""
+        try:
+            return await asyncio.to_thread(self.start, progress=progress)
+        except asyncio.CancelledError:
+            self.close()
+            raise
+
+    async def aclose(self) -> None:
+        """:meth:`close` on a worker thread."""
+        await asyncio.to_thread(self.close)
+
+    async def __aenter__(self) -> Follower[K, V]:
+        if self._state == "new":
+            await self.start_async()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # --- reads (the Mapping itself is in statesnap.reads) --------------------------------------
 
     def _require_running(self, action: str) -> None:
         if self._state != "running":
             raise TableStateError(action, self._state, "running")
 
-    def get(self, key: Any, default: Any = None) -> Any:
-        """The current value of *key* (converted by the value serde), or *default*."""
-        raw = self.get_raw(self._key_serde.serialize(key))
-        return default if raw is None else self._value_serde.deserialize(raw)
+    def _store_for(self, action: str | None) -> StateStore:
+        if action is not None:
+            self._require_running(action)
+        return self._table._store_for(action)  # also refuses reads once the tailing thread failed
 
-    def get_raw(self, key: bytes) -> bytes | None:
-        """The stored value bytes of the raw *key*, or None."""
-        self._require_running("get")
-        value: bytes | None = self._table.get(key)
-        return value
+    def _serdes(self) -> tuple[Serde, Serde]:
+        return self._table.key_serde, self._table.value_serde
 
-    def __getitem__(self, key: Any) -> Any:
-        sentinel = object()
-        value = self.get(key, sentinel)
-        if value is sentinel:
-            raise KeyError(key)
-        return value
-
-    def __contains__(self, key: object) -> bool:
-        self._require_running("look up")
-        return self._key_serde.serialize(key) in self._table
-
-    def __len__(self) -> int:
-        return len(self._table)
-
-    def items(self) -> Iterator[tuple[Any, Any]]:
-        """Every (key, value), converted by the serdes, in no particular order."""
-        kd, vd = self._key_serde.deserialize, self._value_serde.deserialize
-        for k, v in self.raw_items():
-            yield kd(k), vd(v)
-
-    def raw_items(self) -> Iterator[tuple[bytes, bytes]]:
-        """Every (key, value) as stored bytes, in no particular order."""
-        self._require_running("iterate")
-        return self._table.raw_items()
-
-    def scan(self, after: bytes | None = None, limit: int = 100) -> list[tuple[bytes, bytes]]:
-        """Up to *limit* raw (key, value) pairs with keys greater than *after*, ascending by key
-        bytes: one page of a scan (pass the last key as the next *after*).
-
-        Costs one pass over the table per page (the state stores offer no ordered range read).
-        """
-        if limit < 1:
-            raise ConfigError(f"scan limit must be >= 1, got {limit}")
-        self._require_running("scan")
-        items: Iterator[tuple[bytes, bytes]] = self._table.raw_items()
-        if after is not None:
-            items = (kv for kv in items if kv[0] > after)
-        # Keys are unique, so tuples never compare their values.
-        return heapq.nsmallest(limit, items)
+    def _table_name(self) -> str:
+        return self.name
 
     # --- writes: a follower has none -----------------------------------------------------------
 
@@ -442,16 +448,7 @@ class Follower:
         Raises :class:`ConfigError` for a partition this replica does not follow, and the
         consumer's error if the replica failed while waiting.
         """
-        if self._state in ("new", "closed"):
-            raise TableStateError("wait", self._state, "restoring or running")
-        self._raise_if_failed()
-        if offsets and self.partitions:
-            unknown = sorted(set(offsets) - set(self.partitions))
-            if unknown:
-                raise ConfigError(
-                    f"follower of {self.topic!r} does not follow partitions {unknown} "
-                    f"(it follows {list(self.partitions)})"
-                )
+        self._check_wait(offsets)
         deadline = time.monotonic() + timeout
         if self._state == "restoring":
             # Wait for the restore to finish first: Table.wait_for consumes on the caller's
@@ -465,6 +462,36 @@ class Follower:
             offsets, timestamp=timestamp, timeout=max(0.0, deadline - time.monotonic())
         )
 
+    async def wait_for_async(
+        self,
+        offsets: Mapping[int, int] | None = None,
+        *,
+        timestamp: datetime | None = None,
+        timeout: float = 30.0,
+    ) -> bool:
+        """:meth:`wait_for` for coroutines, never blocking the event loop: woken by the tailing
+        thread as records are applied (a restore still running is awaited on a worker thread)."""
+        deadline = time.monotonic() + timeout
+        self._check_wait(offsets)
+        if self._state == "restoring":
+            await asyncio.to_thread(self._settled.wait, max(0.0, deadline - time.monotonic()))
+            self._raise_if_failed()
+            if self._state != "running":
+                return False
+        return await self._table.wait_for_async(
+            offsets, timestamp=timestamp, timeout=max(0.0, deadline - time.monotonic())
+        )
+
+    async def wait_caught_up_async(self, timeout: float = 30.0) -> bool:
+        """:meth:`wait_caught_up` for coroutines (samples the EOF state without blocking)."""
+        deadline = time.monotonic() + timeout
+        while not self.caught_up:
+            self._raise_if_failed()
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(_CAUGHT_UP_SAMPLE_SECONDS)
+        return True
+
     def wait_caught_up(self, timeout: float = 30.0) -> bool:
         """Block until every partition is at end-of-partition (running and caught up); False on
         timeout. Under a steady write load the replica is caught up between two fetches."""
@@ -475,6 +502,18 @@ class Follower:
                 return False
             time.sleep(_CAUGHT_UP_SAMPLE_SECONDS)
         return True
+
+    def _check_wait(self, offsets: Mapping[int, int] | None) -> None:
+        if self._state in ("new", "closed"):
+            raise TableStateError("wait", self._state, "restoring or running")
+        self._raise_if_failed()
+        if offsets and self.partitions:
+            unknown = sorted(set(offsets) - set(self.partitions))
+            if unknown:
+                raise ConfigError(
+                    f"follower of {self.topic!r} does not follow partitions {unknown} "
+                    f"(it follows {list(self.partitions)})"
+                )
 
     def _raise_if_failed(self) -> None:
         err = self.error

@@ -4,7 +4,14 @@ Life cycle: ``Table(...)`` → ``start()`` (restore the newest valid checkpoint,
 every partition reports EOF) → reads while it keeps consuming → ``close()`` (final checkpoint).
 
 By default a background thread keeps consuming after ``start()``; pass ``background=False`` and
-call :meth:`Table.poll` yourself to consume on your own thread (e.g. inside an event loop).
+call :meth:`Table.poll` yourself to consume on your own thread. In asyncio code use
+``await table.start_async()`` / ``async with Table(...)`` and ``await table.wait_for_async(...)``
+(:mod:`statesnap.aio`): the loop keeps running while the table restores and waits.
+
+Reads: a table is a typed ``Mapping`` (:mod:`statesnap.reads`). Hooks (``on_update``,
+``on_checkpoint``, a :class:`~statesnap.hooks.RestoreListener`) and their threading rules are in
+:mod:`statesnap.hooks`. ``Table(..., generation=G, tail=False)`` is the table exactly as
+snapshot G holds it: restored, never replayed, read-only.
 
 Commit points happen every ``commit_interval``: the store is flushed and, when
 ``checkpoint_interval`` has elapsed since the last checkpoint, one is written — so the real
@@ -14,19 +21,16 @@ export the store → write data files → write the manifest (write-once) → re
 
 from __future__ import annotations
 
-import gc
+import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic
 
-import pyarrow as pa
-
+from statesnap.aio import AsyncWaiters
 from statesnap.blob import BlobStore, open_blob_store
 from statesnap.checkpoint import (
     CheckpointManifest,
@@ -34,7 +38,6 @@ from statesnap.checkpoint import (
     RetentionPolicy,
 )
 from statesnap.checkpoint.layout import valid_table_name
-from statesnap.checkpoint.restore import CheckpointSelector, SkippedCheckpoint
 from statesnap.checkpoint.selection import TopicState, resume_offsets
 from statesnap.durations import parse_duration
 from statesnap.errors import (
@@ -44,48 +47,32 @@ from statesnap.errors import (
     ReadOnlyTableError,
     TableStateError,
 )
+from statesnap.freshness import TableFreshness
+from statesnap.hooks import (
+    Change,
+    CheckpointHook,
+    RestoreListener,
+    RestoreTracker,
+    UpdateHook,
+    call_safely,
+    changes_of,
+    fire_updates,
+)
 from statesnap.kafka.admin import KafkaAdmin, log_start_offsets
 from statesnap.kafka.config import KafkaSettings
 from statesnap.kafka.reader import ChangelogReader
+from statesnap.reads import K, SerdeName, SerdeOf, StoreName, TableReads, V
+from statesnap.restoring import CheckpointLoad, ProgressCallback, RestoreReport, gc_paused, load_checkpoint
 from statesnap.rowfilter import RowFilter
-from statesnap.serde import Serde, resolve_serde
+from statesnap.serde import SchemaRegistry, Serde, resolve_serde
 from statesnap.snapshot.api import SnapshotApi
 from statesnap.snapshot.participant import SnapshotTask, TaskState
 from statesnap.snapshot.store import resolve_spec
 from statesnap.stores import StateStore, open_state_store
 
+__all__ = ["CATCH_UP_POLL", "TAIL_POLL", "ProgressCallback", "RestoreReport", "Table"]
+
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class RestoreReport:
-    """How ``start()`` got the table to the end of the changelog."""
-
-    checkpoint: int | None = None
-    restored_keys: int = 0
-    replayed_records: int = 0
-    load_seconds: float = 0.0
-    replay_seconds: float = 0.0
-    skipped: list[SkippedCheckpoint] = field(default_factory=list)
-
-    @property
-    def restore_seconds(self) -> float:
-        return self.load_seconds + self.replay_seconds
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "checkpoint": self.checkpoint,
-            "restored_keys": self.restored_keys,
-            "replayed_records": self.replayed_records,
-            "load_seconds": round(self.load_seconds, 3),
-            "replay_seconds": round(self.replay_seconds, 3),
-            "restore_seconds": round(self.restore_seconds, 3),
-            "skipped": [{"generation": s.generation, "reason": s.reason} for s in self.skipped],
-        }
-
-
-#: Called during start() with (records replayed so far, partitions caught up, partitions total).
-ProgressCallback = Callable[[int, int, int], None]
 
 
 #: consume() blocks until a full batch or the timeout, so a short timeout keeps both the end of
@@ -94,21 +81,12 @@ CATCH_UP_POLL = 0.05
 TAIL_POLL = 0.02
 
 
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC during catch-up: replay allocates millions of short-lived objects and
-    creates no cycles, and generation-0 collections cost ~15% of replay time (measured)."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
+class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
+    """A keyed table over *topic* (all partitions, assigned without a consumer group).
 
-
-class Table:
-    """A keyed table over *topic* (all partitions, assigned without a consumer group)."""
+    ``Table[K, V]`` is a read-only ``Mapping[K, V]`` (iteration in key order, ``keys``,
+    ``values``, ``items``, ``get``, ``in``, ``len``, ``scan``); see :mod:`statesnap.reads`.
+    """
 
     def __init__(
         self,
@@ -118,10 +96,11 @@ class Table:
         name: str | None = None,
         checkpoints: str | BlobStore | None = None,
         storage_options: Mapping[str, Any] | None = None,
-        store: str = "memory",
+        store: StoreName = "memory",
         store_path: str | Path | None = None,
-        key_serde: Serde | str | None = None,
-        value_serde: Serde | str | None = None,
+        key_serde: SerdeOf[K] | SerdeName | None = None,
+        value_serde: SerdeOf[V] | SerdeName | None = None,
+        schema_registry_url: SchemaRegistry | str | Mapping[str, Any] | None = None,
         kafka_config: Mapping[str, Any] | None = None,
         checkpoint_interval: str | float | timedelta = "1h",
         commit_interval: str | float | timedelta = "5s",
@@ -129,6 +108,7 @@ class Table:
         require_checkpoint: bool = False,
         background: bool = True,
         generation: int | None = None,
+        tail: bool = True,
         partitions: Collection[int] | None = None,
         timeout: float = 15.0,
         instance: int | None = None,
@@ -139,6 +119,9 @@ class Table:
         read_only: bool = False,
         key_filter: Callable[[bytes], bool] | None = None,
         value_projection: Callable[[bytes], bytes | None] | None = None,
+        on_update: UpdateHook[K, V] | None = None,
+        on_checkpoint: CheckpointHook | None = None,
+        restore_listener: RestoreListener | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         """
@@ -149,14 +132,21 @@ class Table:
             checkpoints: blob store URL (``file://…``, a path, ``s3://bucket/prefix``) or store;
                 None disables checkpoints (opt-in).
             storage_options: blob-store options (``endpoint_url``, ``region``, ``sse``, …).
-            store: local state store, ``memory`` or ``rocksdb``.
+            store: local state store, ``memory``, ``columnar`` or ``rocksdb``.
+            key_serde, value_serde: how reads convert keys and values (a serde, or ``bytes``
+                (default), ``string``, ``json``, ``avro``, ``json_schema``); the table stores bytes.
+            schema_registry_url: the schema registry of ``avro`` / ``json_schema`` serdes (a URL,
+                a ``SchemaRegistry``, or a dict with ``url`` and client settings).
             kafka_config: extra librdkafka properties (TLS, SASL, …).
             checkpoint_interval: minimum time between periodic checkpoints.
             commit_interval: how often a commit point happens while consuming.
             retention: GC policy applied after each checkpoint.
             require_checkpoint: fail instead of replaying from the beginning when none verifies.
             background: keep consuming on a background thread after start().
-            generation: restore exactly this generation instead of the newest valid one.
+            generation: restore exactly this generation instead of the newest valid one
+                (:class:`GenerationNotFoundError` when the store has none such).
+            tail: False gives the table exactly as *generation* holds it: no replay, no
+                consuming, read-only (needs *generation*).
             partitions: own only these partitions (default: all).
             instance, instances: static assignment: own partitions ``p`` with ``p % instances ==
                 instance``; each instance is a task of the table's snapshots.
@@ -168,11 +158,19 @@ class Table:
             read_only: never write or delete checkpoints (a replica of someone else's table).
             key_filter: keep only keys for which it returns True (applied to raw key bytes).
             value_projection: rewrite raw values before storing; returning None drops the key.
+            on_update, on_checkpoint, restore_listener: hooks, see :mod:`statesnap.hooks` for
+                when and on which thread each runs (also settable as attributes before start()).
         """
         self.topic = topic
         self.name = name or topic
         if not valid_table_name(self.name):
             raise ConfigError(f"invalid table name {self.name!r}: use letters, digits, '.', '_', '-'")
+        if generation is not None and generation < 1:
+            raise ConfigError(f"generation must be >= 1, got {generation}")
+        if generation is not None and checkpoints is None:
+            raise ConfigError(f"generation={generation} needs checkpoints=<the store that holds it>")
+        if not tail and generation is None:
+            raise ConfigError("tail=False needs generation=G: it gives the table as snapshot G holds it")
         self.settings = KafkaSettings(bootstrap_servers, dict(kafka_config or {}), timeout)
         if isinstance(checkpoints, str):
             self.blob: BlobStore | None = open_blob_store(checkpoints, **dict(storage_options or {}))
@@ -182,7 +180,8 @@ class Table:
         self.commit_interval = parse_duration(commit_interval)
         self.retention = retention or RetentionPolicy()
         self.require_checkpoint = require_checkpoint
-        self.background = background
+        self.tail = tail
+        self.background = background and tail
         self.generation = generation
         self.wanted_partitions = None if partitions is None else tuple(sorted(set(partitions)))
         if (instance is None) != (instances is None):
@@ -193,14 +192,22 @@ class Table:
             self._instance: tuple[int, int] | None = (instance, instances)
         else:
             self._instance = None
-        self.key_serde = resolve_serde(key_serde)
-        self.value_serde = resolve_serde(value_serde)
-        self.read_only = read_only
+        self.key_serde: Serde = resolve_serde(
+            key_serde, schema_registry=schema_registry_url, topic=topic, is_key=True
+        )
+        self.value_serde: Serde = resolve_serde(value_serde, schema_registry=schema_registry_url, topic=topic)
+        self.read_only = read_only or not tail
         self.row_filter = (
             RowFilter(key_filter, value_projection)
             if key_filter is not None or value_projection is not None
             else None
         )
+        #: Hooks (see :mod:`statesnap.hooks`); set them before start().
+        self.on_update: UpdateHook[K, V] | None = on_update
+        self.on_checkpoint: CheckpointHook | None = on_checkpoint
+        self.restore_listener: RestoreListener | None = restore_listener
+        self._tracker: RestoreTracker | None = None
+        self._waiters = AsyncWaiters()
         self._newest_ts = -1
         self._last_applied: float | None = None
         self._restore_done = threading.Event()
@@ -217,6 +224,7 @@ class Table:
         self.report = RestoreReport()
         self._restored: CheckpointManifest | None = None
         self._reader: ChangelogReader | None = None
+        self._fixed_offsets: dict[int, int] = {}
         self._state = "new"
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -226,6 +234,9 @@ class Table:
         self._last_checkpoint_at = time.monotonic()
         self.cluster_id = ""
         self.partitions: tuple[int, ...] = ()
+
+    def __repr__(self) -> str:
+        return f"Table(name={self.name!r}, topic={self.topic!r}, state={self._state!r})"
 
     # --- life cycle ----------------------------------------------------------------------------
 
@@ -260,46 +271,29 @@ class Table:
         manifest = self._restore_checkpoint(state)
         self.report.load_seconds = time.monotonic() - started
         self._restored = manifest
-        if self.repo is not None and not self.read_only:
-            spec = resolve_spec(
-                self.snapshot_store,
-                (self.repo.descriptor() or {}).get("snapshot_store"),
-                self.name,
-            )
-            self.repo.ensure_descriptor(
-                self.name, self.topic, self.cluster_id, len(all_partitions), str(spec)
-            )
-            api = SnapshotApi.for_repo(
-                self.repo,
-                self.name,
-                snapshot_store=str(spec),
-                kafka=self.settings,
-                topic=self.topic,
-                cluster_id=self.cluster_id,
-                partitions=all_partitions,
-            )
-            self.snapshots = SnapshotTask(
-                api,
-                task_id=self.task_id,
-                owned=self.partitions,
-                engine="python",
-                retention=self.retention,
-                snapshot_timeout=self.snapshot_timeout,
-                refresh_interval=min(1.0, max(0.05, self.commit_interval.total_seconds() / 2)),
-                previous=manifest,
-            )
         offsets = resume_offsets(manifest, self.partitions)
+        if self.restore_listener is not None:
+            self._tracker = RestoreTracker(self.restore_listener, self.name, offsets)
+        if not self.tail:
+            return self._freeze(offsets)
+        if self.repo is not None and not self.read_only:
+            self._join_snapshots(all_partitions, manifest)
         self._reader = ChangelogReader(self.settings, self.topic, offsets)
         self._state = "restoring"
         started = time.monotonic()
         try:
-            with _gc_paused():
+            with gc_paused():
                 while not self._reader.caught_up:
                     if self._stop.is_set():
                         raise TableStateError("finish restoring", "closed", "restoring")
                     self.report.replayed_records += self._consume(CATCH_UP_POLL)
+                    if self._tracker is not None:
+                        self._tracker.at_end(self._reader.at_eof)
                     if progress is not None:
                         progress(self.report.replayed_records, len(self._reader.at_eof), len(self.partitions))
+            if self._tracker is not None:
+                self._tracker.at_end(self.partitions)
+            self._tracker = None
             self._state = "running"
         finally:
             # close() from another thread waits for this before it closes the reader.
@@ -321,30 +315,81 @@ class Table:
             self._thread.start()
         return self.report
 
+    def _join_snapshots(self, all_partitions: tuple[int, ...], manifest: CheckpointManifest | None) -> None:
+        """Become a task of the table's snapshots (writers only)."""
+        assert self.repo is not None
+        spec = resolve_spec(
+            self.snapshot_store,
+            (self.repo.descriptor() or {}).get("snapshot_store"),
+            self.name,
+        )
+        self.repo.ensure_descriptor(self.name, self.topic, self.cluster_id, len(all_partitions), str(spec))
+        api = SnapshotApi.for_repo(
+            self.repo,
+            self.name,
+            snapshot_store=str(spec),
+            kafka=self.settings,
+            topic=self.topic,
+            cluster_id=self.cluster_id,
+            partitions=all_partitions,
+        )
+        self.snapshots = SnapshotTask(
+            api,
+            task_id=self.task_id,
+            owned=self.partitions,
+            engine="python",
+            retention=self.retention,
+            snapshot_timeout=self.snapshot_timeout,
+            refresh_interval=min(1.0, max(0.05, self.commit_interval.total_seconds() / 2)),
+            previous=manifest,
+        )
+        hook = self.on_checkpoint
+        if hook is not None:
+            self.snapshots.on_checkpoint = lambda m: call_safely("on_checkpoint", self.name, hook, m)
+
+    def _freeze(self, offsets: dict[int, int]) -> RestoreReport:
+        """``tail=False``: the restored checkpoint is the table; nothing is consumed."""
+        self._fixed_offsets = offsets
+        if self._tracker is not None:
+            self._tracker.at_end(self.partitions)
+            self._tracker = None
+        self._state = "running"
+        self._restore_done.set()
+        log.info(
+            "table %s: generation %s as it is (%d keys), not tailing",
+            self.name,
+            self.report.checkpoint,
+            self.report.restored_keys,
+        )
+        return self.report
+
     def _restore_checkpoint(self, state: TopicState) -> CheckpointManifest | None:
         if self.repo is None:
             return None
-        restorer = CheckpointSelector(self.repo, self.name, self.generation, self.require_checkpoint)
-        row_filter = self.row_filter
-
-        def load(partition: int, rows: pa.Table) -> None:
-            self.store.load(partition, rows if row_filter is None else row_filter.rows(rows))
-
-        try:
-            manifest = restorer.restore(state, self.partitions, load, self.store.clear, self._clock())
-        finally:
-            self.report.skipped = restorer.skipped
-        if manifest is not None:
-            self.report.checkpoint = manifest.generation
-            self.report.restored_keys = len(self.store)
-        return manifest
+        spec = CheckpointLoad(
+            self.repo,
+            self.name,
+            self.topic,
+            self.generation,
+            self.require_checkpoint,
+            warn_if_empty=self.read_only,
+        )
+        return load_checkpoint(
+            spec, state, self.partitions, self.store, self.row_filter, self._clock(), self.report
+        )
 
     def _consume(self, timeout: float) -> int:
         assert self._reader is not None
         applied = 0
+        hook = self.on_update if self._state == "running" else None
+        updates: list[Change] = []
         with self._lock:
             for partition, messages in self._reader.poll(timeout).items():
-                if self.row_filter is None:
+                if hook is not None:
+                    records = (self.row_filter or RowFilter()).records(messages)
+                    updates.extend(changes_of(self.store, records))
+                    self.store.apply(partition, records)
+                elif self.row_filter is None:
                     self.store.apply_messages(partition, messages)
                 else:
                     self.store.apply(partition, self.row_filter.records(messages))
@@ -352,10 +397,15 @@ class Table:
                 ts_type, ts = messages[-1].timestamp()
                 if ts_type:
                     self._newest_ts = max(self._newest_ts, ts)
+                if self._tracker is not None:
+                    self._tracker.batch(partition, messages[-1].offset(), len(messages))
         if applied:
             self._last_applied = time.monotonic()
             with self._applied:
                 self._applied.notify_all()
+            self._waiters.notify()
+        if hook is not None:
+            fire_updates(self.name, hook, self.key_serde, self.value_serde, updates)
         return applied
 
     def poll(self, timeout: float = 0.5) -> int:
@@ -366,6 +416,8 @@ class Table:
         self._require("poll", "running")
         if self._thread is not None:
             raise TableStateError("poll", "consuming in the background", "background=False")
+        if self._reader is None:
+            raise TableStateError("poll", "a point-in-time view (tail=False)", "tailing")
         applied = self._consume(timeout)
         self._maybe_commit()
         return applied
@@ -378,6 +430,7 @@ class Table:
         except BaseException as e:
             self._thread_error = e
             log.exception("table %s: background consumer failed", self.name)
+            self._waiters.notify()
 
     def _maybe_commit(self) -> None:
         now = time.monotonic()
@@ -409,7 +462,8 @@ class Table:
         table owning every partition), None when nothing changed since the last one or other
         instances have yet to report."""
         if self.read_only:
-            raise ReadOnlyTableError(f"table {self.name!r} is read-only: it never writes checkpoints")
+            why = "a point-in-time view (tail=False)" if not self.tail else "read-only"
+            raise ReadOnlyTableError(f"table {self.name!r} is {why}: it never writes checkpoints")
         if self.snapshots is None or self._reader is None:
             return None
         with self._lock:
@@ -448,8 +502,9 @@ class Table:
                 self._reader.close()
             self.store.close()
             self._state = "closed"
+            self._waiters.notify()
 
-    def __enter__(self) -> Table:
+    def __enter__(self) -> Table[K, V]:
         if self._state == "new":
             self.start()
         return self
@@ -457,12 +512,33 @@ class Table:
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         self.close(checkpoint=exc_type is None)
 
-    def raise_if_failed(self) -> None:
-        """Re-raise, in the caller's thread, an error that stopped the background consumer."""
-        if self._thread_error is not None:
-            raise self._thread_error
+    # --- asyncio -------------------------------------------------------------------------------
 
-    # --- reads ---------------------------------------------------------------------------------
+    async def start_async(self, *, progress: ProgressCallback | None = None) -> RestoreReport:
+        """:meth:`start` on a worker thread: the event loop keeps running during the restore.
+
+        *progress* and the restore listener run on that worker thread. Cancelling the awaiting
+        task stops the restore; the table must then be closed (:meth:`aclose`).
+        """
+        try:
+            return await asyncio.to_thread(self.start, progress=progress)
+        except asyncio.CancelledError:
+            self._stop.set()
+            raise
+
+    async def aclose(self, *, checkpoint: bool = True) -> None:
+        """:meth:`close` on a worker thread (the final checkpoint may take a while)."""
+        await asyncio.to_thread(self.close, checkpoint=checkpoint)
+
+    async def __aenter__(self) -> Table[K, V]:
+        if self._state == "new":
+            await self.start_async()
+        return self
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        await self.aclose(checkpoint=exc_type is None)
+
+    # --- reads (the Mapping itself is in statesnap.reads) --------------------------------------
 
     def _require(self, action: str, *states: str) -> None:
         if self._thread_error is not None:
@@ -470,105 +546,13 @@ class Table:
         if self._state not in states:
             raise TableStateError(action, self._state, " or ".join(states))
 
-    def get(self, key: Any, default: Any = None) -> Any:
-        """The current value of *key* (deserialized), or *default*."""
-        self._require("get", "running")
-        raw = self.store.get(self.key_serde.serialize(key))
-        return default if raw is None else self.value_serde.deserialize(raw)
+    def _store_for(self, action: str | None) -> StateStore:
+        if action is not None:
+            self._require(action, "running")
+        return self.store
 
-    def __getitem__(self, key: Any) -> Any:
-        sentinel = object()
-        value = self.get(key, sentinel)
-        if value is sentinel:
-            raise KeyError(key)
-        return value
+    def _serdes(self) -> tuple[Serde, Serde]:
+        return self.key_serde, self.value_serde
 
-    def __contains__(self, key: object) -> bool:
-        self._require("look up", "running")
-        return self.key_serde.serialize(key) in self.store
-
-    def __len__(self) -> int:
-        return len(self.store)
-
-    def items(self) -> Iterator[tuple[Any, Any]]:
-        """Every (key, value), deserialized, in no particular order."""
-        self._require("iterate", "running")
-        kd, vd = self.key_serde.deserialize, self.value_serde.deserialize
-        for k, v in self.store.items():
-            yield kd(k), vd(v)
-
-    def raw_items(self) -> Iterator[tuple[bytes, bytes]]:
-        """Every (key, value) as stored bytes."""
-        self._require("iterate", "running")
-        return self.store.items()
-
-    @property
-    def offsets(self) -> dict[int, int]:
-        """Next offset to consume per owned partition (everything below is applied)."""
-        return dict(self._reader.positions) if self._reader is not None else {}
-
-    @property
-    def caught_up(self) -> bool:
-        """Whether every partition has reported end-of-partition since its last record."""
-        return self._reader is not None and self._reader.caught_up
-
-    # --- freshness -----------------------------------------------------------------------------
-
-    def lag(self) -> dict[int, int]:
-        """Records behind per partition: 0 at end-of-partition, else the broker's last reported
-        high watermark minus our position (no extra round trip; may under-estimate on brokers
-        that under-report watermarks, as the dev broker does)."""
-        if self._reader is None:
-            return {}
-        return self._reader.lag()
-
-    def last_update_age(self) -> float | None:
-        """Seconds since a record was last applied (None if none was since start)."""
-        return None if self._last_applied is None else time.monotonic() - self._last_applied
-
-    def newest_record_age(self) -> float | None:
-        """Seconds since the timestamp of the newest record applied, or None if none was."""
-        if self._newest_ts < 0:
-            return None
-        return max(0.0, self._clock().timestamp() - self._newest_ts / 1000)
-
-    def wait_for(
-        self,
-        offsets: Mapping[int, int] | None = None,
-        *,
-        timestamp: datetime | None = None,
-        timeout: float = 30.0,
-    ) -> bool:
-        """Block until the record at *offsets* (partition → offset of a record someone wrote) is
-        applied and, if given, a record at least as new as *timestamp* is; False on timeout.
-
-        The read-your-writes primitive: the writer passes the offset its produce() reported.
-        """
-        deadline = time.monotonic() + timeout
-        want_ms = None if timestamp is None else int(timestamp.timestamp() * 1000)
-        if offsets and set(offsets) - set(self.partitions):
-            raise ConfigError(
-                f"table {self.name!r} does not own partitions {sorted(set(offsets) - set(self.partitions))}"
-            )
-
-        def done() -> bool:
-            positions = self.offsets
-            if offsets and any(positions.get(p, 0) <= off for p, off in offsets.items()):
-                return False
-            return want_ms is None or self._newest_ts >= want_ms
-
-        with self._applied:
-            while not done():
-                self.raise_if_failed()
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return False
-                if not self.background and self._state == "running":
-                    self._applied.release()
-                    try:
-                        self.poll(min(remaining, 0.2))
-                    finally:
-                        self._applied.acquire()
-                else:
-                    self._applied.wait(min(remaining, 0.2))
-        return True
+    def _table_name(self) -> str:
+        return self.name

@@ -20,6 +20,7 @@ from statesnap.cli.tables import start_with_progress
 from statesnap.devstack import EmbeddedBroker
 from statesnap.digest import table_digest
 from statesnap.kafka.config import KafkaSettings
+from statesnap.reads import StoreName
 from statesnap.sample import SampleSpec, produce_sample
 from statesnap.table import Table
 
@@ -70,7 +71,7 @@ def demo(
     keys: int,
     partitions: int,
     tail: int,
-    store: str,
+    store: StoreName,
     engine: str,
     workdir: str | None,
     as_json: bool,

@@ -18,6 +18,7 @@ from statesnap.cli.options import (
     topic_option,
 )
 from statesnap.errors import StatesnapError
+from statesnap.reads import StoreName
 
 #: statesnap.serve.app.MAX_WAIT_MS / DEFAULT_WAIT_MS, repeated so that loading the CLI does not
 #: import FastAPI and uvicorn (~0.3 s on every `statesnap` command); a unit test keeps them equal.
@@ -94,7 +95,7 @@ def serve(
     checkpoints: str,
     host: str,
     port: int,
-    store: str,
+    store: StoreName,
     key_prefixes: tuple[str, ...],
     require_checkpoint: bool,
     max_wait_ms: int,

@@ -17,20 +17,20 @@ from typing import Any
 import click
 
 from statesnap.checkpoint import CheckpointManifest, RetentionPolicy
+from statesnap.kafka.admin import KafkaAdmin
 from statesnap.kafka.config import KafkaSettings
 from statesnap.snapshot.diff import SnapshotDiff
 
 
-def spark_session(conf: dict[str, str] | None = None) -> Any:
-    """The CLI's session: quiet unless ``--log-level debug``; master from STATESNAP_SPARK_MASTER."""
-    from statesnap.spark.session import default_master
+def spark_session(conf: dict[str, str] | None = None, *, quiet: bool = False) -> Any:
+    """The CLI's session: Spark's logs only with ``--log-level debug``; master from
+    STATESNAP_SPARK_MASTER (``local[*]`` by default); one line saying which, unless *quiet*."""
     from statesnap.spark.session import spark_session as make
 
     verbose = logging.getLogger("statesnap").getEffectiveLevel() <= logging.DEBUG
     spark = make(conf=conf, verbose=verbose)
-    click.echo(
-        f"spark: {spark.version} on {spark.sparkContext.master} ({default_master()} configured)", err=True
-    )
+    if not quiet:
+        click.echo(f"spark: {spark.version}, master {spark.sparkContext.master}", err=True)
     return spark
 
 
@@ -69,7 +69,9 @@ def materialize_on_spark(
         "generation": generation,
         "timeout": settings.timeout,
     }
-    spark = spark_session(spark_conf)
+    # A typo'd topic or a dead broker fails now, not after Spark's start-up.
+    KafkaAdmin(settings).partitions(topic)
+    spark = spark_session(spark_conf, quiet=quiet)
     try:
         if not follow:
             previous = _newest_generation(checkpoints, storage_options, table)

@@ -29,7 +29,7 @@ from statesnap.cli.options import (
     table_option,
     topic_option,
 )
-from statesnap.cli.progress import progress_bar
+from statesnap.cli.progress import ReplayProgress, replay_bar
 from statesnap.digest import table_digest
 from statesnap.durations import parse_duration
 from statesnap.kafka.admin import KafkaAdmin
@@ -41,24 +41,21 @@ log = logging.getLogger(__name__)
 
 
 def start_with_progress(table: Table, quiet: bool) -> RestoreReport:
-    """``table.start()`` with a bar counting replayed records and caught-up partitions."""
-    with progress_bar(quiet) as bar:
-        task = bar.add_task(f"restoring {table.name}", total=None)
+    """``table.start()`` with a bar: records replayed of an estimated total, rate and ETA, and
+    partitions at their end. The total is records replayed plus the lag the broker's high
+    watermarks suggest — an estimate (the dev broker under-reports them), never shrinking."""
+    with replay_bar(quiet) as bar:
+        replay = ReplayProgress(bar, f"replaying {table.topic}")
+        estimate: list[int] = []  # the largest estimate so far, once there is one
 
         def update(records: int, done: int, total: int) -> None:
-            bar.update(
-                task,
-                completed=records,
-                description=f"replaying {table.topic} ({done}/{total} partitions at end)",
-            )
+            behind = sum(table.lag().values())
+            if behind or estimate:
+                estimate[:] = [max(estimate[0] if estimate else 0, records + behind)]
+            replay(records, done, total, estimate[0] if estimate else None)
 
         report = table.start(progress=update)
-        bar.update(
-            task,
-            total=report.replayed_records,
-            completed=report.replayed_records,
-            description=f"restored {table.name}",
-        )
+        replay.finish(report.replayed_records, f"restored {table.name}")
     return report
 
 
@@ -365,7 +362,20 @@ def report_materialized(result: dict[str, Any], as_json: bool) -> None:
 )
 @click.option("--no-checkpoint", is_flag=True, help="Ignore checkpoints: replay the whole topic.")
 @click.option(
-    "--generation", type=int, default=None, help="Restore this generation instead of the newest valid one."
+    "--require-checkpoint",
+    is_flag=True,
+    help="Fail instead of replaying the whole topic when no checkpoint verifies (e.g. a typo'd URL).",
+)
+@click.option(
+    "--generation",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Restore this generation instead of the newest valid one (then replay the tail, unless --no-tail).",
+)
+@click.option(
+    "--no-tail",
+    is_flag=True,
+    help="With --generation: the table exactly as that snapshot holds it, without replaying later records.",
 )
 @click.option("--store", type=click.Choice(["memory", "rocksdb"]), default="memory", show_default=True)
 @click.option("--digest", is_flag=True, help="Print a SHA-256 digest of the table instead of its rows.")
@@ -379,7 +389,9 @@ def dump(
     table: str | None,
     checkpoints: str | None,
     no_checkpoint: bool,
+    require_checkpoint: bool,
     generation: int | None,
+    no_tail: bool,
     store: str,
     digest: bool,
     storage_pairs: tuple[str, ...],
@@ -392,10 +404,12 @@ def dump(
 
     \b
     --digest --json prints one object: keys, digest, checkpoint (generation used or null),
-    replayed_records, restore_seconds. The digest is SHA-256 over (key, value) pairs in key
+    replayed_records, restore_seconds, tail. The digest is SHA-256 over (key, value) pairs in key
     order, each as len(key):u32be key len(value):u32be value — equal digests, equal tables.
     Rows print as {"key": ..., "value": ...} with UTF-8 text, or {"key_b64": ...} for binary.
+    --generation G --no-tail shows the table as snapshot G holds it (a point in time).
     """
+    _check_dump_flags(checkpoints, no_checkpoint, require_checkpoint, generation, no_tail)
     t = _table(
         bootstrap_servers,
         topic,
@@ -406,6 +420,8 @@ def dump(
         kafka_files,
         store=store,
         generation=generation,
+        tail=not no_tail,
+        require_checkpoint=require_checkpoint,
         background=False,
         read_only=True,
     )
@@ -422,14 +438,16 @@ def dump(
                 "replayed_records": report.replayed_records,
                 "restore_seconds": round(report.restore_seconds, 3),
                 "offsets": t.offsets,
+                "tail": not no_tail,
                 "skipped": report.to_json()["skipped"],
             }
             if as_json:
                 emit_json(result)
             else:
+                how = "as it is, no tail" if no_tail else f"replayed {report.replayed_records} records"
                 click.echo(
                     f"{keys} keys, digest {hexdigest} (checkpoint {report.checkpoint}, "
-                    f"replayed {report.replayed_records} records in {report.restore_seconds:.2f}s)"
+                    f"{how} in {report.restore_seconds:.2f}s)"
                 )
         else:
             out = sys.stdout
@@ -437,6 +455,24 @@ def dump(
                 out.write(json.dumps({**_field("key", key), **_field("value", value)}) + "\n")
     finally:
         t.close(checkpoint=False)
+
+
+def _check_dump_flags(
+    checkpoints: str | None,
+    no_checkpoint: bool,
+    require_checkpoint: bool,
+    generation: int | None,
+    no_tail: bool,
+) -> None:
+    """Refuse flag combinations that cannot all be honoured, in one line, before any I/O."""
+    if generation is not None and no_checkpoint:
+        raise click.UsageError("--generation restores a checkpoint; it cannot go with --no-checkpoint")
+    if require_checkpoint and (no_checkpoint or not checkpoints):
+        raise click.UsageError("--require-checkpoint needs --checkpoints URL and no --no-checkpoint")
+    if no_tail and generation is None:
+        raise click.UsageError("--no-tail needs --generation G: it shows the table as snapshot G holds it")
+    if generation is not None and not checkpoints:
+        raise click.UsageError("--generation needs --checkpoints URL (the store that holds it)")
 
 
 def _field(name: str, data: bytes) -> dict[str, str]:

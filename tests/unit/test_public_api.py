@@ -1,0 +1,41 @@
+"""Every name a package promises in ``__all__`` resolves: ``from statesnap import *`` and friends
+must never raise, and nothing listed may be missing (``statesnap.__all__`` once named ``Follower``
+without importing it)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import pytest
+
+PACKAGES = ["statesnap", "statesnap.snapshot", "statesnap.checkpoint", "statesnap.spark"]
+
+
+@pytest.mark.parametrize("name", PACKAGES)
+def test_every_name_in_all_resolves(name: str) -> None:
+    if name == "statesnap.spark":
+        pytest.importorskip("pyspark")
+    module = importlib.import_module(name)
+    exported = module.__all__
+    assert exported, f"{name}.__all__ is empty"
+    assert all(isinstance(n, str) for n in exported)
+    assert len(exported) == len(set(exported)), f"{name}.__all__ lists a name twice"
+    missing = [n for n in exported if not hasattr(module, n)]
+    assert missing == [], f"{name}.__all__ names what {name} does not define: {missing}"
+    namespace: dict[str, Any] = {}
+    exec(f"from {name} import *", namespace)  # the star import users write
+    assert set(exported) <= set(namespace)
+    for n in exported:
+        assert getattr(module, n) is namespace[n]
+
+
+def test_the_facade_names() -> None:
+    import statesnap
+    from statesnap.follower import Follower
+    from statesnap.table import Table
+
+    assert statesnap.Table is Table
+    assert statesnap.Follower is Follower
+    for n in ("Table", "Follower", "FollowerStatus", "RestoreListener", "RestoreReport", "StatesnapError"):
+        assert n in statesnap.__all__
