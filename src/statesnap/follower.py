@@ -138,7 +138,7 @@ class Follower(TableReads[K, V], Generic[K, V]):
         checkpoints: str | BlobStore | None,
         name: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
-        store: StoreName = "memory",
+        store: StoreName = "auto",
         store_path: str | Path | None = None,
         key_serde: SerdeOf[K] | SerdeName | None = None,
         value_serde: SerdeOf[V] | SerdeName | None = None,

@@ -36,7 +36,7 @@ V = TypeVar("V", default=Any)
 T = TypeVar("T")
 
 #: The local state stores a table can keep its rows in.
-StoreName = Literal["memory", "columnar", "rocksdb"]
+StoreName = Literal["auto", "memory", "columnar", "rocksdb"]
 #: Serdes by name; the registry ones also need ``schema_registry_url`` (see :mod:`statesnap.serde`).
 SerdeName = Literal["bytes", "string", "str", "json", "avro", "json_schema", "protobuf"]
 

@@ -68,7 +68,7 @@ from statesnap.serde import SchemaRegistry, Serde, resolve_serde
 from statesnap.snapshot.api import SnapshotApi
 from statesnap.snapshot.participant import SnapshotTask, TaskState
 from statesnap.snapshot.store import resolve_spec
-from statesnap.stores import StateStore, open_state_store
+from statesnap.stores import StateStore, auto_store_kind, open_state_store
 
 __all__ = ["CATCH_UP_POLL", "TAIL_POLL", "ProgressCallback", "RestoreReport", "Table"]
 
@@ -96,7 +96,7 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
         name: str | None = None,
         checkpoints: str | BlobStore | None = None,
         storage_options: Mapping[str, Any] | None = None,
-        store: StoreName = "memory",
+        store: StoreName = "auto",
         store_path: str | Path | None = None,
         key_serde: SerdeOf[K] | SerdeName | None = None,
         value_serde: SerdeOf[V] | SerdeName | None = None,
@@ -132,7 +132,10 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
             checkpoints: blob store URL (``file://…``, a path, ``s3://bucket/prefix``) or store;
                 None disables checkpoints (opt-in).
             storage_options: blob-store options (``endpoint_url``, ``region``, ``sse``, …).
-            store: local state store, ``memory``, ``columnar`` or ``rocksdb``.
+            store: local state store: ``auto`` (the default: ``columnar`` when the checkpoint to
+                restore holds at least 1 M rows, else ``memory``), ``memory`` (a dict: fastest
+                lookups), ``columnar`` (restores at the speed of reading the files) or ``rocksdb``
+                (tables larger than memory).
             key_serde, value_serde: how reads convert keys and values (a serde, or ``bytes``
                 (default), ``string``, ``json``, ``avro``, ``json_schema``); the table stores bytes.
             schema_registry_url: the schema registry of ``avro`` / ``json_schema`` serdes (a URL,
@@ -268,6 +271,13 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
             info.delete_retention_ms,
         )
         started = time.monotonic()
+        if self._store_kind == "auto" and self.repo is not None:
+            latest = self.repo.latest()
+            kind = auto_store_kind(latest.total_rows if latest is not None else None)
+            if kind != "memory":
+                self.store.close()
+                self.store = open_state_store(kind, path=self._store_path, name=self.name)
+            log.info("table %s: store auto → %s", self.name, kind)
         manifest = self._restore_checkpoint(state)
         self.report.load_seconds = time.monotonic() - started
         self._restored = manifest
@@ -456,11 +466,13 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
                 self._last_checkpoint_at = self._last_commit
             return self.snapshots.on_commit(self._task_state(), checkpoint_due=due)
 
-    def checkpoint(self) -> CheckpointManifest | None:
+    def checkpoint(self, *, full: bool = False) -> CheckpointManifest | None:
         """Write a checkpoint now (at a commit point): a snapshot in which this table's partitions
         take part. Returns the committed manifest when the snapshot completed here (always, for a
         table owning every partition), None when nothing changed since the last one or other
-        instances have yet to report."""
+        instances have yet to report. Changed partitions get a ``delta`` file of what changed
+        (a new ``base`` once deltas pile up); *full* writes a new ``base`` for every changed
+        partition now (compaction), so the checkpoint shares no file with older ones there."""
         if self.read_only:
             why = "a point-in-time view (tail=False)" if not self.tail else "read-only"
             raise ReadOnlyTableError(f"table {self.name!r} is {why}: it never writes checkpoints")
@@ -469,11 +481,16 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
         with self._lock:
             self.store.flush()
             self._last_checkpoint_at = time.monotonic()
-            return self.snapshots.checkpoint(self._task_state())
+            return self.snapshots.checkpoint(self._task_state(), full=full)
 
     def _task_state(self) -> TaskState:
         assert self._reader is not None
-        return TaskState({p: self._reader.positions[p] for p in self.partitions}, self.store.export)
+        return TaskState(
+            {p: self._reader.positions[p] for p in self.partitions},
+            self.store.export,
+            self.store.changes,
+            self.store.mark_checkpointed,
+        )
 
     @property
     def last_checkpoint(self) -> CheckpointManifest | None:

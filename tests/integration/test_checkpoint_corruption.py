@@ -67,7 +67,7 @@ def _history(kafka: Any, location: Any) -> History:
     produced: list[Any] = []
     manifests = []
     try:
-        for round_no in range(2):  # every round touches every partition: all files are new
+        for round_no in range(2):  # every round touches every partition: each gets a new file
             produced += kafka.produce(topic, _batch(round_no))
             kafka.drain(t, kafka.end_offsets(produced, parts))
             m = t.checkpoint()
@@ -77,12 +77,15 @@ def _history(kafka: Any, location: Any) -> History:
     finally:
         t.close(checkpoint=False)
     older, newer = manifests
-    assert all(f.path.startswith(f"data/{newer.generation:020d}/") for f in newer.files)
+    prefix = f"data/{newer.generation:020d}/"
+    # incremental: the newer checkpoint adds a delta per partition on top of the older base
+    assert all(pc.files[-1].path.startswith(prefix) for pc in newer.partitions.values())
+    assert all(pc.files[-1].kind == "delta" for pc in newer.partitions.values())
     return History(topic, produced, older, newer, t.repo)  # type: ignore[arg-type]
 
 
 def _flip_data_file(repo: CheckpointRepository, m: CheckpointManifest) -> None:
-    key = repo.key(m.files[0].path)
+    key = repo.key(m.files[-1].path)  # a file of this checkpoint only
     data = bytearray(repo.store.read(key))
     data[len(data) // 2] ^= 0x5A  # same size: only the checksum can tell
     repo.store.write(key, bytes(data))

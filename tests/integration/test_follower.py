@@ -428,7 +428,7 @@ def test_owner_gc_during_restore_makes_the_follower_retry_with_the_newest(
     def owner_checkpoints_and_collects(key: str) -> None:
         assert f"/data/{old.generation:020d}/" in key
         kafka.drain(owner, kafka.end_offsets(produced, range(PARTITIONS)))
-        newer.append(owner.checkpoint())
+        newer.append(owner.checkpoint(full=True))  # new bases: GC may delete every old file
 
     raw = open_blob_store(checkpoint_location.url, **checkpoint_location.options)
     store = GcDuringRestore(raw, owner_checkpoints_and_collects)

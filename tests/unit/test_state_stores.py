@@ -15,7 +15,7 @@ from statesnap.errors import ConfigError
 from statesnap.stores import StateStore, open_state_store
 from statesnap.stores.base import NO_TIMESTAMP, Record
 
-KINDS = ["memory", "rocksdb"]
+KINDS = ["memory", "columnar", "rocksdb"]
 
 
 @pytest.fixture(params=KINDS)
@@ -107,13 +107,61 @@ def test_clear_and_flush(store: StateStore) -> None:
     assert dict(store.items()) == {b"b": b"1"}
 
 
-def test_rocksdb_directory_is_scratch_and_removed_on_close(tmp_path: Path) -> None:
-    path = tmp_path / "scratch"
-    path.mkdir()
-    (path / "stale").write_text("left over by a previous run")
-    s = open_state_store("rocksdb", path=path)
-    assert not (path / "stale").exists()  # wiped at start-up: rebuilt from checkpoint + tail
+def test_rocksdb_never_deletes_what_it_did_not_create(tmp_path: Path) -> None:
+    """Issue 11: ``store_path`` is the user's directory. The store works in a subdirectory it
+    creates and marks; the user's files survive construction and close."""
+    user_dir = tmp_path / "state"
+    user_dir.mkdir()
+    (user_dir / "precious.txt").write_text("the user's data")
+    (user_dir / "sub").mkdir()
+    (user_dir / "sub" / "more.txt").write_text("more")
+    s = open_state_store("rocksdb", path=user_dir, name="orders")
+    own = user_dir / "statesnap-orders"
+    assert own.is_dir()
     s.apply(0, [(b"a", b"1", 0, 0)])
+    assert s.get(b"a") == b"1"
+    s.close()
+    assert (user_dir / "precious.txt").read_text() == "the user's data"
+    assert (user_dir / "sub" / "more.txt").read_text() == "more"
+    assert user_dir.is_dir()
+    assert not own.exists()  # what the store created is gone
+
+
+def test_rocksdb_wipes_its_own_leftovers_but_refuses_a_foreign_directory(tmp_path: Path) -> None:
+    first = open_state_store("rocksdb", path=tmp_path, name="t")
+    first.apply(0, [(b"old", b"1", 0, 0)])
+    first.flush()
+    # A crashed run leaves its marked directory behind: the next store starts empty from it.
+    first._db.close()  # type: ignore[attr-defined]
+    first._lock_file.close()  # type: ignore[attr-defined]
+    again = open_state_store("rocksdb", path=tmp_path, name="t")
+    try:
+        assert len(again) == 0
+        assert again.get(b"old") is None
+    finally:
+        again.close()
+    foreign = tmp_path / "statesnap-x"
+    foreign.mkdir()
+    (foreign / "keep.txt").write_text("not ours")
+    with pytest.raises(ConfigError, match="not created by statesnap"):
+        open_state_store("rocksdb", path=tmp_path, name="x")
+    assert (foreign / "keep.txt").read_text() == "not ours"
+
+
+def test_rocksdb_two_tables_cannot_share_one_directory(tmp_path: Path) -> None:
+    s = open_state_store("rocksdb", path=tmp_path, name="t")
+    try:
+        with pytest.raises(ConfigError, match="in use"):
+            open_state_store("rocksdb", path=tmp_path, name="t")
+        assert s.get(b"x") is None  # the first store is untouched
+    finally:
+        s.close()
+
+
+def test_rocksdb_temporary_directory_is_removed_on_close() -> None:
+    s = open_state_store("rocksdb")
+    path = s.path  # type: ignore[attr-defined]
+    assert path.is_dir()
     s.close()
     assert not path.exists()
 

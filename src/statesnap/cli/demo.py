@@ -50,7 +50,9 @@ def _produce(settings: KafkaSettings, spec: SampleSpec, label: str, quiet: bool)
 @click.option("--keys", default=200_000, show_default=True, help="Distinct keys (the table's size).")
 @click.option("--partitions", default=8, show_default=True)
 @click.option("--tail", default=100_000, show_default=True, help="Records appended after the checkpoint.")
-@click.option("--store", type=click.Choice(["memory", "rocksdb"]), default="memory", show_default=True)
+@click.option(
+    "--store", type=click.Choice(["auto", "memory", "columnar", "rocksdb"]), default="auto", show_default=True
+)
 @click.option(
     "--engine",
     type=click.Choice(["auto", "python", "spark"]),

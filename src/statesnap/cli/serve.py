@@ -57,7 +57,9 @@ def prefix_filter(prefixes: tuple[str, ...]) -> Callable[[bytes], bool] | None:
     show_default=True,
     help="Port to listen on (0: any free port, printed at start).",
 )
-@click.option("--store", type=click.Choice(["memory", "rocksdb"]), default="memory", show_default=True)
+@click.option(
+    "--store", type=click.Choice(["auto", "memory", "columnar", "rocksdb"]), default="auto", show_default=True
+)
 @click.option(
     "--key-prefix",
     "key_prefixes",

@@ -105,9 +105,9 @@ def _table(
 )
 @click.option(
     "--store",
-    type=click.Choice(["memory", "rocksdb"]),
+    type=click.Choice(["auto", "memory", "columnar", "rocksdb"]),
     default=None,
-    help="python engine: local state store [default: memory].",
+    help="python engine: local state store [default: auto = columnar from 1 M rows, else memory].",
 )
 @click.option(
     "--spark-checkpoint-location",
@@ -239,7 +239,7 @@ def materialize(
             name,
             checkpoints,
             options,
-            store=store or "memory",
+            store=store or "auto",
             retention=retention,
             checkpoint_interval=checkpoint_interval,
             commit_interval=commit_interval,
@@ -377,7 +377,9 @@ def report_materialized(result: dict[str, Any], as_json: bool) -> None:
     is_flag=True,
     help="With --generation: the table exactly as that snapshot holds it, without replaying later records.",
 )
-@click.option("--store", type=click.Choice(["memory", "rocksdb"]), default="memory", show_default=True)
+@click.option(
+    "--store", type=click.Choice(["auto", "memory", "columnar", "rocksdb"]), default="auto", show_default=True
+)
 @click.option("--digest", is_flag=True, help="Print a SHA-256 digest of the table instead of its rows.")
 @storage_options
 @kafka_config_options

@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from statesnap.checkpoint.datafile import empty_table
-from statesnap.checkpoint.manifest import CheckpointManifest, PartitionCheckpoint
+from statesnap.checkpoint.manifest import CheckpointManifest, DataFile, PartitionCheckpoint
 from statesnap.checkpoint.retention import RetentionPolicy
 from statesnap.checkpoint.writer import PartitionUpdate, write_partition_files
 from statesnap.errors import StaleGenerationError
@@ -139,15 +139,40 @@ class Participant:
 
 @dataclass(frozen=True, slots=True)
 class TaskState:
-    """What a Python table tells its task at a commit point."""
+    """What a Python table tells its task at a commit point: its offsets, and how to get its
+    full contents (``export``), its changes since the last checkpoint (``changes``, for ``delta``
+    files) and how to tell it they are in a checkpoint (``mark_checkpointed``)."""
 
     offsets: Mapping[int, int]
     export: Callable[[], dict[int, pa.Table]]
+    changes: Callable[[], dict[int, pa.Table]] | None = None
+    mark_checkpointed: Callable[[], None] | None = None
+
+
+#: A partition whose checkpoint holds more delta files than this gets a new base instead.
+COMPACT_AFTER = 8
+
+
+def needs_base(files: tuple[DataFile, ...]) -> bool:
+    """Whether a partition's next file should be a new base: its deltas piled up (in count, or
+    in bytes beyond its base's), so a restore would read much more than the table."""
+    deltas = [f for f in files if f.kind == "delta"]
+    base_bytes = sum(f.bytes for f in files if f.kind == "base")
+    return len(deltas) >= COMPACT_AFTER or (
+        bool(deltas) and sum(f.bytes for f in deltas) > max(base_bytes, 1 << 20)
+    )
 
 
 class SnapshotTask(Participant):
     """A Python :class:`~statesnap.Table` task: reports at commit points, starts a snapshot when
-    its checkpoint interval is due."""
+    its checkpoint interval is due. A checkpoint writes only what changed: a ``delta`` file of the
+    upserts and tombstones since the previous checkpoint per changed partition (merge-on-read), a
+    new ``base`` where the partition has none yet or its deltas piled up, and nothing for an
+    unchanged partition (its files are referenced again)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._mark: Callable[[], None] | None = None
 
     def on_commit(self, state: TaskState, *, checkpoint_due: bool) -> CheckpointManifest | None:
         """Called at every commit point: report to a pending snapshot; start one if due."""
@@ -158,20 +183,21 @@ class SnapshotTask(Participant):
             return self.report(target, state)
         return None
 
-    def checkpoint(self, state: TaskState) -> CheckpointManifest | None:
-        """Take part in a snapshot now: join the pending one or start one; None if nothing changed."""
+    def checkpoint(self, state: TaskState, *, full: bool = False) -> CheckpointManifest | None:
+        """Take part in a snapshot now: join the pending one or start one; None if nothing changed.
+        *full*: a new base for every changed partition."""
         target = self.pending(block=True)
         if target is None:
             if self.unchanged(state):
                 return None
             target = self.begin()
-        return self.report(target, state)
+        return self.report(target, state, full=full)
 
     def unchanged(self, state: TaskState) -> bool:
         prev = self.last_checkpoint
         return prev is not None and all(prev.offsets.get(p) == off for p, off in state.offsets.items())
 
-    def report(self, target: Snapshot, state: TaskState) -> CheckpointManifest | None:
+    def report(self, target: Snapshot, state: TaskState, *, full: bool = False) -> CheckpointManifest | None:
         """Write this task's files into the target generation and report them."""
         prev = self.last_checkpoint
         changed = [
@@ -179,21 +205,53 @@ class SnapshotTask(Participant):
             for p, off in state.offsets.items()
             if prev is None or p not in prev.partitions or prev.partitions[p].next_offset != off
         ]
-        exported = state.export() if changed else {}
+        incremental = state.changes is not None and prev is not None and not full
+        rebase = [
+            p
+            for p in changed
+            if not incremental
+            or prev is None
+            or p not in prev.partitions
+            or needs_base(prev.partitions[p].files)
+        ]
+        deltas = state.changes() if state.changes is not None and len(rebase) < len(changed) else {}
+        bases = state.export() if rebase else {}
         updates = {
-            p: PartitionUpdate(p, off, base=exported.get(p, empty_table()) if p in changed else None)
+            p: PartitionUpdate(
+                p,
+                off,
+                base=bases.get(p, empty_table()) if p in rebase else None,
+                delta=deltas.get(p, empty_table()) if p in changed and p not in rebase else None,
+            )
             for p, off in state.offsets.items()
         }
         refs = self.write(target.generation, updates)
-        written = [
-            f
-            for pc in refs.values()
-            for f in pc.files
-            if f.path.startswith(f"data/{target.generation:020d}/")
-        ]
-        return self.submit(
+        prefix = f"data/{target.generation:020d}/"
+        written = [f for pc in refs.values() for f in pc.files if f.path.startswith(prefix)]
+        self._mark = state.mark_checkpointed
+        manifest = self.submit(
             target.generation,
             refs,
             state.offsets,
-            {"files_written": len(written), "bytes_written": sum(f.bytes for f in written)},
+            {
+                "files_written": len(written),
+                "bytes_written": sum(f.bytes for f in written),
+                "delta_partitions": sorted(set(changed) - set(rebase)),
+                "base_partitions": sorted(rebase),
+            },
         )
+        if manifest is not None:
+            self._checkpointed()
+        return manifest
+
+    def _adopt(self, generation: int) -> None:
+        super()._adopt(generation)
+        if generation == self.reported:
+            self._checkpointed()  # the snapshot our files went into completed elsewhere
+
+    def _checkpointed(self) -> None:
+        """The rows handed to the last report are in a completed checkpoint: forget them (a
+        snapshot that failed instead keeps them for the next delta)."""
+        if self._mark is not None:
+            self._mark()
+            self._mark = None

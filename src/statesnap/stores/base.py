@@ -4,12 +4,17 @@ Every row is stored as one value blob with a fixed header, ``partition:int32 | o
 timestamp:int64`` (big-endian), followed by the value bytes. Keeping the header with the value costs
 20 bytes per key instead of three Python objects, and gives checkpoints the per-row offset and
 timestamp the data-file format records (Kafka Streams' timestamped stores do the same).
+
+A *tombstone blob* (kept where a store must remember a deletion: the change set of incremental
+checkpoints, the columnar store's overlay) is the bare header with the partition stored as
+``~partition``: negative, so its first byte is >= 0x80 and no live blob can be mistaken for one.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -50,7 +55,14 @@ class StateStore(Protocol):
     def __len__(self) -> int: ...
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
-        """Every (key, value), in no particular order."""
+        """Every (key, value), in no particular order (the cheapest full pass; see :meth:`scan`)."""
+        ...
+
+    def scan(
+        self, after: bytes | None = None, prefix: bytes | None = None, limit: int | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) pairs in ascending key-byte order: keys greater than *after*, starting
+        with *prefix*, at most *limit* of them. Costs O(log n + page) where the store allows."""
         ...
 
     def apply(self, partition: int, records: Sequence[Record]) -> None:
@@ -70,6 +82,20 @@ class StateStore(Protocol):
 
     def export(self) -> dict[int, pa.Table]:
         """The full contents per partition, as data-file tables sorted by key."""
+        ...
+
+    def changes(self) -> dict[int, pa.Table]:
+        """Rows written since the last :meth:`mark_checkpointed`, per partition, as data-file
+        tables sorted by key; a deleted key is a row with a null value and the tombstone's offset
+        and timestamp. Applying them (newest row per key, tombstones delete) to the previous
+        export gives the current export: the contents of a ``delta`` file."""
+        ...
+
+    def mark_checkpointed(self) -> None:
+        """Forget the change set: the rows returned by the last :meth:`changes` or
+        :meth:`export` are now in a checkpoint. Rows written after that call stay in the set
+        (a background writer may keep applying while a checkpoint is written); without such a
+        call, everything is forgotten."""
         ...
 
     def clear(self) -> None: ...
@@ -97,7 +123,10 @@ def encode_rows(partition: int, rows: pa.Table) -> pa.Array:
 
 
 def decode_rows(keys: pa.Array, blobs: pa.Array) -> dict[int, pa.Table]:
-    """Split header + value blobs back into per-partition data-file tables sorted by key."""
+    """Split header + value blobs back into per-partition data-file tables sorted by key.
+
+    Tombstone blobs become rows with a null value in their partition.
+    """
     if len(keys) == 0:
         return {}
     fixed = pc.binary_slice(blobs, 0, HEADER_SIZE).cast(pa.binary(HEADER_SIZE))
@@ -105,17 +134,23 @@ def decode_rows(keys: pa.Array, blobs: pa.Array) -> dict[int, pa.Table]:
         fixed.buffers()[1], dtype=HEADER, count=len(fixed), offset=fixed.offset * HEADER_SIZE
     )
     ts = header["timestamp"].astype(np.int64)
+    raw_part = header["partition"].astype(np.int32)
+    dead = raw_part < 0
+    values = pc.binary_slice(blobs, HEADER_SIZE, (1 << 31) - 1)
+    if dead.any():
+        values = pc.if_else(pa.array(dead), pa.scalar(None, pa.binary()), values)
+    partitions = np.where(dead, ~raw_part, raw_part)
     table = pa.table(
         {
             "key": keys,
-            "value": pc.binary_slice(blobs, HEADER_SIZE, (1 << 31) - 1),
+            "value": values,
             "offset": pa.array(header["offset"].astype(np.int64)),
             "timestamp": pa.array(ts, mask=ts < 0).cast(pa.timestamp("ms")),
-            "_partition": pa.array(header["partition"].astype(np.int32)),
+            "_partition": pa.array(partitions),
         }
     )
     out = {}
-    for p in np.unique(header["partition"]):
+    for p in np.unique(partitions):
         part = table.filter(pc.equal(table.column("_partition"), int(p))).drop_columns(["_partition"])
         out[int(p)] = part.sort_by("key").cast(datafile.SCHEMA)
     return out
@@ -123,3 +158,52 @@ def decode_rows(keys: pa.Array, blobs: pa.Array) -> dict[int, pa.Table]:
 
 #: ``HEADER_STRUCT.pack(partition, offset, timestamp)``: the per-record header on the hot path.
 HEADER_STRUCT = struct.Struct(">iqq")
+
+
+def tombstone_blob(partition: int, offset: int, timestamp: int) -> bytes:
+    """The header-only blob that records a deletion (see the module docstring)."""
+    return HEADER_STRUCT.pack(~partition, offset, timestamp)
+
+
+def decode_changes(changed: Mapping[bytes, bytes]) -> dict[int, pa.Table]:
+    """A change set (key → live or tombstone blob) as per-partition delta tables sorted by key."""
+    if not changed:
+        return {}
+    return decode_rows(pa.array(list(changed), pa.binary()), pa.array(list(changed.values()), pa.binary()))
+
+
+class ChangeSet:
+    """Keys written since the last checkpoint, with their newest blob: one dict store per record.
+
+    ``snapshot()`` remembers what it handed out; ``mark_checkpointed()`` then drops exactly those
+    entries whose blob is still the same object, so writes racing a checkpoint are never lost.
+    Writers hold ``lock`` for each batch they apply (once per batch, not per record).
+    """
+
+    __slots__ = ("_handed_out", "lock", "rows")
+
+    def __init__(self) -> None:
+        self.rows: dict[bytes, bytes] = {}
+        self._handed_out: dict[bytes, bytes] | None = None
+        self.lock = threading.Lock()
+
+    def snapshot(self) -> dict[bytes, bytes]:
+        copy = self.rows.copy()  # C-level copy: consistent even while a writer thread runs
+        self._handed_out = copy
+        return copy
+
+    def mark_checkpointed(self) -> None:
+        with self.lock:
+            handed, self._handed_out = self._handed_out, None
+            if handed is None:
+                self.rows = {}
+                return
+            rows = self.rows
+            for key, blob in handed.items():
+                if rows.get(key) is blob:
+                    del rows[key]
+
+    def clear(self) -> None:
+        with self.lock:
+            self.rows = {}
+            self._handed_out = None

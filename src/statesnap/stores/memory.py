@@ -1,11 +1,13 @@
 """In-memory state store: one dict of key → header+value blob.
 
 Sized for tables that fit in RAM: about 2× the raw key and value bytes (one bytes object per key
-and per value plus the dict slot).
+and per value plus the dict slot). Every row is a Python object, so a restore costs a pass of
+Python work per row; the ``columnar`` store keeps restored rows in Arrow buffers instead.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
@@ -14,20 +16,25 @@ from statesnap.stores.base import (
     HEADER_SIZE,
     HEADER_STRUCT,
     NO_TIMESTAMP,
+    ChangeSet,
     KafkaMessage,
     Record,
+    decode_changes,
     decode_rows,
     encode_rows,
 )
 
 
 class MemoryStore:
-    """The default store; lost on exit, rebuilt from checkpoints at start-up."""
+    """A dict store; lost on exit, rebuilt from checkpoints at start-up."""
 
     kind = "memory"
 
     def __init__(self) -> None:
         self._rows: dict[bytes, bytes] = {}
+        self._changes = ChangeSet()
+        # Sorted keys for scan(), built on demand; dropped when a batch adds or deletes keys.
+        self._sorted: list[bytes] | None = None
 
     def get(self, key: bytes) -> bytes | None:
         blob = self._rows.get(key)
@@ -43,46 +50,100 @@ class MemoryStore:
         for key, blob in list(self._rows.items()):
             yield key, blob[HEADER_SIZE:]
 
+    def scan(
+        self, after: bytes | None = None, prefix: bytes | None = None, limit: int | None = None
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Ordered reads over a lazily sorted key list: O(n log n) once after the key set
+        changed, then O(log n + page) per call."""
+        keys = self._sorted
+        if keys is None:
+            keys = self._sorted = sorted(self._rows)
+        if after is not None and (prefix is None or after >= prefix):
+            i = bisect.bisect_right(keys, after)
+        else:
+            i = bisect.bisect_left(keys, prefix) if prefix is not None else 0
+        rows = self._rows
+        left = limit
+        while i < len(keys) and (left is None or left > 0):
+            key = keys[i]
+            i += 1
+            if prefix is not None and not key.startswith(prefix):
+                return
+            blob = rows.get(key)
+            if blob is None:  # deleted since the list was sorted
+                continue
+            yield key, blob[HEADER_SIZE:]
+            if left is not None:
+                left -= 1
+
     def apply(self, partition: int, records: Sequence[Record]) -> None:
         rows = self._rows
         pack = HEADER_STRUCT.pack
-        for key, value, offset, ts in records:
-            if value is None:
-                rows.pop(key, None)
-            else:
-                rows[key] = pack(partition, offset, ts) + value
+        size = len(rows)
+        deleted = False
+        with self._changes.lock:
+            changed = self._changes.rows
+            for key, value, offset, ts in records:
+                if value is None:
+                    deleted = rows.pop(key, None) is not None or deleted
+                    changed[key] = pack(~partition, offset, ts)
+                else:
+                    changed[key] = rows[key] = pack(partition, offset, ts) + value
+        if deleted or len(rows) != size:
+            self._sorted = None
 
     def apply_messages(self, partition: int, messages: Sequence[KafkaMessage]) -> None:
         rows = self._rows
         pack = HEADER_STRUCT.pack
-        for msg in messages:
-            key = msg.key()
-            if key is None:
-                continue
-            value = msg.value()
-            if value is None:
-                rows.pop(key, None)
-            else:
+        size = len(rows)
+        deleted = False
+        with self._changes.lock:
+            changed = self._changes.rows
+            for msg in messages:
+                key = msg.key()
+                if key is None:
+                    continue
+                value = msg.value()
                 ts_type, ts = msg.timestamp()
-                rows[key] = pack(partition, msg.offset(), ts if ts_type else NO_TIMESTAMP) + value
+                if value is None:
+                    deleted = rows.pop(key, None) is not None or deleted
+                    changed[key] = pack(~partition, msg.offset(), ts if ts_type else NO_TIMESTAMP)
+                else:
+                    changed[key] = rows[key] = (
+                        pack(partition, msg.offset(), ts if ts_type else NO_TIMESTAMP) + value
+                    )
+        if deleted or len(rows) != size:
+            self._sorted = None
 
     def load(self, partition: int, rows: pa.Table) -> None:
         if rows.num_rows == 0:
             return
         keys = rows.column("key").combine_chunks().to_pylist()
         self._rows.update(zip(keys, encode_rows(partition, rows).to_pylist(), strict=True))
+        self._sorted = None
 
     def export(self) -> dict[int, pa.Table]:
+        self._changes.snapshot()  # what mark_checkpointed() may forget once this is written
         snapshot = self._rows.copy()  # C-level copy: consistent even if a writer thread runs
         keys = pa.array(list(snapshot.keys()), pa.binary())
         blobs = pa.array(list(snapshot.values()), pa.binary())
         return decode_rows(keys, blobs)
 
+    def changes(self) -> dict[int, pa.Table]:
+        return decode_changes(self._changes.snapshot())
+
+    def mark_checkpointed(self) -> None:
+        self._changes.mark_checkpointed()
+
     def clear(self) -> None:
         self._rows = {}
+        self._sorted = None
+        self._changes.clear()
 
     def flush(self) -> None:
         """Nothing to do: memory holds no durable state."""
 
     def close(self) -> None:
         self._rows = {}
+        self._sorted = None
+        self._changes.clear()

@@ -1,0 +1,420 @@
+"""The columnar store (and every store) behaves byte for byte like the dict store.
+
+A restored base plus any sequence of upserts and tombstones, read back through get, in, len,
+items, scan, export and changes, equals what the memory store gives for the same input; the
+change set applied to the previous export gives the current export.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from statesnap.checkpoint import datafile
+from statesnap.stores import StateStore, open_state_store
+from statesnap.stores import columnar as columnar_module
+from statesnap.stores.base import NO_TIMESTAMP
+from statesnap.stores.columnar import ColumnarStore
+from statesnap.stores.keyindex import KeyIndex, array_hashes, key_hash
+
+OTHER_KINDS = ["columnar", "rocksdb"]
+PARTITIONS = 3
+
+
+@dataclass(frozen=True)
+class FakeMessage:
+    """The part of confluent-kafka's Message the stores read."""
+
+    k: bytes | None
+    v: bytes | None
+    o: int
+    ts: int
+
+    def key(self) -> bytes | None:
+        return self.k
+
+    def value(self) -> bytes | None:
+        return self.v
+
+    def offset(self) -> int:
+        return self.o
+
+    def timestamp(self) -> tuple[int, int]:
+        return (0, 0) if self.ts == NO_TIMESTAMP else (1, self.ts)
+
+
+def part_of(key: bytes) -> int:
+    return sum(key) % PARTITIONS  # partition-affine keys, as Kafka's partitioner gives
+
+
+def base_tables(rows: dict[bytes, bytes], ts_of: int = 1000) -> dict[int, pa.Table]:
+    """Checkpoint tables per partition, through real Parquet bytes (as a restore reads them)."""
+    by_part: dict[int, list[tuple[bytes, bytes]]] = {}
+    for k, v in rows.items():
+        by_part.setdefault(part_of(k), []).append((k, v))
+    out = {}
+    for p, kvs in by_part.items():
+        kvs.sort()
+        table = pa.table(
+            {
+                "key": pa.array([k for k, _ in kvs], pa.binary()),
+                "value": pa.array([v for _, v in kvs], pa.binary()),
+                "offset": pa.array(range(len(kvs)), pa.int64()),
+                "timestamp": pa.array([ts_of + i for i in range(len(kvs))], pa.int64()).cast(
+                    pa.timestamp("ms")
+                ),
+            }
+        )
+        out[p] = datafile.decode(datafile.encode(table).data)
+    return out
+
+
+def assert_same(expected: StateStore, actual: StateStore, probe: list[bytes]) -> None:
+    assert len(actual) == len(expected)
+    assert sorted(actual.items()) == sorted(expected.items())
+    for k in probe:
+        assert actual.get(k) == expected.get(k), k
+        assert (k in actual) == (k in expected), k
+    assert list(actual.scan()) == sorted(expected.items())
+    exp_export, act_export = expected.export(), actual.export()
+    assert set(act_export) == set(exp_export)
+    for p, table in exp_export.items():
+        assert act_export[p].schema == datafile.SCHEMA
+        assert act_export[p].combine_chunks().equals(table.combine_chunks()), p
+
+
+def apply_changes(previous: dict[int, pa.Table], changes: dict[int, pa.Table]) -> dict[int, pa.Table]:
+    """Merge-on-read, as a restore does: base then delta, newest row per key, tombstones delete."""
+    out = {}
+    for p in set(previous) | set(changes):
+        merged = datafile.merge([t for t in (previous.get(p), changes.get(p)) if t is not None])
+        if merged.num_rows:
+            out[p] = merged.combine_chunks()
+    return out
+
+
+@pytest.fixture
+def stores(tmp_path: Path) -> Iterator[dict[str, StateStore]]:
+    made = {k: open_state_store(k, path=tmp_path / k) for k in ["memory", *OTHER_KINDS]}
+    yield made
+    for s in made.values():
+        s.close()
+
+
+_keys = st.sampled_from([b"", b"a", b"a\x00", b"b", b"ab", b"abc", b"k1", b"k2", b"\xff", b"zz" * 9])
+_ops = st.lists(st.tuples(_keys, st.one_of(st.none(), st.binary(max_size=6))), max_size=40)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    base=st.dictionaries(_keys, st.binary(max_size=6), max_size=8),
+    ops=_ops,
+    batch=st.integers(1, 6),
+    checkpoint_every=st.integers(1, 20),
+    seed=st.integers(0, 1000),
+)
+def test_every_store_equals_the_dict_store(
+    tmp_path_factory: pytest.TempPathFactory,
+    base: dict[bytes, bytes],
+    ops: list[tuple[bytes, bytes | None]],
+    batch: int,
+    checkpoint_every: int,
+    seed: int,
+) -> None:
+    """Restore a base, apply upserts and tombstones in batches (through apply and through
+    apply_messages), taking incremental checkpoints now and then: every read and every export
+    matches the memory store, and previous export + changes == current export."""
+    rng = random.Random(seed)
+    root = tmp_path_factory.mktemp("eq")
+    stores = {k: open_state_store(k, path=root / k) for k in ["memory", *OTHER_KINDS]}
+    try:
+        for s in stores.values():
+            for p, t in base_tables(base).items():
+                s.load(p, t)
+        previous = {k: s.export() for k, s in stores.items()}
+        for s in stores.values():
+            s.mark_checkpointed()
+        probe = [b"", b"a", b"a\x00", b"b", b"ab", b"abc", b"k1", b"k2", b"\xff", b"zz" * 9, b"nope"]
+        offset = 100
+        for n, start in enumerate(range(0, len(ops), batch)):
+            chunk = ops[start : start + batch]
+            by_part: dict[int, list[tuple[bytes, bytes | None, int, int]]] = {}
+            for k, v in chunk:
+                ts = rng.choice([NO_TIMESTAMP, 5, 1_700_000_000_000])
+                by_part.setdefault(part_of(k), []).append((k, v, offset, ts))
+                offset += 1
+            via_messages = rng.random() < 0.5
+            for s in stores.values():
+                for p, recs in by_part.items():
+                    if via_messages:
+                        s.apply_messages(p, [FakeMessage(k, v, o, t) for k, v, o, t in recs])
+                    else:
+                        s.apply(p, recs)
+            if n % checkpoint_every == checkpoint_every - 1:
+                assert_same(stores["memory"], stores["columnar"], probe)
+                for kind, s in stores.items():
+                    now = s.export()
+                    assert apply_changes(previous[kind], s.changes()) == {
+                        p: t.combine_chunks() for p, t in now.items()
+                    }, kind
+                    s.mark_checkpointed()
+                    previous[kind] = now
+        for kind in OTHER_KINDS:
+            assert_same(stores["memory"], stores[kind], probe)
+        for kind, s in stores.items():
+            now = {p: t.combine_chunks() for p, t in s.export().items()}
+            assert apply_changes(previous[kind], s.changes()) == now, kind
+    finally:
+        for s in stores.values():
+            s.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    keys=st.lists(st.binary(max_size=6), max_size=30, unique=True),
+    after=st.one_of(st.none(), st.binary(max_size=3)),
+    prefix=st.one_of(st.none(), st.binary(max_size=2)),
+    limit=st.one_of(st.none(), st.integers(0, 10)),
+    split=st.integers(0, 30),
+)
+def test_scan_matches_a_sorted_model_for_every_store(
+    keys: list[bytes], after: bytes | None, prefix: bytes | None, limit: int | None, split: int
+) -> None:
+    """Keys greater than *after*, starting with *prefix*, ascending, at most *limit*: over a
+    restored base and an overlay of later writes alike."""
+    model = {k: b"v" + k for k in keys}
+    expected = [
+        (k, v)
+        for k, v in sorted(model.items())
+        if (after is None or k > after) and (prefix is None or k.startswith(prefix))
+    ][:limit]
+    for kind in ["memory", *OTHER_KINDS]:
+        s = open_state_store(kind)
+        try:
+            loaded = dict(list(model.items())[:split])
+            for p, t in base_tables(loaded).items():
+                s.load(p, t)
+            s.apply(0, [(k, v, 0, 0) for k, v in list(model.items())[split:]])
+            assert list(s.scan(after=after, prefix=prefix, limit=limit)) == expected, kind
+        finally:
+            s.close()
+
+
+def test_tombstones_and_updates_on_a_restored_base(stores: dict[str, StateStore]) -> None:
+    base = {b"k%04d" % i: b"v%d" % i for i in range(500)}
+    for s in stores.values():
+        for p, t in base_tables(base).items():
+            s.load(p, t)
+        s.apply(part_of(b"k0001"), [(b"k0001", None, 900, 5)])
+        s.apply(part_of(b"k0002"), [(b"k0002", b"new", 901, NO_TIMESTAMP)])
+        s.apply(part_of(b"fresh"), [(b"fresh", b"f", 902, 7), (b"fresh", None, 903, 8)])
+        s.apply(part_of(b"k0003"), [(b"k0003", None, 904, 9), (b"k0003", b"back", 905, 9)])
+    memory = stores["memory"]
+    for kind in OTHER_KINDS:
+        s = stores[kind]
+        assert len(s) == 499
+        assert s.get(b"k0001") is None
+        assert b"k0001" not in s
+        assert s.get(b"k0002") == b"new"
+        assert s.get(b"k0003") == b"back"
+        assert s.get(b"fresh") is None
+        assert list(s.scan(after=b"k0000", limit=3)) == [
+            (b"k0002", b"new"),
+            (b"k0003", b"back"),
+            (b"k0004", b"v4"),
+        ]
+        assert list(s.scan(prefix=b"k049")) == list(memory.scan(prefix=b"k049"))
+        changes = s.changes()
+        rows = {
+            k: v
+            for t in changes.values()
+            for k, v in zip(t["key"].to_pylist(), t["value"].to_pylist(), strict=True)
+        }
+        assert rows == {b"k0001": None, b"k0002": b"new", b"fresh": None, b"k0003": b"back"}
+        assert_same(memory, s, [b"k0001", b"k0002", b"k0003", b"fresh", b"k0499", b"zz"])
+
+
+def test_mark_checkpointed_keeps_writes_made_after_the_change_set_was_taken(
+    stores: dict[str, StateStore],
+) -> None:
+    """A background writer may apply records while a checkpoint is written: those records must
+    stay in the change set, or the next delta would miss them."""
+    for s in stores.values():
+        s.apply(0, [(b"a", b"1", 0, 0), (b"b", b"1", 1, 0)])
+        first = s.changes()
+        assert sum(t.num_rows for t in first.values()) == 2
+        s.apply(0, [(b"b", b"2", 2, 0), (b"c", None, 3, 0)])  # while the checkpoint is written
+        s.mark_checkpointed()
+        left = s.changes()
+        assert {
+            k: v
+            for t in left.values()
+            for k, v in zip(t["key"].to_pylist(), t["value"].to_pylist(), strict=True)
+        } == {
+            b"b": b"2",
+            b"c": None,
+        }
+        s.mark_checkpointed()
+        assert s.changes() == {}
+        s.mark_checkpointed()
+        s.apply(0, [(b"d", b"1", 4, 0)])
+        s.mark_checkpointed()  # without a changes() call: everything is forgotten
+        assert s.changes() == {}
+
+
+def test_changes_schema_and_tombstone_metadata(stores: dict[str, StateStore]) -> None:
+    for s in stores.values():
+        s.apply(
+            2, [(b"x", b"1", 10, 1_700_000_000_123), (b"y", None, 11, NO_TIMESTAMP), (b"x", None, 12, 42)]
+        )
+        out = s.changes()
+        assert set(out) == {2}
+        t = out[2]
+        assert t.schema == datafile.SCHEMA
+        assert t.column("key").to_pylist() == [b"x", b"y"]
+        assert t.column("value").to_pylist() == [None, None]
+        assert t.column("offset").to_pylist() == [12, 11]
+        assert t.column("timestamp").cast(pa.int64()).to_pylist() == [42, None]
+
+
+def test_export_adopts_the_merge_when_the_overlay_is_large(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a big enough overlay, export folds it into the columnar base (and the store keeps
+    answering the same, with writes after the merge going to a fresh overlay)."""
+    monkeypatch.setattr(columnar_module, "_MIN_MERGE", 4)
+    s = ColumnarStore()
+    memory = open_state_store("memory")
+    base = {b"k%03d" % i: b"v" for i in range(100)}
+    for store in (s, memory):
+        for p, t in base_tables(base).items():
+            store.load(p, t)
+        store.apply(0, [(b"k%03d" % i, b"w%d" % i, 200 + i, 1) for i in range(0, 100, 3)])
+        store.apply(1, [(b"k%03d" % i, None, 300 + i, 1) for i in range(1, 100, 7)])
+    s.export()
+    assert s._over == {}  # merged into the base
+    assert_same(memory, s, [b"k000", b"k001", b"k002", b"k099", b"zz"])
+    for store in (s, memory):
+        store.apply(0, [(b"k002", None, 500, 1), (b"new", b"n", 501, 1)])
+    assert_same(memory, s, [b"k000", b"k002", b"new"])
+
+
+def test_negative_timestamps_export_as_null_like_the_dict_store() -> None:
+    table = pa.table(
+        {
+            "key": pa.array([b"a", b"b"], pa.binary()),
+            "value": pa.array([b"1", b"2"], pa.binary()),
+            "offset": pa.array([0, 1], pa.int64()),
+            "timestamp": pa.array([-5, None], pa.int64()).cast(pa.timestamp("ms")),
+        }
+    )
+    memory, columnar = open_state_store("memory"), open_state_store("columnar")
+    for s in (memory, columnar):
+        s.load(0, table.cast(datafile.SCHEMA))
+    assert columnar.export()[0].equals(memory.export()[0])
+
+
+def test_many_chunks_and_large_partitions_are_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows spread over many Arrow chunks (Parquet row groups; here at most 64 rows a chunk,
+    as 2**20 rows are at full size) are all reachable, by get and by scan."""
+    bits = 6
+    monkeypatch.setattr(columnar_module, "_LOCAL_BITS", bits)
+    monkeypatch.setattr(columnar_module, "_LOCAL_MASK", (1 << bits) - 1)
+    monkeypatch.setattr(columnar_module, "_MAX_SEGMENTS", 1 << (32 - bits))
+    monkeypatch.setattr(columnar_module, "_SEGMENT_MASK", (1 << (32 - bits)) - 1)
+    rows = {b"key-%d" % i: b"v%d" % i for i in range(5000)}
+    s = ColumnarStore()
+    for p, t in base_tables(rows).items():
+        chunks = [t.slice(i, 97) for i in range(0, t.num_rows, 97)]
+        s.load(p, pa.concat_tables(chunks))
+    assert len(s) == 5000
+    for i in range(0, 5000, 37):
+        assert s.get(b"key-%d" % i) == b"v%d" % i
+    assert s.get(b"key-5000") is None
+    assert len(s._base.segments) > 5000 // 64
+    assert [k for k, _ in s.scan(after=b"key-4998", limit=3)] == [b"key-4999", b"key-5", b"key-50"]
+    assert list(s.scan()) == sorted(rows.items())
+    s.apply(0, [(b"key-77", None, 1, 1)])
+    assert len(s) == 4999
+    assert s.get(b"key-77") is None
+
+
+def test_vectorized_hash_equals_the_scalar_hash() -> None:
+    rng = random.Random(7)
+    keys = [b"", b"a", b"\xff" * 7, b"\xff" * 8, b"\xff" * 9, bytes(range(256))]
+    keys += [rng.randbytes(rng.randint(0, 40)) for _ in range(3000)]
+    arr = pa.array(keys, pa.binary())
+    assert array_hashes(arr).tolist() == [key_hash(k) for k in keys]
+    assert array_hashes(arr.slice(5)).tolist() == [key_hash(k) for k in keys[5:]]
+    large = arr.cast(pa.large_binary())
+    assert array_hashes(large).tolist() == [key_hash(k) for k in keys]
+
+
+def test_hash_collisions_are_resolved_by_comparing_keys() -> None:
+    """Keys equal modulo 2**61-1 (and b"a" vs b"a\\x00") share a hash: all must stay distinct."""
+    prime = (1 << 61) - 1
+    colliding = [(12345 + i * prime).to_bytes(8, "little") for i in range(8)]
+    colliding += [b"a", b"a\x00", b"a\x00\x00"]
+    assert len({key_hash(k) for k in colliding[:8]}) == 1
+    assert key_hash(b"a") == key_hash(b"a\x00")
+    present = colliding[::2]
+    s = ColumnarStore()
+    table = pa.table(
+        {
+            "key": pa.array(sorted(present), pa.binary()),
+            "value": pa.array([b"v" + k for k in sorted(present)], pa.binary()),
+            "offset": pa.array(range(len(present)), pa.int64()),
+            "timestamp": pa.array([1] * len(present), pa.int64()).cast(pa.timestamp("ms")),
+        }
+    ).cast(datafile.SCHEMA)
+    s.load(0, table)
+    for k in colliding:
+        assert s.get(k) == (b"v" + k if k in present else None)
+        assert (k in s) == (k in present)
+    assert len(KeyIndex([array_hashes(table.column("key").chunk(0))], [0]).candidates(colliding[0])) >= 4
+
+
+def test_readers_see_a_consistent_store_while_the_writer_applies_and_merges(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reader thread never misses a live key while the writer updates it and export() folds
+    the overlay into a new base (base and overlay are swapped under the writer's lock)."""
+    import threading
+
+    monkeypatch.setattr(columnar_module, "_MIN_MERGE", 8)
+    s = ColumnarStore()
+    for p, t in base_tables({b"base%d" % i: b"b" for i in range(50)}).items():
+        s.load(p, t)
+    live = [b"k%03d" % i for i in range(200)]  # first only in the overlay, then merged, ...
+    for k in live:
+        s.apply(part_of(k), [(k, b"0", 0, 1)])
+    stop = threading.Event()
+    errors: list[str] = []
+
+    def read() -> None:
+        while not stop.is_set():
+            for k in live:
+                if s.get(k) is None or k not in s:
+                    errors.append(k.decode())
+                    return
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for round_ in range(30):
+            for k in live:
+                s.apply(part_of(k), [(k, b"%d" % round_, round_, 1), (b"tmp" + k, b"x", round_, 1)])
+                s.apply(part_of(b"tmp" + k), [(b"tmp" + k, None, round_, 1)])
+            s.export()
+    finally:
+        stop.set()
+        reader.join()
+    assert errors == []
+    assert s._over == {}  # the last export merged everything
+    assert s.get(live[0]) == b"29"
+    assert len(s) == 250
