@@ -60,6 +60,7 @@ from statesnap.hooks import (
 )
 from statesnap.kafka.admin import KafkaAdmin, log_start_offsets
 from statesnap.kafka.config import KafkaSettings
+from statesnap.kafka.identity import topic_id
 from statesnap.kafka.reader import ChangelogReader
 from statesnap.reads import K, SerdeName, SerdeOf, StoreName, TableReads, V
 from statesnap.restoring import CheckpointLoad, ProgressCallback, RestoreReport, gc_paused, load_checkpoint
@@ -269,6 +270,7 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
             log_start_offsets(self.settings, self.topic, self.partitions),
             info.compacted,
             info.delete_retention_ms,
+            topic_id=topic_id(self.settings, self.topic) if self.repo is not None else None,
         )
         started = time.monotonic()
         if self._store_kind == "auto" and self.repo is not None:
@@ -287,7 +289,7 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
         if not self.tail:
             return self._freeze(offsets)
         if self.repo is not None and not self.read_only:
-            self._join_snapshots(all_partitions, manifest)
+            self._join_snapshots(all_partitions, manifest, state.topic_id)
         self._reader = ChangelogReader(self.settings, self.topic, offsets)
         self._state = "restoring"
         started = time.monotonic()
@@ -325,7 +327,9 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
             self._thread.start()
         return self.report
 
-    def _join_snapshots(self, all_partitions: tuple[int, ...], manifest: CheckpointManifest | None) -> None:
+    def _join_snapshots(
+        self, all_partitions: tuple[int, ...], manifest: CheckpointManifest | None, topic_id: str | None
+    ) -> None:
         """Become a task of the table's snapshots (writers only)."""
         assert self.repo is not None
         spec = resolve_spec(
@@ -352,6 +356,7 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
             snapshot_timeout=self.snapshot_timeout,
             refresh_interval=min(1.0, max(0.05, self.commit_interval.total_seconds() / 2)),
             previous=manifest,
+            topic_id=topic_id,
         )
         hook = self.on_checkpoint
         if hook is not None:

@@ -112,6 +112,8 @@ class CheckpointManifest:
     state: CheckpointState = CheckpointState.COMPLETED
     writer: Mapping[str, Any] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
+    #: Kafka's ID of the topic incarnation the checkpoint was taken from (None where unknown).
+    topic_id: str | None = None
 
     def __post_init__(self) -> None:
         # The JSON form keeps milliseconds in UTC; normalize so a writer's manifest equals what
@@ -157,6 +159,7 @@ class CheckpointManifest:
             "state": self.state.value,
             "created_at": self.created_at.astimezone(UTC).isoformat(timespec="milliseconds"),
             "writer": dict(self.writer),
+            **({"topic_id": self.topic_id} if self.topic_id else {}),
             "partitions": {str(p): pc.to_json() for p, pc in sorted(self.partitions.items())},
         }
 
@@ -195,6 +198,7 @@ class CheckpointManifest:
                 state=CheckpointState(obj.get("state", "COMPLETED")),
                 writer=dict(obj.get("writer") or {}),
                 format_version=int(version),
+                topic_id=str(obj["topic_id"]) if obj.get("topic_id") else None,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise CorruptCheckpointError(f"{source}: malformed manifest ({e!r})") from e

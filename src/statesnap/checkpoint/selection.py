@@ -26,12 +26,21 @@ class TopicState:
     delete_retention_ms: int = 86_400_000
     #: The true end of each partition (found by partition EOF), where the reader knows it.
     log_end: Mapping[int, int] | None = None
+    #: Kafka's topic ID, where the broker reports one: it changes when the topic is recreated.
+    topic_id: str | None = None
 
 
 def beyond_end(manifest: CheckpointManifest, state: TopicState | None) -> str | None:
     """Why *manifest* cannot be of this topic's incarnation: it resumes a partition past the
     partition's end (the topic was deleted and recreated, or another cluster reuses the id)."""
-    if state is None or state.log_end is None:
+    if state is None:
+        return None
+    if manifest.topic_id and state.topic_id and manifest.topic_id != state.topic_id:
+        return (
+            f"it was taken from topic ID {manifest.topic_id}, the topic now has ID {state.topic_id}: "
+            "another incarnation of the topic (deleted and recreated)"
+        )
+    if state.log_end is None:
         return None
     for p, pc in sorted(manifest.partitions.items()):
         end = state.log_end.get(p)

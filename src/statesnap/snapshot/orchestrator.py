@@ -71,6 +71,8 @@ def manifest_of(snapshot: Snapshot, *, table: str, topic: str, cluster_id: str) 
             "snapshot_seconds": round((datetime.now(UTC) - snapshot.created_at).total_seconds(), 3),
         }
     )
+    topic_ids = {str(t.writer["topic_id"]) for t in snapshot.tasks.values() if t.writer.get("topic_id")}
+    writer.pop("topic_id", None)
     return CheckpointManifest(
         table=table,
         topic=topic,
@@ -80,6 +82,7 @@ def manifest_of(snapshot: Snapshot, *, table: str, topic: str, cluster_id: str) 
         created_at=datetime.now(UTC),
         state=CheckpointState.COMPLETED,
         writer=writer,
+        topic_id=topic_ids.pop() if len(topic_ids) == 1 else None,
     )
 
 

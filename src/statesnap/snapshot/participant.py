@@ -44,6 +44,7 @@ class Participant:
         snapshot_timeout: timedelta,
         previous: CheckpointManifest | None,
         refresh_interval: float = 0.5,
+        topic_id: str | None = None,
     ) -> None:
         self.api = api
         self.repo = api.repo
@@ -52,6 +53,8 @@ class Participant:
         self.engine = engine
         self.retention = retention
         self.snapshot_timeout = snapshot_timeout
+        #: The topic incarnation this task reads; manifests record it (see checkpoint.selection).
+        self.topic_id = topic_id
         self.orchestrator = api.orchestrator
         self.orchestrator.refresh_interval = refresh_interval
         self.orchestrator.on_completed = self._completed
@@ -102,7 +105,11 @@ class Participant:
             self.task_id,
             {(self.api.topic, p): off for p, off in offsets.items()},
             {self.api.table: CheckpointRef(self.repo.url, dict(partitions))},
-            writer={"engine": self.engine, **(writer or {})},
+            writer={
+                "engine": self.engine,
+                **({"topic_id": self.topic_id} if self.topic_id else {}),
+                **(writer or {}),
+            },
         )
         try:
             result = self.orchestrator.report(generation, task)

@@ -22,6 +22,7 @@ from statesnap.checkpoint.restore import CheckpointSelector
 from statesnap.checkpoint.selection import TopicState
 from statesnap.errors import ConfigError
 from statesnap.kafka.admin import KafkaAdmin
+from statesnap.kafka.identity import topic_id
 from statesnap.snapshot.api import SnapshotApi
 from statesnap.snapshot.participant import Participant
 from statesnap.snapshot.store import resolve_spec
@@ -97,7 +98,14 @@ class SparkTableWriter:
         finally:
             oracle.close()
         state = TopicState(
-            topic, cluster_id, info.partitions, earliest, info.compacted, info.delete_retention_ms, ends
+            topic,
+            cluster_id,
+            info.partitions,
+            earliest,
+            info.compacted,
+            info.delete_retention_ms,
+            ends,
+            topic_id(opts.settings(), topic),
         )
         spec = resolve_spec(snapshot_store, (repo.descriptor() or {}).get("snapshot_store"), table)
         repo.ensure_descriptor(table, topic, cluster_id, len(info.partitions), str(spec))
@@ -120,6 +128,7 @@ class SparkTableWriter:
             retention=retention,
             snapshot_timeout=snapshot_timeout,
             previous=previous,
+            topic_id=state.topic_id,
         )
         return cls(table, topic, opts, cluster_id, info.partitions, state, repo, participant, previous)
 
