@@ -12,9 +12,9 @@ import pytest
 
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointRepository, PartitionUpdate, discover_tables
-from statesnap.snapshot import write_checkpoint
 from statesnap.checkpoint.datafile import SCHEMA
 from statesnap.errors import CheckpointConflictError
+from statesnap.snapshot import write_checkpoint
 
 pytestmark = pytest.mark.integration
 
@@ -38,8 +38,9 @@ def repo(checkpoint_location: Any) -> CheckpointRepository:
 
 
 def _write(repo: CheckpointRepository, updates: dict[int, PartitionUpdate], previous: Any = None) -> Any:
+    table = repo.directory.rsplit("/", 1)[-1].removeprefix("cluster-x_")
     return write_checkpoint(
-        repo, table="tbl", topic="topic", cluster_id="cluster-x", updates=updates, previous=previous
+        repo, table=table, topic="topic", cluster_id="cluster-x", updates=updates, previous=previous
     )
 
 
@@ -117,10 +118,12 @@ def test_manifest_is_written_last(repo: CheckpointRepository, monkeypatch: pytes
     # then the COMPLETED record: a reader that sees a manifest sees every file it names.
     assert order[order.index("data") : order.index("data") + 4] == ["data"] * 4
     assert order.index("snapshots") > max(i for i, kind in enumerate(order) if kind == "data")
-    assert order[-1] == "generations" and order.count("snapshots") == 1
+    assert order[-1] == "generations"
+    assert order.count("snapshots") == 1
 
 
 def test_discover_tables(repo: CheckpointRepository) -> None:
     _write(repo, {0: PartitionUpdate(0, 1, base=_rows([(b"a", b"1", 0)]))})
     found = discover_tables(repo.store)
-    assert [(t.directory, t.table, t.cluster_id) for t in found] == [(repo.directory, "tbl", "cluster-x")]
+    table = repo.directory.removeprefix("cluster-x_")
+    assert [(t.directory, t.table, t.cluster_id) for t in found] == [(repo.directory, table, "cluster-x")]
