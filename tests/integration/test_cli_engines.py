@@ -338,7 +338,31 @@ def test_snapshot_create_waits_for_following_writers(
             s["generation"]: s["state"] for s in snaps if s["state"] == "COMPLETED"
         }
         kafka.produce(topic, records(500, 2))
-        time.sleep(5)
+        ends = {
+            str(p): o
+            for p, o in kafka.end_offsets(kafka.read_all(topic, range(PARTITIONS)), range(PARTITIONS)).items()
+        }
+        deadline = time.monotonic() + 150  # Spark's first batches are slow on a busy 2-core machine
+        while True:  # snapshots until one holds everything: the writers caught up
+            snap = json.loads(
+                statesnap(
+                    "snapshot",
+                    "create",
+                    url,
+                    "--table",
+                    topic,
+                    *snap_args,
+                    "--wait",
+                    "--timeout",
+                    "60s",
+                    "--json",
+                ).stdout
+            )
+            offsets = {str(o["partition"]): o["next_offset"] for t in snap["tasks"] for o in t["offsets"]}
+            if snap["state"] == "COMPLETED" and offsets == ends:
+                break
+            assert time.monotonic() < deadline, f"writers never caught up: {snap}"
+            time.sleep(2)
     finally:
         for proc in procs:
             proc.send_signal(signal.SIGINT)
