@@ -56,6 +56,7 @@ def _summary(gen: int, item: CheckpointManifest | CorruptCheckpointError) -> dic
         "topic": item.topic,
         "cluster_id": item.cluster_id,
         "partitions": len(item.partitions),
+        "keys": item.keys,
         "rows": item.total_rows,
         "bytes": item.total_bytes,
         "offsets": item.offsets,
@@ -87,9 +88,10 @@ def list_cmd(url: str, table: str | None, storage_pairs: tuple[str, ...], as_jso
         if r["state"] == "CORRUPT":
             click.echo(f"{r['location']}  gen {r['generation']:>6}  CORRUPT  {r['error']}")
         else:
+            size = f"{r['keys']:>10,} keys" if r["keys"] is not None else f"{r['rows']:>10,} rows"
             click.echo(
                 f"{r['location']}  gen {r['generation']:>6}  {r['state']:<9} {r['created_at']}  "
-                f"{r['rows']:>10,} rows  {r['bytes']:>12,} B  engine={r['engine']}"
+                f"{size}  {r['bytes']:>12,} B  engine={r['engine']}"
             )
 
 
