@@ -261,3 +261,17 @@ class UndecodableRowError(DeserializationError):
 class GenerationNotFoundError(NoUsableCheckpointError, SnapshotNotFoundError):
     """A table was asked for a checkpoint generation the store does not hold (never written, or
     deleted by GC). The message says ``no generation G`` and lists the generations there are."""
+
+
+class PartitionNotOwnedError(TableError):
+    """A read named a key of a partition this member of a consumer group does not serve: another
+    member owns it, or it was gained in a rebalance and is still being restored (``restoring``).
+
+    Route the read to the owner (``Table.partition_for(key)`` says which partition; the group's
+    members know who owns it), or retry once the rebalance has settled."""
+
+    def __init__(self, message: str, *, table: str, partition: int, restoring: bool) -> None:
+        super().__init__(message)
+        self.table = table
+        self.partition = partition
+        self.restoring = restoring

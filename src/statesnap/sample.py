@@ -6,10 +6,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaException
 
 from statesnap.errors import ConfigError, KafkaError
 from statesnap.kafka.admin import KafkaAdmin
+from statesnap.kafka.clients import new_producer
 from statesnap.kafka.config import KafkaSettings
 
 _CHUNK = 50_000
@@ -58,18 +59,17 @@ def produce_sample(
 ) -> int:
     """Create the topic if missing and append the changelog; returns the records produced."""
     KafkaAdmin(settings).create_topic(spec.topic, spec.partitions)
-    producer = Producer(
-        settings.client_config(
-            **{
-                "linger.ms": 20,
-                "batch.num.messages": 10_000,
-                "queue.buffering.max.messages": 500_000,
-                "queue.buffering.max.kbytes": 512 * 1024,
-                "partitioner": "murmur2_random",
-                "enable.idempotence": False,
-                "acks": "all",
-            }
-        )
+    producer = new_producer(
+        settings,
+        **{
+            "linger.ms": 20,
+            "batch.num.messages": 10_000,
+            "queue.buffering.max.messages": 500_000,
+            "queue.buffering.max.kbytes": 512 * 1024,
+            "partitioner": "murmur2_random",
+            "enable.idempotence": False,
+            "acks": "all",
+        },
     )
     errors: list[str] = []
 

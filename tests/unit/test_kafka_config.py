@@ -125,6 +125,119 @@ def test_bad_properties_files_are_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read"):
         parse_properties(files=[str(tmp_path / "missing.properties")])
     bad = tmp_path / "bad.properties"
-    bad.write_text(f"sasl.password {SECRET}\n")
-    with pytest.raises(ConfigError, match="KEY=VALUE"):
+    bad.write_text(f"# comment\n: {SECRET}\n")
+    with pytest.raises(ConfigError, match="line 2") as info:
         parse_properties(files=[str(bad)])
+    assert SECRET not in str(info.value)
+
+
+def test_properties_files_accept_every_java_separator(tmp_path: Path) -> None:
+    """java.util.Properties separates a key from its value by '=', ':' or whitespace; a file
+    written for the Java client (``sasl.password: x``) must not be refused, let alone echoed."""
+    f = tmp_path / "java.properties"
+    f.write_text(
+        f"sasl.password: {SECRET}\n"
+        "sasl.username   alice\n"
+        "ssl.ca.location=/etc/ca.pem\n"
+        "long.value = first \\\n    second\n"
+        "empty.value\n"
+    )
+    assert parse_properties(files=[str(f)]) == {
+        "sasl.password": SECRET,
+        "sasl.username": "alice",
+        "ssl.ca.location": "/etc/ca.pem",
+        "long.value": "first second",
+        "empty.value": "",
+    }
+
+
+# --- errors name the entry and the property, never the value (issue 11) -----------------------
+
+
+@pytest.mark.parametrize(
+    ("pairs", "named"),
+    [
+        ([f"sasl.password {SECRET}"], "sasl.password"),  # a space instead of '='
+        ([f"sasl.password: {SECRET}"], "sasl.password"),  # Java-style separator on the CLI
+        ([SECRET], None),  # a lone word may itself be the secret: not echoed at all
+        (["security.protocol=SASL_SSL", f"{SECRET} x=1"], None),  # a "key" with a space
+    ],
+)
+def test_malformed_pairs_never_echo_the_value(pairs: list[str], named: str | None) -> None:
+    with pytest.raises(ConfigError, match=f"entry {len(pairs)}") as info:
+        parse_properties(pairs)
+    message = str(info.value)
+    assert SECRET not in message
+    if named is not None:
+        assert repr(named) in message
+
+
+def test_settings_register_their_secrets_for_the_log_scrubber() -> None:
+    from statesnap.redaction import scrub
+
+    value = "kafka-" + SECRET + "-registered"
+    assert scrub(f"librdkafka said: auth failed for {value}") != "librdkafka said: auth failed for ***"
+    KafkaSettings("b:9092", {"sasl.password": value})
+    assert scrub(f"librdkafka said: auth failed for {value}") == "librdkafka said: auth failed for ***"
+
+
+# --- librdkafka refuses a setting: a typed error naming the property (issue 11) ---------------
+
+
+@pytest.mark.parametrize("factory", ["new_admin", "new_consumer", "new_producer"])
+@pytest.mark.parametrize(
+    ("config", "prop", "text"),
+    [
+        ({"no.such.prop": "1"}, "no.such.prop", "unknown Kafka client property 'no.such.prop'"),
+        ({"security.protocol": "bogus"}, "security.protocol", "invalid value 'bogus'"),
+        ({"fetch.wait.max.ms": "abc"}, "fetch.wait.max.ms", "'fetch.wait.max.ms'"),
+        # The README's SASL example without credentials.
+        ({"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}, None, "sasl.password must be set"),
+        ({"sasl.jaas.config": f'x required password="{SECRET}";'}, None, "JAAS"),
+        (
+            {"sasl.mechanism": "PLAIN", "sasl.password": "x", "sasl.passwort": SECRET},
+            "sasl.passwort",
+            "unknown",
+        ),
+    ],
+)
+def test_client_config_errors_are_typed_and_name_the_property(
+    factory: str, config: dict[str, str], prop: str | None, text: str
+) -> None:
+    from statesnap.errors import KafkaConfigError
+    from statesnap.kafka import clients
+
+    settings = KafkaSettings("127.0.0.1:1", config)
+    overrides = {"group.id": "g"} if factory == "new_consumer" else {}
+    with pytest.raises(KafkaConfigError) as info:
+        getattr(clients, factory)(settings, **overrides)
+    assert isinstance(info.value, ConfigError)
+    assert text in str(info.value)
+    assert info.value.property == prop
+    assert SECRET not in str(info.value)
+    assert info.value.__cause__ is None  # librdkafka's text (which may quote values) is not chained
+    assert "\n" not in str(info.value)
+
+
+def test_an_invalid_secret_value_is_not_echoed() -> None:
+    """librdkafka quotes the value it refuses; for a secret property the typed error must not
+    (no secret property of this librdkafka has a checked type, so the refusal is constructed)."""
+    from confluent_kafka import KafkaError as RdKafkaError
+    from confluent_kafka import KafkaException
+
+    from statesnap.kafka.clients import config_error
+
+    refusal = KafkaException(
+        RdKafkaError(
+            RdKafkaError._INVALID_ARG, f'Invalid value "{SECRET}" for configuration property "sasl.password"'
+        )
+    )
+    err = config_error(refusal, {"sasl.password": SECRET})
+    assert err.property == "sasl.password"
+    assert SECRET not in str(err)
+    assert str(err) == "invalid value for Kafka client property 'sasl.password'"
+    other = config_error(
+        KafkaException(RdKafkaError(RdKafkaError._INVALID_ARG, f"Failed to create consumer: bad {SECRET}")),
+        {"ssl.key.password": SECRET},
+    )
+    assert SECRET not in str(other)

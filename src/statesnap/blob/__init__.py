@@ -9,11 +9,15 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from statesnap.blob.base import BlobInfo, BlobStore
+from statesnap.blob.base import BlobInfo, BlobStore, key_parts
 from statesnap.blob.file import FileBlobStore
-from statesnap.errors import UnknownSchemeError
+from statesnap.errors import InvalidStoreUrlError, UnknownSchemeError
+from statesnap.redaction import install_record_redaction, redact_url, register_secrets
 
-__all__ = ["BlobInfo", "BlobStore", "FileBlobStore", "open_blob_store"]
+__all__ = ["BlobInfo", "BlobStore", "FileBlobStore", "key_parts", "open_blob_store"]
+
+# botocore logs request headers (x-amz-security-token, Authorization) at DEBUG: scrub them.
+install_record_redaction()
 
 
 def open_blob_store(url: str, **storage_options: Any) -> BlobStore:
@@ -22,15 +26,37 @@ def open_blob_store(url: str, **storage_options: Any) -> BlobStore:
     ``file:///path`` or a bare path: a local directory. ``s3://bucket/prefix``: S3 or any
     S3-compatible store; options (``endpoint_url``, ``region``, ``profile``, ``sse``, …) come from
     URL query parameters or *storage_options*, the keyword arguments winning.
+
+    Errors show the URL with credentials masked (:func:`~statesnap.redaction.redact_url`).
     """
     if not isinstance(url, str) or not url.strip():
         raise UnknownSchemeError("checkpoint URL is empty")
-    parts = urlsplit(url)
+    register_secrets({k: v for k, v in storage_options.items() if isinstance(v, str)})
+    if "\x00" in url:
+        raise InvalidStoreUrlError(
+            f"checkpoint URL {redact_url(url.replace(chr(0), '%00'))!r} has a NUL byte"
+        )
+    try:
+        parts = urlsplit(url)
+    except ValueError as e:  # e.g. an unbalanced '[' in the host
+        raise InvalidStoreUrlError(f"malformed checkpoint URL {redact_url(url)!r}: {e}") from None
+    register_secrets(parse_qsl(parts.query))
     scheme = parts.scheme.lower()
+    if not scheme and "://" in url:
+        raise UnknownSchemeError(
+            f"checkpoint URL {redact_url(url)!r} has no scheme before '://'; "
+            "use file:///path, a path, or s3://bucket/prefix"
+        )
     if scheme in {"", "file"} or (len(scheme) == 1 and url[1:3] == ":\\"):
-        path = unquote(parts.path) if scheme == "file" else url
         if scheme == "file" and parts.netloc not in {"", "localhost"}:
-            raise UnknownSchemeError(f"file URL with a host is not supported: {url!r}")
+            raise UnknownSchemeError(f"file URL with a host is not supported: {redact_url(url)!r}")
+        if scheme == "file" and parts.query:
+            raise InvalidStoreUrlError(
+                f"file URL takes no options: {redact_url(url)!r} (options are for s3:// stores)"
+            )
+        path = unquote(parts.path) if scheme == "file" else url
+        if "\x00" in path:
+            raise InvalidStoreUrlError(f"checkpoint URL {redact_url(url)!r} has a NUL byte (%00)")
         return FileBlobStore(path)
     if scheme in {"s3", "s3a"}:
         from statesnap.blob.s3 import S3BlobStore
@@ -39,5 +65,6 @@ def open_blob_store(url: str, **storage_options: Any) -> BlobStore:
         options.update({k: str(v) for k, v in storage_options.items() if v is not None})
         return S3BlobStore(parts.netloc, unquote(parts.path), **options)
     raise UnknownSchemeError(
-        f"unknown checkpoint URL scheme {scheme!r} in {url!r}; use file:///path, a path, or s3://bucket/prefix"
+        f"unknown checkpoint URL scheme {scheme!r} in {redact_url(url)!r}; "
+        "use file:///path, a path, or s3://bucket/prefix"
     )

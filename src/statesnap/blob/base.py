@@ -7,10 +7,49 @@ Keys are ``/``-separated paths relative to the store's root URL. Stores pickle b
 from __future__ import annotations
 
 import builtins
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, runtime_checkable
+
+from statesnap.errors import InvalidBlobKeyError
+from statesnap.redaction import scrub
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: Keys are shown in errors up to this length; a garbled manifest may hold a huge one.
+_SHOWN = 120
+
+
+def key_parts(key: str, *, url: str, prefix: bool = False) -> builtins.list[str]:
+    """The ``/``-separated segments of *key*, refusing any key that could leave the store's root.
+
+    Every store calls this before touching a key, so a manifest naming ``../../etc/passwd`` or
+    ``/abs`` is an :class:`~statesnap.errors.InvalidBlobKeyError` on ``file://`` and ``s3://``
+    alike. Object keys must be canonical (``a/b``: no empty, ``.`` or ``..`` segment, no leading
+    or trailing ``/``), because S3 keeps ``a//b`` and ``a/b`` apart where a filesystem merges them;
+    a *prefix* may be empty or end with ``/``.
+    """
+    if not isinstance(key, str):
+        raise InvalidBlobKeyError(f"invalid key for {url}: expected a string, got {type(key).__name__}")
+    reason = None
+    parts = key.split("/")
+    if prefix and parts and parts[-1] == "":
+        parts.pop()  # "dir/" lists dir
+    if not key and not prefix:
+        reason = "empty key"
+    elif key.startswith("/"):
+        reason = "absolute keys are not allowed"
+    elif _CONTROL.search(key):
+        reason = "control characters (NUL, newline, …) are not allowed"
+    elif any(p in {".", ".."} for p in parts):
+        reason = "'.' and '..' segments are not allowed"
+    elif any(p == "" for p in parts) and key:
+        reason = "empty segments ('//', a trailing '/') are not allowed"
+    if reason is not None:
+        shown = key if len(key) <= _SHOWN else f"{key[:_SHOWN]}…"
+        raise InvalidBlobKeyError(f"invalid key {scrub(shown)!r} for {url}: {reason}")
+    return [p for p in parts if p]
 
 
 @dataclass(frozen=True, slots=True)

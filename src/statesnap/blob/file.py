@@ -11,17 +11,19 @@ import builtins
 import contextlib
 import errno
 import os
+import stat
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from statesnap.blob.base import BlobInfo
+from statesnap.blob.base import BlobInfo, key_parts
 from statesnap.errors import (
     BlobExistsError,
     BlobNotFoundError,
     BlobStoreError,
+    InvalidStoreUrlError,
     StoreNotWritableError,
 )
 
@@ -32,6 +34,8 @@ class FileBlobStore:
     """A directory tree holding the blobs; created lazily on the first write."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
+        if "\x00" in os.fspath(root):
+            raise InvalidStoreUrlError("checkpoint path contains a NUL byte (%00)")
         self._root = Path(root).expanduser().absolute()
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -48,19 +52,19 @@ class FileBlobStore:
     def root(self) -> Path:
         return self._root
 
-    def _path(self, key: str) -> Path:
-        parts = [p for p in key.split("/") if p]
-        if any(p in {".", ".."} for p in parts):
-            raise BlobStoreError(f"invalid key {key!r}: '.' and '..' are not allowed")
-        return self._root.joinpath(*parts)
+    def _path(self, key: str, *, prefix: bool = False) -> Path:
+        return self._root.joinpath(*key_parts(key, url=self.url, prefix=prefix))
 
     def read(self, key: str) -> bytes:
+        path = self._path(key)
         try:
-            return self._path(key).read_bytes()
-        except FileNotFoundError as e:
+            return path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError) as e:
             raise BlobNotFoundError(f"{self.url}/{key} does not exist") from e
         except IsADirectoryError as e:
             raise BlobNotFoundError(f"{self.url}/{key} is a directory, not a file") from e
+        except OSError as e:
+            raise BlobStoreError(f"cannot read {self.url}/{key}: {e.strerror}") from e
 
     def write(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
         target = self._path(key)
@@ -84,49 +88,85 @@ class FileBlobStore:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
             _fsync_dir(target.parent)
-        except (PermissionError, NotADirectoryError, IsADirectoryError) as e:
-            raise StoreNotWritableError(f"cannot write {self.url}/{key}: {e.strerror}") from e
-        except OSError as e:
-            if e.errno in (errno.EROFS, errno.EACCES, errno.ENOSPC):
-                raise StoreNotWritableError(f"cannot write {self.url}/{key}: {e.strerror}") from e
+        except BlobStoreError:
             raise
+        except OSError as e:
+            # Permissions, a read-only or full filesystem, a file where a directory should be, a
+            # root under /proc: every one means this location cannot hold checkpoints.
+            reason = e.strerror or errno.errorcode.get(e.errno or 0, str(e))
+            raise StoreNotWritableError(f"cannot write {self.url}/{key}: {reason}") from e
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
 
     def list(self, prefix: str = "") -> builtins.list[BlobInfo]:
-        base = self._path(prefix) if prefix.strip("/") else self._root
-        if base.is_file():
-            candidates = [base]
-        elif base.is_dir():
-            candidates = [p for p in base.rglob("*") if p.is_file()]
-        else:
-            return []
+        """Tolerates concurrent deletes: GC may remove files and whole directories mid-walk."""
+        base = self._path(prefix, prefix=True)
         out = []
-        for path in candidates:
+        for path, st in self._walk(base, prefix):
             if _TMP_MARK in path.name:
-                continue
-            try:
-                st = path.stat()
-            except FileNotFoundError:
                 continue
             key = path.relative_to(self._root).as_posix()
             out.append(BlobInfo(key, st.st_size, datetime.fromtimestamp(st.st_mtime, UTC)))
         out.sort(key=lambda b: b.key)
         return out
 
+    def _walk(self, base: Path, prefix: str) -> Iterator[tuple[Path, os.stat_result]]:
+        """Regular files under *base* (or *base* itself) with their stat; vanished ones skipped."""
+        try:
+            st = base.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as e:
+            raise BlobStoreError(f"cannot list {self.url}/{prefix}: {e.strerror}") from e
+        if stat.S_ISREG(st.st_mode):
+            yield base, st
+            return
+        pending = [base]
+        while pending:
+            directory = pending.pop()
+            try:
+                with os.scandir(directory) as entries:
+                    found = list(entries)
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # removed (by GC) since we saw it
+            except OSError as e:
+                raise BlobStoreError(f"cannot list {self.url}/{prefix}: {e.strerror}") from e
+            for entry in found:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(Path(entry.path))
+                    elif entry.is_file():
+                        yield Path(entry.path), entry.stat()
+                except FileNotFoundError:
+                    continue
+
     def list_dirs(self, prefix: str = "") -> builtins.list[str]:
-        base = self._path(prefix) if prefix.strip("/") else self._root
-        if not base.is_dir():
+        base = self._path(prefix, prefix=True)
+        try:
+            with os.scandir(base) as entries:
+                found = list(entries)
+        except (FileNotFoundError, NotADirectoryError):
             return []
-        return sorted(p.name for p in base.iterdir() if p.is_dir())
+        except OSError as e:
+            raise BlobStoreError(f"cannot list {self.url}/{prefix}: {e.strerror}") from e
+        names = []
+        for entry in found:
+            with contextlib.suppress(FileNotFoundError):
+                if entry.is_dir(follow_symlinks=False):
+                    names.append(entry.name)
+        return sorted(names)
 
     def delete(self, keys: Iterable[str]) -> None:
         parents: set[Path] = set()
         for key in keys:
             path = self._path(key)
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 path.unlink()
+            except (FileNotFoundError, NotADirectoryError):
+                pass
+            except OSError as e:
+                raise BlobStoreError(f"cannot delete {self.url}/{key}: {e.strerror}") from e
             parents.add(path.parent)
         # Remove directories the deletes emptied (data/<generation>/), deepest first.
         for parent in sorted(parents, key=lambda p: len(p.parts), reverse=True):
@@ -147,17 +187,15 @@ class FileBlobStore:
 
     def abort_stale_uploads(self, prefix: str, older_than: datetime, *, dry_run: bool = False) -> int:
         """Remove temporary files a crashed writer left behind (the local analogue of multipart)."""
-        base = self._path(prefix) if prefix.strip("/") else self._root
-        if not base.is_dir():
-            return 0
+        base = self._path(prefix, prefix=True)
         removed = 0
         cutoff = older_than.timestamp()
-        for path in base.rglob(f"*{_TMP_MARK}*"):
-            with contextlib.suppress(FileNotFoundError):
-                if path.is_file() and path.stat().st_mtime < cutoff:
-                    if not dry_run:
+        for path, st in self._walk(base, prefix):
+            if _TMP_MARK in path.name and st.st_mtime < cutoff:
+                if not dry_run:
+                    with contextlib.suppress(FileNotFoundError):
                         path.unlink()
-                    removed += 1
+                removed += 1
         return removed
 
 

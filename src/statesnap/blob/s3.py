@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
-from statesnap.blob.base import BlobInfo
+from statesnap.blob.base import BlobInfo, key_parts
 from statesnap.errors import (
     BlobExistsError,
     BlobNotFoundError,
@@ -100,8 +100,9 @@ class S3BlobStore:
         """Options with secrets masked, for logs and ``--json`` output."""
         return {k: ("***" if k in _SECRET_OPTIONS else v) for k, v in self._options.items()}
 
-    def _key(self, key: str) -> str:
-        key = key.strip("/")
+    def _key(self, key: str, *, prefix: bool = False) -> str:
+        # Refuses "..", absolute and non-canonical keys, exactly like the file store.
+        key = "/".join(key_parts(key, url=self.url, prefix=prefix))
         return f"{self._prefix}/{key}" if self._prefix else key
 
     def _rel(self, full: str) -> str:
@@ -156,6 +157,7 @@ class S3BlobStore:
         the other parts are fetched concurrently with ``If-Match`` on the first part's ETag, so
         an object replaced mid-read is read again rather than stitched from two versions.
         """
+        self._key(key)  # InvalidBlobKeyError before any request
         for _attempt in range(_READ_ATTEMPTS):
             try:
                 return self._read_parts(key)
@@ -207,14 +209,16 @@ class S3BlobStore:
             extra["SSEKMSKeyId"] = self._options["sse_kms_key_id"]
         if if_absent:
             extra["IfNoneMatch"] = "*"
+        full = self._key(key)  # InvalidBlobKeyError before any request
         try:
-            self.client.put_object(Bucket=self._bucket, Key=self._key(key), Body=data, **extra)
+            self.client.put_object(Bucket=self._bucket, Key=full, Body=data, **extra)
         except Exception as e:
             raise self._translate(e, key) from e
 
     def exists(self, key: str) -> bool:
+        full = self._key(key)  # InvalidBlobKeyError before any request
         try:
-            self.client.head_object(Bucket=self._bucket, Key=self._key(key))
+            self.client.head_object(Bucket=self._bucket, Key=full)
         except Exception as e:
             err = self._translate(e, key)
             if isinstance(err, BlobNotFoundError):
@@ -227,7 +231,7 @@ class S3BlobStore:
     def list(self, prefix: str = "") -> builtins.list[BlobInfo]:
         # Directory semantics, like the filesystem store: "tbl" lists "tbl/…", never "tbl2/…".
         stem = prefix.strip("/")
-        full = f"{self._key(stem)}/" if stem else (f"{self._prefix}/" if self._prefix else "")
+        full = f"{self._key(stem, prefix=True)}/" if stem else (f"{self._prefix}/" if self._prefix else "")
         out: list[BlobInfo] = []
         try:
             paginator = self.client.get_paginator("list_objects_v2")
@@ -235,9 +239,10 @@ class S3BlobStore:
                 for obj in page.get("Contents", []):
                     out.append(BlobInfo(self._rel(obj["Key"]), obj["Size"], obj["LastModified"]))
             if stem and not prefix.endswith("/"):
-                exact = self.client.list_objects_v2(Bucket=self._bucket, Prefix=self._key(stem), MaxKeys=1)
+                exact_key = self._key(stem, prefix=True)
+                exact = self.client.list_objects_v2(Bucket=self._bucket, Prefix=exact_key, MaxKeys=1)
                 for obj in exact.get("Contents", []):
-                    if obj["Key"] == self._key(stem):
+                    if obj["Key"] == exact_key:
                         out.append(BlobInfo(self._rel(obj["Key"]), obj["Size"], obj["LastModified"]))
         except Exception as e:
             raise self._translate(e, prefix) from e
@@ -245,7 +250,7 @@ class S3BlobStore:
         return out
 
     def list_dirs(self, prefix: str = "") -> builtins.list[str]:
-        full = self._key(prefix) if prefix.strip("/") else self._prefix
+        full = self._key(prefix, prefix=True) if prefix.strip("/") else self._prefix
         full = f"{full}/" if full else ""
         names: list[str] = []
         try:
@@ -280,7 +285,7 @@ class S3BlobStore:
 
     def abort_stale_uploads(self, prefix: str, older_than: datetime, *, dry_run: bool = False) -> int:
         stem = prefix.strip("/")
-        full = f"{self._key(stem)}/" if stem else (f"{self._prefix}/" if self._prefix else "")
+        full = f"{self._key(stem, prefix=True)}/" if stem else (f"{self._prefix}/" if self._prefix else "")
         aborted = 0
         try:
             paginator = self.client.get_paginator("list_multipart_uploads")

@@ -23,7 +23,7 @@ SUPPORTED_FORMAT_VERSIONS = frozenset({1})
 FileKind = Literal["base", "delta"]
 #: Data files live in the table's own ``data/<generation>/`` directory, nowhere else: a manifest
 #: naming any other path (``../..``, an absolute one) is corrupt, not followed.
-_DATA_PATH_RE = re.compile(r"^data/\d{20}/p\d{5}-(base|delta)-\d+\.parquet$")
+_DATA_PATH_RE = re.compile(r"^data/\d+/[A-Za-z0-9_][A-Za-z0-9._-]*\.parquet$")
 
 
 class CheckpointState(StrEnum):

@@ -16,6 +16,7 @@ from rich.logging import RichHandler
 from statesnap import __version__
 from statesnap.cli.progress import stderr
 from statesnap.errors import StatesnapError
+from statesnap.redaction import install_log_redaction
 
 EXAMPLES = """
 \b
@@ -69,6 +70,7 @@ def cli(log_level: str) -> None:
         format="%(name)s: %(message)s",
         handlers=[RichHandler(console=stderr, show_path=False)],
     )
+    install_log_redaction()  # secrets never reach a log line, whoever logs (botocore, urllib3, …)
     logging.getLogger("statesnap").setLevel(log_level.upper())
     # librdkafka reports every failed connection attempt; the typed error after the timeout says it
     # once. Its lines show at DEBUG.

@@ -165,11 +165,12 @@ def kafka_settings(
 
 def pairs_to_dict(pairs: tuple[str, ...], what: str) -> dict[str, str]:
     out = {}
-    for pair in pairs:
+    for n, pair in enumerate(pairs, 1):
         key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint=what)
-        out[key] = value
+        if not sep or not key.strip():
+            # Never echo the entry: it may be "secret_key SECRET" with a typo'd separator.
+            raise click.BadParameter(f"entry {n} is not KEY=VALUE (value not shown)", param_hint=what)
+        out[key.strip()] = value
     return out
 
 

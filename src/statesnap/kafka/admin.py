@@ -9,16 +9,16 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
+from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
-    AdminClient,
     ConfigResource,
     NewTopic,
     ResourceType,
 )
 
 from statesnap.errors import BrokerUnavailableError, KafkaError, TopicNotFoundError
+from statesnap.kafka.clients import new_admin, new_consumer
 from statesnap.kafka.config import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ class KafkaAdmin:
 
     def __init__(self, settings: KafkaSettings) -> None:
         self.settings = settings
-        self._admin = AdminClient(settings.client_config())
+        self._admin = new_admin(settings)
 
     def _unreachable(self, e: Exception | None = None) -> BrokerUnavailableError:
         detail = f": {e}" if e is not None and str(e) else ""
@@ -127,9 +127,7 @@ def log_start_offsets(settings: KafkaSettings, topic: str, partitions: tuple[int
 
     Unlike the high watermark, which the dev broker under-reports, the low watermark is exact.
     """
-    consumer = Consumer(
-        settings.client_config(**{"group.id": "statesnap-metadata", "enable.auto.commit": False})
-    )
+    consumer = new_consumer(settings, **{"group.id": "statesnap-metadata", "enable.auto.commit": False})
     try:
         out = {}
         for p in partitions:

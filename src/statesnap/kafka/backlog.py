@@ -9,17 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from statesnap.errors import BrokerUnavailableError
+from statesnap.kafka.clients import new_consumer
 from statesnap.kafka.config import KafkaSettings
 
 
 def high_watermarks(settings: KafkaSettings, topic: str, partitions: tuple[int, ...]) -> dict[int, int]:
     """The broker's reported end per partition (low-cost; may under-report, see module doc)."""
-    consumer = Consumer(
-        settings.client_config(**{"group.id": "statesnap-metadata", "enable.auto.commit": False})
-    )
+    consumer = new_consumer(settings, **{"group.id": "statesnap-metadata", "enable.auto.commit": False})
     try:
         return {
             p: max(

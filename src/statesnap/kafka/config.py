@@ -4,26 +4,34 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from statesnap.errors import ConfigError
+from statesnap.redaction import install_record_redaction, is_secret, register_secrets
+
+__all__ = [
+    "CLIENT_LOGGER",
+    "ENV_PREFIX",
+    "KafkaSettings",
+    "config_from_env",
+    "is_secret",
+    "parse_properties",
+    "redact",
+]
 
 ENV_PREFIX = "STATESNAP_KAFKA_"
 #: librdkafka's own log lines (connection failures, retries) go to this logger instead of stderr.
 CLIENT_LOGGER = logging.getLogger("statesnap.librdkafka")
-_SECRET_MARKERS = (
-    "password",
-    "secret",
-    "jaas",
-    "token",
-    "key.pem",
-    "private",
-    "credential",
-    "oauthbearer.config",
-)
+#: What a librdkafka property name looks like; anything else is a typo (or a value in the wrong
+#: place) and is refused without being echoed.
+_PROPERTY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+
+# Secrets of every client setting are masked in statesnap's (and botocore's) log records.
+install_record_redaction()
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +48,8 @@ class KafkaSettings:
             raise ConfigError(
                 "bootstrap servers are required (--bootstrap-servers / STATESNAP_BOOTSTRAP_SERVERS)"
             )
+        # So that librdkafka or a traceback echoing one of them is masked in the logs.
+        register_secrets(dict(self.config))
 
     def client_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka settings: ours, then the user's ``config`` (theirs win), then *overrides*."""
@@ -54,11 +64,6 @@ class KafkaSettings:
 
     def __repr__(self) -> str:
         return f"KafkaSettings(bootstrap_servers={self.bootstrap_servers!r}, config={redact(self.config)!r})"
-
-
-def is_secret(name: str) -> bool:
-    lowered = name.lower()
-    return any(marker in lowered for marker in _SECRET_MARKERS)
 
 
 def redact(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -82,24 +87,70 @@ def config_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
 def parse_properties(
     pairs: list[str] | tuple[str, ...] = (), files: list[str] | tuple[str, ...] = ()
 ) -> dict[str, str]:
-    """``KEY=VALUE`` pairs and Java-style properties files, later entries winning."""
+    """``KEY=VALUE`` pairs and Java-style properties files, later entries winning.
+
+    Files follow ``java.util.Properties``: ``key=value``, ``key: value`` and ``key value`` lines,
+    ``#``/``!`` comments, a trailing backslash continues a line. Errors name the entry and, when
+    it looks like one, the property, but never a value: a malformed line may hold a password.
+    """
     out: dict[str, str] = {}
     for path in files:
         try:
             text = Path(path).read_text()
-        except OSError as e:
-            raise ConfigError(f"cannot read Kafka properties file {path}: {e.strerror}") from e
-        for raw in text.splitlines():
-            line = raw.strip()
+        except (OSError, UnicodeDecodeError) as e:
+            reason = e.strerror if isinstance(e, OSError) else "not UTF-8 text"
+            raise ConfigError(f"cannot read Kafka properties file {path}: {reason}") from e
+        for lineno, line in _logical_lines(text):
+            key, value = _split_property(line)
+            where = f"Kafka properties file {path}, line {lineno}"
+            out[_checked_name(key, where)] = value
+    for n, pair in enumerate(pairs, 1):
+        key, sep, value = pair.partition("=")
+        where = f"--kafka-config entry {n}"
+        if not sep:
+            head = _split_property(pair.strip())[0]
+            # Name the would-be key only when something follows it: a lone word may be a secret.
+            hint = f" ({head!r})" if head != pair.strip() and _PROPERTY_NAME.fullmatch(head) else ""
+            raise ConfigError(f"{where}{hint} is not KEY=VALUE (the value is not shown)")
+        out[_checked_name(key.strip(), where)] = value
+    return out
+
+
+def _logical_lines(text: str) -> list[tuple[int, str]]:
+    """Non-comment lines with continuations joined, each with the number of its first line."""
+    out: list[tuple[int, str]] = []
+    pending: str | None = None
+    start = 0
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.lstrip()
+        if pending is None:
             if not line or line.startswith(("#", "!")):
                 continue
-            key, sep, value = line.partition("=")
-            if not sep:
-                raise ConfigError(f"{path}: expected KEY=VALUE, got {line!r}")
-            out[key.strip()] = value.strip()
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--kafka-config expects KEY=VALUE, got {pair!r}")
-        out[key.strip()] = value
+            start, pending = lineno, ""
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2:
+            pending += line[:-1]
+            continue
+        out.append((start, (pending + line).strip()))
+        pending = None
+    if pending is not None:
+        out.append((start, pending.strip()))
     return out
+
+
+def _split_property(line: str) -> tuple[str, str]:
+    """Java's rule: the key ends at the first unescaped ``=``, ``:`` or whitespace."""
+    m = re.match(r"((?:[^\\=:\s]|\\.)*)\s*[=:]?\s*(.*)", line, re.DOTALL)
+    assert m is not None  # the pattern matches every string
+    return m.group(1).replace("\\", ""), m.group(2)
+
+
+def _checked_name(key: str, where: str) -> str:
+    if not key:
+        raise ConfigError(f"{where}: empty property name (expected KEY=VALUE)")
+    if not _PROPERTY_NAME.fullmatch(key):
+        raise ConfigError(
+            f"{where}: not a librdkafka property name (letters, digits, '.', '_', '-'; "
+            "the entry is not shown in case it holds a secret)"
+        )
+    return key

@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 
 from confluent_kafka import KafkaException, TopicCollection
-from confluent_kafka.admin import AdminClient
 
+from statesnap.kafka.clients import new_admin
 from statesnap.kafka.config import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -21,7 +21,7 @@ _NO_ID = {"AAAAAAAAAAAAAAAAAAAAAA", "", "None"}
 
 def topic_id(settings: KafkaSettings, topic: str) -> str | None:
     """The topic's ID as Kafka prints it (base64), or None where the broker reports none."""
-    admin = AdminClient(settings.client_config())
+    admin = new_admin(settings)
     try:
         description = admin.describe_topics(TopicCollection([topic]), request_timeout=settings.timeout)[
             topic

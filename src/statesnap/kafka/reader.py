@@ -2,18 +2,27 @@
 
 "Caught up" is decided by librdkafka's partition-EOF event, not by the high watermark: the dev
 broker under-reports watermarks, and EOF is also exact on Apache Kafka.
+
+Nothing here waits forever. librdkafka retries a lost cluster silently (its "all brokers down"
+goes to ``error_cb``, never to ``consume()``), and a fetch beyond a partition's end either returns
+nothing (the dev broker) or is reset (Apache Kafka). So the reader watches its own progress: a
+reader that is still catching up and has seen neither a record nor an EOF for ``stall_timeout``
+seconds asks the cluster for metadata and raises :class:`BrokerUnavailableError` if it does not
+answer; a next offset beyond the log end raises :class:`OffsetOutOfRangeError`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
-from statesnap.errors import BrokerUnavailableError, KafkaError
+from statesnap.errors import BrokerUnavailableError, KafkaError, OffsetOutOfRangeError
+from statesnap.kafka.clients import new_consumer
 from statesnap.kafka.config import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -22,43 +31,74 @@ log = logging.getLogger(__name__)
 BATCH_SIZE = 10_000
 #: Without a short fetch wait, every end-of-data probe costs the broker's default (500 ms+).
 FETCH_WAIT_MS = 10
+#: A position beyond the fetched high watermark must persist this long before it is called out of
+#: range: right after a leader change Kafka's new leader may report a high watermark that lags.
+OUT_OF_RANGE_GRACE = 1.0
+#: Upper bound of the metadata probe that tells a lost cluster from a slow one.
+PROBE_TIMEOUT = 5.0
+_CLUSTER_DOWN = (RdKafkaError._ALL_BROKERS_DOWN, RdKafkaError._TRANSPORT, RdKafkaError._RESOLVE)
 
 
 class ChangelogReader:
     """Consumes *topic* from per-partition next offsets; never commits, never joins a group."""
 
-    def __init__(self, settings: KafkaSettings, topic: str, offsets: Mapping[int, int]) -> None:
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        topic: str,
+        offsets: Mapping[int, int],
+        *,
+        stall_timeout: float | None = None,
+    ) -> None:
+        """Assign *offsets* (partition → next offset to consume).
+
+        ``stall_timeout`` (default ``settings.timeout``): how long a reader that is not caught up
+        may go without a record or an EOF before it checks the cluster and gives up if it is gone.
+        """
         self.settings = settings
         self.topic = topic
         self.positions: dict[int, int] = dict(offsets)
         self.at_eof: set[int] = set()
+        self.stall_timeout = settings.timeout if stall_timeout is None else stall_timeout
         self._eof_offset: dict[int, int] = {}
         #: High watermarks as last seen by the consuming thread; a Consumer serves one thread at a
         #: time, so lag() reads these instead of calling into the consumer.
         self._high: dict[int, int] = {}
-        self._consumer = Consumer(
-            settings.client_config(
-                **{
-                    "group.id": f"statesnap-reader-{topic}",
-                    "enable.auto.commit": False,
-                    "enable.auto.offset.store": False,
-                    "enable.partition.eof": True,
-                    "auto.offset.reset": "earliest",
-                    "fetch.wait.max.ms": FETCH_WAIT_MS,
-                    # After an empty or partial fetch librdkafka backs off fetch.queue.backoff.ms
-                    # (default 1 s) before fetching again, idling the consumer most of the time
-                    # during catch-up: 5 ms measured 136 k → 925 k records/s on the dev broker.
-                    "fetch.queue.backoff.ms": 5,
-                    "fetch.max.bytes": 64 * 1024 * 1024,
-                    "max.partition.fetch.bytes": 16 * 1024 * 1024,
-                    "queued.max.messages.kbytes": 256 * 1024,
-                    "isolation.level": "read_committed",
-                }
-            )
+        self._last_progress = time.monotonic()
+        #: librdkafka's last word on the cluster being unreachable since the last progress.
+        self._cluster_error: str | None = None
+        self._beyond_since: dict[int, float] = {}
+        self._eof_seen = False
+        user_cb = settings.config.get("error_cb")
+        self._user_error_cb: Callable[[Any], None] | None = user_cb if callable(user_cb) else None
+        self._consumer = new_consumer(
+            settings,
+            **{
+                "group.id": f"statesnap-reader-{topic}",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": True,
+                # Never jump silently: an offset outside the log is reported (see _handle_error)
+                # instead of restarting at the beginning on top of a restored table.
+                "auto.offset.reset": "error",
+                "error_cb": self._on_client_error,
+                "fetch.wait.max.ms": FETCH_WAIT_MS,
+                # After an empty or partial fetch librdkafka backs off fetch.queue.backoff.ms
+                # (default 1 s) before fetching again, idling the consumer most of the time
+                # during catch-up: 5 ms measured 136 k → 925 k records/s on the dev broker.
+                "fetch.queue.backoff.ms": 5,
+                "fetch.max.bytes": 64 * 1024 * 1024,
+                "max.partition.fetch.bytes": 16 * 1024 * 1024,
+                "queued.max.messages.kbytes": 256 * 1024,
+                "isolation.level": "read_committed",
+            },
         )
+        self._assign()
+
+    def _assign(self) -> None:
         self._consumer.assign(
             [
-                TopicPartition(topic, p, off if off > 0 else OFFSET_BEGINNING)
+                TopicPartition(self.topic, p, off if off > 0 else OFFSET_BEGINNING)
                 for p, off in sorted(self.positions.items())
             ]
         )
@@ -77,7 +117,7 @@ class ChangelogReader:
         try:
             messages: list[Any] = self._consumer.consume(BATCH_SIZE, timeout)
         except KafkaException as e:
-            raise KafkaError(f"consuming {self.topic!r}: {e}") from e
+            raise KafkaError(f"consuming {self.topic!r} from {self.settings.bootstrap_servers}: {e}") from e
         batches: dict[int, list[Any]] = {}
         current_p = -1
         current: list[Any] = []
@@ -102,24 +142,135 @@ class ChangelogReader:
                 continue
             if high is not None and high >= 0:
                 self._high[p] = int(high)
+        if batches or self._eof_seen:
+            self._eof_seen = False
+            self._progressed()
+        elif not self.caught_up:
+            self._check_waiting()
         return batches
+
+    def _progressed(self) -> None:
+        self._last_progress = time.monotonic()
+        self._beyond_since.clear()
+
+    def _cluster_answers(self) -> None:
+        """An EOF or a metadata answer came from the cluster (queued records may not have)."""
+        if self._cluster_error is not None:
+            log.info("Kafka cluster at %s answers again", self.settings.bootstrap_servers)
+            self._cluster_error = None
+
+    def _waiting_for(self) -> list[int]:
+        return sorted(set(self.positions) - self.at_eof)
+
+    def _check_waiting(self) -> None:
+        """No record and no EOF in this poll while partitions still wait for the log end."""
+        now = time.monotonic()
+        for p in self._waiting_for():
+            high = self._cached_high(p)
+            pos = self.positions[p]
+            if high is None or pos <= high:
+                self._beyond_since.pop(p, None)
+                continue
+            since = self._beyond_since.setdefault(p, now)
+            if now - since >= OUT_OF_RANGE_GRACE:
+                raise OffsetOutOfRangeError(self.topic, p, pos, high, self.settings.bootstrap_servers)
+        stalled = now - self._last_progress
+        if stalled < self.stall_timeout:
+            return
+        probe_timeout = 1.0 if self._cluster_error else min(PROBE_TIMEOUT, max(1.0, self.stall_timeout))
+        try:
+            # All topics: naming one makes auto-creating brokers create a topic that was deleted.
+            self._consumer.list_topics(timeout=probe_timeout)
+        except KafkaException as e:
+            reason = self._cluster_error or str(e.args[0].str() if e.args else e)
+            raise BrokerUnavailableError(
+                f"lost the Kafka cluster at {self.settings.bootstrap_servers}: no record and no "
+                f"end-of-partition for {stalled:.0f}s on topic {self.topic!r} while partitions "
+                f"{self._waiting_for()} still wait for the log end ({reason})"
+            ) from e
+        self._cluster_answers()
+        log.warning(
+            "no progress for %.0fs on topic %r partitions %s although the cluster at %s answers",
+            stalled,
+            self.topic,
+            self._waiting_for(),
+            self.settings.bootstrap_servers,
+        )
+        self._last_progress = now
+
+    def _cached_high(self, p: int) -> int | None:
+        """The high watermark of the last fetch response (exact, unlike a watermark query)."""
+        try:
+            _low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), cached=True)
+        except KafkaException:
+            return None
+        return int(high) if high is not None and high >= 0 else None
+
+    def _on_client_error(self, err: Any) -> None:
+        """librdkafka's error_cb: called from consume() on the consuming thread."""
+        if err.code() in _CLUSTER_DOWN:
+            if self._cluster_error is None:
+                log.warning(
+                    "Kafka cluster at %s unreachable (%s); %s",
+                    self.settings.bootstrap_servers,
+                    err.str(),
+                    "waiting for it"
+                    if self.caught_up
+                    else f"giving up unless it answers within {self.stall_timeout:g}s",
+                )
+            self._cluster_error = err.str()
+        else:
+            log.debug("Kafka client error at %s: %s", self.settings.bootstrap_servers, err.str())
+        if self._user_error_cb is not None:
+            self._user_error_cb(err)
 
     def _handle_error(self, err: Any, msg: Any) -> None:
         code = err.code()
         if code == RdKafkaError._PARTITION_EOF:
             self.at_eof.add(msg.partition())
             self._eof_offset[msg.partition()] = msg.offset()
+            self._eof_seen = True
+            self._cluster_answers()
             return
-        if code in (RdKafkaError._TRANSPORT, RdKafkaError._ALL_BROKERS_DOWN):
-            if err.fatal() or code == RdKafkaError._ALL_BROKERS_DOWN:
-                raise BrokerUnavailableError(
-                    f"lost the Kafka cluster at {self.settings.bootstrap_servers}: {err.str()}"
-                )
-            log.warning("transient Kafka error on %s: %s", self.topic, err.str())
+        if code == RdKafkaError._AUTO_OFFSET_RESET:
+            self._offset_not_available(msg.partition(), err)
+            return
+        if code in _CLUSTER_DOWN and not err.fatal():
+            self._on_client_error(err)
             return
         if err.fatal():
-            raise KafkaError(f"fatal error consuming {self.topic!r}: {err.str()}")
+            raise KafkaError(
+                f"fatal error consuming {self.topic!r} from {self.settings.bootstrap_servers}: {err.str()}"
+            )
         log.warning("Kafka error on %s: %s", self.topic, err.str())
+
+    def _offset_not_available(self, p: int, err: Any) -> None:
+        """The broker answered OFFSET_OUT_OF_RANGE: below the log start (retention deleted records
+        before we read them) we continue at the log start, as a full replay would; beyond the log
+        end the offsets are another incarnation's."""
+        pos = self.positions.get(p, 0)
+        try:
+            low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(self.topic, p), timeout=self.settings.timeout, cached=False
+            )
+        except KafkaException as e:
+            raise BrokerUnavailableError(
+                f"cannot read the offsets of {self.topic!r} [{p}] from {self.settings.bootstrap_servers}: {e}"
+            ) from e
+        if pos >= low:
+            raise OffsetOutOfRangeError(self.topic, p, pos, int(high), self.settings.bootstrap_servers)
+        log.warning(
+            "topic %r partition %d: offsets %d..%d were deleted by retention before they were read; "
+            "continuing at %d (%s)",
+            self.topic,
+            p,
+            pos,
+            low - 1,
+            low,
+            err.str(),
+        )
+        self.positions[p] = int(low)
+        self._assign()
 
     def lag(self) -> dict[int, int]:
         """Records behind per partition from the watermarks the consuming thread saw last; safe

@@ -1,0 +1,361 @@
+"""Reading a changelog as a member of a consumer group: partitions come and go at rebalances.
+
+The group decides which partitions this member owns; where each one starts is statesnap's
+business, never the group's committed offsets: a partition gained in a rebalance is restored from
+the newest checkpoint by the :class:`RebalanceListener`, which answers with the offsets to resume
+from. The offsets committed to the group (at commit points and on revocation) are informational,
+for lag monitoring tools.
+
+Protocols. ``partition.assignment.strategy`` decides (default ``roundrobin``, eager: every
+rebalance revokes everything, then assigns). ``cooperative-sticky`` moves only the partitions
+that change owner; it needs a broker that completes the cooperative rounds promptly (Apache
+Kafka does; the dev broker leaves moved partitions unassigned for many seconds, so it is not the
+default). The KIP-848 protocol (``group.protocol=consumer``) never assigns on the dev broker.
+
+Eager rebalances revoke partitions that often come straight back: a revoked partition is
+*suspended* (its rows kept, readable, not consumed) until the assignment; if it comes back it
+continues from its position, else it is dropped. A partition revoked cooperatively is dropped at
+once; one *lost* (the session expired: another member may own it already) is dropped without
+being handed over.
+
+"Caught up" is partition EOF, as in :mod:`statesnap.kafka.reader`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+from confluent_kafka import KafkaError as RdKafkaError
+
+from statesnap.errors import BrokerUnavailableError, KafkaError, OffsetOutOfRangeError
+from statesnap.kafka.clients import new_consumer
+from statesnap.kafka.config import KafkaSettings
+from statesnap.kafka.reader import BATCH_SIZE, FETCH_WAIT_MS
+
+__all__ = ["DEFAULT_SESSION_TIMEOUT_MS", "DEFAULT_STRATEGY", "GroupReader", "RebalanceListener"]
+
+log = logging.getLogger(__name__)
+
+#: Eager round-robin: balanced, and complete on the dev broker in one ~3 s round.
+DEFAULT_STRATEGY = "roundrobin"
+#: A dead member's partitions move after this long (Kafka's default is 45 s). 6 s is the lowest
+#: session timeout Apache Kafka accepts by default, and the dev broker's joins take about half of
+#: it (~23 s with 45 s).
+DEFAULT_SESSION_TIMEOUT_MS = 6000
+_CLUSTER_DOWN = (RdKafkaError._ALL_BROKERS_DOWN, RdKafkaError._TRANSPORT, RdKafkaError._RESOLVE)
+
+
+class RebalanceListener(Protocol):
+    """What the owner of a :class:`GroupReader` does at rebalances; called on the consuming
+    thread, inside :meth:`GroupReader.poll` (or :meth:`GroupReader.close`)."""
+
+    def partitions_gained(self, partitions: list[int]) -> Mapping[int, int]:
+        """Restore *partitions*; return the next offset to consume for each."""
+        ...
+
+    def partitions_leaving(self, partitions: list[int]) -> None:
+        """*partitions* are revoked: still owned and exact at the reader's positions (hand them
+        over: commit, checkpoint). Their rows are dropped later, by :meth:`partitions_dropped`."""
+        ...
+
+    def partitions_dropped(self, partitions: list[int]) -> None:
+        """*partitions* belong to another member now: forget their rows."""
+        ...
+
+
+class GroupReader:
+    """Consumes *topic* as a member of consumer group *group*; see the module docstring.
+
+    Read by the table like :class:`~statesnap.kafka.reader.ChangelogReader`: ``positions`` (next
+    offset per partition consumed now), ``at_eof``, ``caught_up``, ``poll``, ``lag``, ``close``.
+    """
+
+    def __init__(self, settings: KafkaSettings, topic: str, group: str, listener: RebalanceListener) -> None:
+        self.settings = settings
+        self.topic = topic
+        self.group = group
+        self.listener = listener
+        strategy = str(settings.config.get("partition.assignment.strategy", DEFAULT_STRATEGY))
+        self.cooperative = "cooperative" in strategy
+        self.positions: dict[int, int] = {}
+        self.at_eof: set[int] = set()
+        #: Gained partitions that have not reached their end since (reads of them are refused).
+        self.restoring: set[int] = set()
+        #: Eager protocol: revoked partitions (next offset) until the assignment says where they go.
+        self.suspended: dict[int, int] = {}
+        #: Whether the group has given this member an assignment yet (possibly empty).
+        self.assigned = False
+        self.rebalances = 0
+        self._eof_offset: dict[int, int] = {}
+        self._high: dict[int, int] = {}
+        #: Partitions revoked during the current consume() call: messages of theirs already
+        #: collected into its batch are from before the revocation and must not be applied.
+        self._revoked_in_call: set[int] = set()
+        defaults = {
+            "partition.assignment.strategy": DEFAULT_STRATEGY,
+            "session.timeout.ms": DEFAULT_SESSION_TIMEOUT_MS,
+            "heartbeat.interval.ms": 1000,
+        }
+        self._consumer = new_consumer(
+            settings,
+            **{k: v for k, v in defaults.items() if k not in settings.config},
+            **{
+                "group.id": group,
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "enable.partition.eof": True,
+                "auto.offset.reset": "error",
+                "fetch.wait.max.ms": FETCH_WAIT_MS,
+                "fetch.queue.backoff.ms": 5,
+                "isolation.level": "read_committed",
+                "error_cb": self._on_client_error,
+            },
+        )
+        self._consumer.subscribe(
+            [topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
+
+    # --- state ---------------------------------------------------------------------------------
+
+    @property
+    def caught_up(self) -> bool:
+        """An assignment arrived and every partition consumed now is at its end."""
+        return self.assigned and self.at_eof >= set(self.positions)
+
+    @property
+    def owned(self) -> set[int]:
+        """Partitions whose rows this member holds: consumed now, or suspended in a rebalance."""
+        return set(self.positions) | set(self.suspended)
+
+    def readable(self, partition: int) -> bool:
+        """Whether reads of *partition* are served: owned, and not still being restored."""
+        return (
+            partition in self.positions or partition in self.suspended
+        ) and partition not in self.restoring
+
+    # --- rebalance callbacks (on the consuming thread) -----------------------------------------
+
+    def _ours(self, parts: list[Any]) -> list[int]:
+        return sorted(tp.partition for tp in parts if tp.topic == self.topic)
+
+    def _on_assign(self, consumer: Any, parts: list[Any]) -> None:
+        new = self._ours(parts)
+        kept = [p for p in new if p in self.suspended]
+        gone = sorted(set(self.suspended) - set(new))
+        if gone:
+            self.listener.partitions_dropped(gone)
+        for p in kept:
+            self.positions[p] = self.suspended[p]
+        self.suspended.clear()
+        gained = [p for p in new if p not in kept and p not in self.positions]
+        if gained:
+            offsets = self.listener.partitions_gained(gained)
+            for p in gained:
+                self.positions[p] = offsets[p]
+                self.restoring.add(p)
+        for p in new:
+            self.at_eof.discard(p)
+        tps = [TopicPartition(self.topic, p, self._start(p)) for p in new]
+        if self.cooperative:
+            consumer.incremental_assign(tps)
+        else:
+            consumer.assign(tps)
+        self.assigned = True
+        self.rebalances += 1
+        log.info(
+            "group %s: assigned %s of %r (gained %s, kept %s, dropped %s)",
+            self.group,
+            new,
+            self.topic,
+            gained,
+            kept,
+            gone,
+        )
+
+    def _start(self, p: int) -> int:
+        pos = self.positions[p]
+        return pos if pos > 0 else OFFSET_BEGINNING
+
+    def _on_revoke(self, consumer: Any, parts: list[Any]) -> None:
+        revoked = [p for p in self._ours(parts) if p in self.positions]
+        self._revoked_in_call.update(revoked)
+        if revoked:
+            self.listener.partitions_leaving(revoked)
+            self.commit(revoked, asynchronous=False)
+        for p in revoked:
+            pos = self.positions.pop(p)
+            self.at_eof.discard(p)
+            if self.cooperative:
+                self.restoring.discard(p)
+            else:
+                self.suspended[p] = pos
+        if self.cooperative:
+            if revoked:
+                self.listener.partitions_dropped(revoked)
+            consumer.incremental_unassign(parts)
+        else:
+            consumer.unassign()
+        log.info("group %s: revoked %s of %r", self.group, revoked, self.topic)
+
+    def _on_lost(self, consumer: Any, parts: list[Any]) -> None:
+        lost = sorted(set(self._ours(parts)) & self.owned)
+        self._revoked_in_call.update(lost)
+        for p in lost:
+            self.positions.pop(p, None)
+            self.suspended.pop(p, None)
+            self.at_eof.discard(p)
+            self.restoring.discard(p)
+        if lost:
+            self.listener.partitions_dropped(lost)
+        if self.cooperative:
+            consumer.incremental_unassign(parts)
+        else:
+            consumer.unassign()
+        log.warning("group %s: lost %s of %r (session expired); dropped", self.group, lost, self.topic)
+
+    # --- consuming -----------------------------------------------------------------------------
+
+    def poll(self, timeout: float = 0.5) -> dict[int, list[Any]]:
+        """The next batch of messages of owned partitions, grouped by partition, in offset order;
+        rebalance callbacks run in here."""
+        self._revoked_in_call = set()
+        try:
+            messages: list[Any] = self._consumer.consume(BATCH_SIZE, timeout)
+        except KafkaException as e:
+            raise KafkaError(f"consuming {self.topic!r} from {self.settings.bootstrap_servers}: {e}") from e
+        stale = self._revoked_in_call
+        batches: dict[int, list[Any]] = {}
+        for msg in messages:
+            p = msg.partition()
+            if msg.error() is not None:
+                self._handle_error(msg.error(), msg, stale)
+                continue
+            if p in stale or p not in self.positions or msg.offset() < self.positions[p]:
+                continue
+            batches.setdefault(p, []).append(msg)
+        for p, msgs in batches.items():
+            self.positions[p] = msgs[-1].offset() + 1
+            if msgs[-1].offset() >= self._eof_offset.get(p, -1):
+                self.at_eof.discard(p)
+            self._note_high(p)
+        for p in stale & set(self.positions):
+            self._seek(p)  # revoked and assigned again within one call: refetch from our position
+        return batches
+
+    def _note_high(self, p: int) -> None:
+        try:
+            _low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), cached=True)
+        except KafkaException:
+            return
+        if high is not None and high >= 0:
+            self._high[p] = int(high)
+
+    def _seek(self, p: int) -> None:
+        try:
+            self._consumer.seek(TopicPartition(self.topic, p, self._start(p)))
+        except KafkaException as e:
+            log.debug("seek %s [%d] to %d: %s", self.topic, p, self.positions[p], e)
+
+    def _handle_error(self, err: Any, msg: Any, stale: set[int]) -> None:
+        code = err.code()
+        p = msg.partition()
+        if code == RdKafkaError._PARTITION_EOF:
+            if p in self.positions and p not in stale and msg.offset() >= self.positions[p]:
+                self.at_eof.add(p)
+                self._eof_offset[p] = msg.offset()
+                self.restoring.discard(p)
+            return
+        if code == RdKafkaError._AUTO_OFFSET_RESET and p in self.positions:
+            self._offset_not_available(p)
+            return
+        if err.fatal():
+            raise KafkaError(
+                f"fatal error consuming {self.topic!r} in group {self.group!r} from "
+                f"{self.settings.bootstrap_servers}: {err.str()}"
+            )
+        if code in _CLUSTER_DOWN:
+            self._on_client_error(err)
+            return
+        log.warning("Kafka error on %s (group %s): %s", self.topic, self.group, err.str())
+
+    def _offset_not_available(self, p: int) -> None:
+        """Below the log start (retention deleted records first) continue at the log start, as
+        a full replay would; beyond the log end the offsets are another incarnation's."""
+        pos = self.positions[p]
+        try:
+            low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(self.topic, p), timeout=self.settings.timeout, cached=False
+            )
+        except KafkaException as e:
+            raise BrokerUnavailableError(
+                f"cannot read the offsets of {self.topic!r} [{p}] from {self.settings.bootstrap_servers}: {e}"
+            ) from e
+        if pos >= low:
+            raise OffsetOutOfRangeError(self.topic, p, pos, int(high), self.settings.bootstrap_servers)
+        log.warning(
+            "topic %r partition %d: offsets %d..%d deleted by retention; continuing at %d",
+            self.topic,
+            p,
+            pos,
+            low - 1,
+            low,
+        )
+        self.positions[p] = int(low)
+        self._seek(p)
+
+    def _on_client_error(self, err: Any) -> None:
+        level = logging.WARNING if err.code() in _CLUSTER_DOWN else logging.DEBUG
+        log.log(
+            level,
+            "Kafka client error (group %s) at %s: %s",
+            self.group,
+            self.settings.bootstrap_servers,
+            err.str(),
+        )
+        user_cb = self.settings.config.get("error_cb")
+        if callable(user_cb):
+            user_cb(err)
+
+    # --- the group's offsets (informational) ---------------------------------------------------
+
+    def commit(self, partitions: list[int] | None = None, *, asynchronous: bool = True) -> None:
+        """Commit our positions to the group, for lag monitoring; never read back by statesnap."""
+        parts = sorted(self.positions) if partitions is None else partitions
+        offsets = [
+            TopicPartition(self.topic, p, self.positions[p]) for p in parts if self.positions.get(p, 0) > 0
+        ]
+        if not offsets:
+            return
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=asynchronous)
+        except KafkaException as e:
+            log.debug("group %s: offset commit failed (informational only): %s", self.group, e)
+
+    def log_start(self, partitions: list[int]) -> dict[int, int]:
+        """The first offset still stored per partition (exact, unlike the high watermark)."""
+        out = {}
+        for p in partitions:
+            try:
+                low, _high = self._consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, p), timeout=self.settings.timeout, cached=False
+                )
+            except KafkaException as e:
+                raise BrokerUnavailableError(
+                    f"cannot read offsets of {self.topic!r} from {self.settings.bootstrap_servers}: {e}"
+                ) from e
+            out[p] = max(0, int(low))
+        return out
+
+    def lag(self) -> dict[int, int]:
+        """Records behind per partition from the last watermarks seen (0 at EOF); any thread."""
+        return {
+            p: 0 if p in self.at_eof else max(0, self._high.get(p, pos) - pos)
+            for p, pos in list(self.positions.items())
+        }
+
+    def close(self) -> None:
+        """Leave the group (the listener sees the revocation first)."""
+        self._consumer.close()
