@@ -13,6 +13,23 @@ Reads: a table is a typed ``Mapping`` (:mod:`statesnap.reads`). Hooks (``on_upda
 :mod:`statesnap.hooks`. ``Table(..., generation=G, tail=False)`` is the table exactly as
 snapshot G holds it: restored, never replayed, read-only.
 
+Consumer groups: ``Table(..., group="orders-svc")`` shares the topic's partitions among every
+instance started with that group, with Kafka's rebalancing (:mod:`statesnap.membership`). Each
+instance holds only the partitions the group assigns it: a partition it gains is restored from
+the newest checkpoint and replayed from there; one it loses is first handed over (a checkpoint of
+what it owns, reported to the snapshot in progress or to a new one) and then dropped. Snapshots
+name tasks by current ownership, so one completes after an instance dies and its partitions move.
+Reads of a key whose partition the instance does not serve (another instance owns it, or it is
+still being restored after a rebalance) raise :class:`~statesnap.errors.PartitionNotOwnedError`;
+the key's partition comes from the producers' partitioner (``partitioner``, default Kafka's
+``murmur2_random``) and ``partition_for(key)`` tells it, for routing. ``len``, iteration and scans
+cover the rows the instance holds. The assignment strategy is librdkafka's
+``partition.assignment.strategy`` (default ``roundrobin``; ``cooperative-sticky`` on brokers that
+run cooperative rebalances promptly), the session timeout ``session.timeout.ms`` (default 6 s: a
+dead instance's partitions move after that long), both settable through ``kafka_config``. The
+offsets committed to the group are informational (lag tools); restores never read them. The
+restore listener sees only the restore that ``start()`` does, not later rebalances.
+
 Commit points happen every ``commit_interval``: the store is flushed and, when
 ``checkpoint_interval`` has elapsed since the last checkpoint, one is written — so the real
 checkpoint interval is a multiple of the commit interval. Writing a checkpoint is, in order:
@@ -23,12 +40,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Generic
+from typing import Any, Generic, cast
 
 from statesnap.aio import AsyncWaiters
 from statesnap.blob import BlobStore, open_blob_store
@@ -44,6 +64,7 @@ from statesnap.errors import (
     BlobStoreError,
     CheckpointError,
     ConfigError,
+    KafkaError,
     ReadOnlyTableError,
     TableStateError,
 )
@@ -61,8 +82,10 @@ from statesnap.hooks import (
 from statesnap.kafka.admin import KafkaAdmin, log_start_offsets
 from statesnap.kafka.config import KafkaSettings
 from statesnap.kafka.identity import topic_id
+from statesnap.kafka.partitioner import PartitionerSpec
 from statesnap.kafka.reader import ChangelogReader
-from statesnap.reads import K, SerdeName, SerdeOf, StoreName, TableReads, V
+from statesnap.membership import FIRST_ASSIGNMENT_TIMEOUT, GroupMembership, check_group_options
+from statesnap.reads import K, SerdeName, SerdeOf, StoreName, TableReads, V, row_origin
 from statesnap.restoring import CheckpointLoad, ProgressCallback, RestoreReport, gc_paused, load_checkpoint
 from statesnap.rowfilter import RowFilter
 from statesnap.serde import SchemaRegistry, Serde, resolve_serde
@@ -83,7 +106,8 @@ TAIL_POLL = 0.02
 
 
 class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
-    """A keyed table over *topic* (all partitions, assigned without a consumer group).
+    """A keyed table over *topic*: all partitions, a static share (``instance``/``instances``),
+    or the partitions a consumer group assigns (``group``; see the module docstring).
 
     ``Table[K, V]`` is a read-only ``Mapping[K, V]`` (iteration in key order, ``keys``,
     ``values``, ``items``, ``get``, ``in``, ``len``, ``scan``); see :mod:`statesnap.reads`.
@@ -114,6 +138,8 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
         timeout: float = 15.0,
         instance: int | None = None,
         instances: int | None = None,
+        group: str | None = None,
+        partitioner: PartitionerSpec = "murmur2_random",
         task_id: str | None = None,
         snapshot_timeout: str | float | timedelta = "60s",
         snapshot_store: str | None = None,
@@ -154,7 +180,13 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
             partitions: own only these partitions (default: all).
             instance, instances: static assignment: own partitions ``p`` with ``p % instances ==
                 instance``; each instance is a task of the table's snapshots.
-            task_id: this task's name in snapshots (default ``instance-<i>`` or ``main``).
+            group: take partitions from this Kafka consumer group, with rebalancing (see the
+                module docstring); not with *instance*, *partitions*, *generation* or read-only.
+            partitioner: the producers' partitioner (``murmur2_random``: Java clients' default;
+                ``consistent_random``: librdkafka's; or a function ``(key_bytes, n) -> p``): in
+                a group, it tells which partition a key read belongs to.
+            task_id: this task's name in snapshots (default ``instance-<i>``, ``main``, or for a
+                group ``<group>-<host>-<pid>-<random>``: unique per instance).
             snapshot_timeout: a snapshot not complete within this is marked FAILED.
             snapshot_store: where snapshot records live: ``blob`` (beside the checkpoints, the
                 default) or ``topic:NAME`` (a Kafka topic on this cluster); default
@@ -190,6 +222,8 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
         self.wanted_partitions = None if partitions is None else tuple(sorted(set(partitions)))
         if (instance is None) != (instances is None):
             raise ConfigError("instance and instances go together")
+        if group is not None:
+            check_group_options(group, instance, partitions, generation, read_only or not tail)
         if instance is not None and instances is not None:
             if not 0 <= instance < instances:
                 raise ConfigError(f"instance must be in [0, {instances}), got {instance}")
@@ -223,6 +257,11 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
         self.repo: CheckpointRepository | None = None
         self.snapshots: SnapshotTask | None = None
         self.task_id = task_id or (f"instance-{instance}" if instance is not None else "main")
+        self.group = group
+        self._membership: GroupMembership | None = None
+        if group is not None:
+            self._membership = GroupMembership(cast("Table[object, object]", self), group, partitioner)
+            self.task_id = task_id or f"{group}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.snapshot_timeout = parse_duration(snapshot_timeout)
         self.snapshot_store = snapshot_store
         self.report = RestoreReport()
@@ -252,6 +291,8 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
         self.cluster_id = admin.cluster_id()
         info = admin.describe_topic(self.topic)
         all_partitions = info.partitions
+        if self._membership is not None:
+            return self._start_in_group(info.partitions, info.compacted, info.delete_retention_ms, progress)
         if self.wanted_partitions is not None:
             missing = set(self.wanted_partitions) - set(all_partitions)
             if missing:
@@ -273,13 +314,7 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
             topic_id=topic_id(self.settings, self.topic) if self.repo is not None else None,
         )
         started = time.monotonic()
-        if self._store_kind == "auto" and self.repo is not None:
-            latest = self.repo.latest()
-            kind = auto_store_kind(latest.total_rows if latest is not None else None)
-            if kind != "memory":
-                self.store.close()
-                self.store = open_state_store(kind, path=self._store_path, name=self.name)
-            log.info("table %s: store auto → %s", self.name, kind)
+        self._pick_store()
         manifest = self._restore_checkpoint(state)
         self.report.load_seconds = time.monotonic() - started
         self._restored = manifest
@@ -311,6 +346,64 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
             # close() from another thread waits for this before it closes the reader.
             self._restore_done.set()
         self.report.replay_seconds = time.monotonic() - started
+        return self._started()
+
+    def _pick_store(self) -> None:
+        """``store="auto"``: the kind that suits the size of the checkpoint to restore."""
+        if self._store_kind == "auto" and self.repo is not None:
+            latest = self.repo.latest()
+            kind = auto_store_kind(latest.total_rows if latest is not None else None)
+            if kind != "memory":
+                self.store.close()
+                self.store = open_state_store(kind, path=self._store_path, name=self.name)
+            log.info("table %s: store auto → %s", self.name, kind)
+
+    def _start_in_group(
+        self,
+        all_partitions: tuple[int, ...],
+        compacted: bool,
+        delete_retention_ms: int,
+        progress: ProgressCallback | None,
+    ) -> RestoreReport:
+        """Join the consumer group; return once the first assignment is restored and caught up."""
+        assert self._membership is not None
+        if self.blob is not None:
+            self.blob.check(writable=False)
+            self.repo = CheckpointRepository.for_table(self.blob, self.cluster_id, self.name)
+        tid = topic_id(self.settings, self.topic) if self.repo is not None else None
+        state = TopicState(
+            self.topic, self.cluster_id, all_partitions, {}, compacted, delete_retention_ms, topic_id=tid
+        )
+        self._pick_store()
+        if self.repo is not None:
+            self._join_snapshots(all_partitions, None, tid)
+        started = time.monotonic()
+        reader = self._membership.join(state)
+        # Duck-typed: the freshness mixin reads positions, caught_up and lag() (see freshness.py).
+        self._reader = cast(ChangelogReader, reader)
+        self._state = "restoring"
+        try:
+            with gc_paused():
+                while not reader.caught_up:
+                    if self._stop.is_set():
+                        raise TableStateError("finish restoring", "closed", "restoring")
+                    if not reader.assigned and time.monotonic() - started > FIRST_ASSIGNMENT_TIMEOUT:
+                        raise KafkaError(
+                            f"consumer group {self.group!r} assigned no partitions of {self.topic!r} "
+                            f"within {FIRST_ASSIGNMENT_TIMEOUT:.0f}s (is the broker's group coordinator "
+                            "reachable? group.protocol=consumer is not supported)"
+                        )
+                    self.report.replayed_records += self._consume(CATCH_UP_POLL)
+                    if progress is not None:
+                        progress(self.report.replayed_records, len(reader.at_eof), len(reader.positions))
+            self._state = "running"
+        finally:
+            self._restore_done.set()
+        self.report.replay_seconds = time.monotonic() - started
+        return self._started()
+
+    def _started(self) -> RestoreReport:
+        """Restored and caught up: log it, start the snapshot watcher and the consuming thread."""
         self._last_commit = self._last_checkpoint_at = time.monotonic()
         log.info(
             "table %s restored: checkpoint=%s (%d keys) + %d records replayed in %.2fs",
@@ -464,6 +557,8 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
         with self._lock:
             self.store.flush()
             self._last_commit = time.monotonic()
+            if self._membership is not None and self._membership.reader is not None:
+                self._membership.reader.commit()  # the group's offsets, for lag monitoring
             if self.snapshots is None:
                 return None
             due = self._last_commit - self._last_checkpoint_at >= self.checkpoint_interval.total_seconds()
@@ -491,7 +586,7 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
     def _task_state(self) -> TaskState:
         assert self._reader is not None
         return TaskState(
-            {p: self._reader.positions[p] for p in self.partitions},
+            dict(self._reader.positions),
             self.store.export,
             self.store.changes,
             self.store.mark_checkpointed,
@@ -518,6 +613,8 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
             if checkpoint and self._state == "running" and self._thread_error is None and not self.read_only:
                 self.checkpoint()
         finally:
+            if self._membership is not None:
+                self._membership.closing = True  # leaving the group: no hand-over, no drops
             if self.snapshots is not None:
                 self.snapshots.close()
             if self._reader is not None:
@@ -572,6 +669,40 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
         if action is not None:
             self._require(action, "running")
         return self.store
+
+    # In a consumer group a key lookup first checks that this instance serves the key's partition.
+
+    def _check_key(self, raw_key: bytes) -> None:
+        membership = self._membership
+        assert membership is not None
+        reader = membership.reader
+        if reader is not None and not reader.readable(membership.partition_for(raw_key)):
+            membership.check_read(raw_key, row_origin(self.store, raw_key))
+
+    def __getitem__(self, key: K) -> V:
+        if self._membership is not None and self._state == "running":
+            self._check_key(self.key_serde.serialize(key))
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        if self._membership is not None and self._state == "running":
+            self._check_key(self.key_serde.serialize(key))
+        return super().__contains__(key)
+
+    def get_raw(self, key: bytes) -> bytes | None:
+        if self._membership is not None and self._state == "running":
+            self._check_key(key)
+        return super().get_raw(key)
+
+    def partition_for(self, key: K | bytes) -> int:
+        """The partition *key* (an object for the key serde, or raw bytes) is produced to, by the
+        table's ``partitioner``: for routing a read to the group member that owns it."""
+        raw = bytes(key) if isinstance(key, bytes | bytearray | memoryview) else self.key_serde.serialize(key)
+        if self._membership is None:
+            raise TableStateError("tell a key's partition", "not in a consumer group", "Table(group=...)")
+        if not self._membership.partition_count:
+            raise TableStateError("tell a key's partition", self._state, "started")
+        return self._membership.partition_for(raw)
 
     def _serdes(self) -> tuple[Serde, Serde]:
         return self.key_serde, self.value_serde

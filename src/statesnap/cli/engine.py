@@ -73,6 +73,8 @@ PYTHON_ONLY = {
     "store": "the Spark engine keeps no local state store (its tasks fold straight into files)",
     "instances": "the Spark engine reads every partition in one parallel job; run one Spark "
     "materializer per table, or --engine python for --instance/--instances",
+    "group": "the Spark engine reads every partition in one parallel job and joins no consumer "
+    "group; run one Spark materializer per table, or --engine python for --group",
 }
 SPARK_ONLY = {
     "spark_checkpoint_location": "only the Spark engine keeps a streaming checkpoint",

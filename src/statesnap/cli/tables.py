@@ -137,6 +137,14 @@ def _table(
 @click.option("--instance", type=int, default=None, help="python engine: with --instances, own p % N == I.")
 @click.option("--instances", type=int, default=None, help="python engine: tasks the partitions spread over.")
 @click.option(
+    "--group",
+    default=None,
+    envvar="STATESNAP_GROUP",
+    help="python engine, with --follow: take partitions from this Kafka consumer group, rebalanced "
+    "as instances come and go (each restores the partitions it gains from the newest checkpoint and "
+    "checkpoints those it hands over). Not with --instance/--instances. [env: STATESNAP_GROUP]",
+)
+@click.option(
     "--generation", type=int, default=None, help="Continue from this snapshot generation, not the newest."
 )
 @click.option("--snapshot-timeout", default="60s", show_default=True, help="Fail snapshots not done by then.")
@@ -171,6 +179,7 @@ def materialize(
     commit_interval: str,
     instance: int | None,
     instances: int | None,
+    group: str | None,
     generation: int | None,
     snapshot_timeout: str,
     snapshot_store: str | None,
@@ -190,6 +199,19 @@ def materialize(
     Every option means the same on both engines or is refused, in one line, by the one that cannot
     honour it; --json prints the same keys on both.
     """
+    if group is not None and (instance is not None or instances is not None):
+        raise click.UsageError(
+            "--group and --instance/--instances are two ways of sharing partitions; pick one"
+        )
+    if group is not None and not follow:
+        raise click.UsageError(
+            "--group needs --follow: a group member holds only the partitions it is assigned, so a "
+            "one-shot materialize could not checkpoint the whole table"
+        )
+    if group is not None and generation is not None:
+        raise click.UsageError(
+            "--group restores each partition it gains from the newest checkpoint; not with --generation"
+        )
     interval = parse_duration(checkpoint_interval)
     grace = parse_duration(orphan_grace) if orphan_grace else max(timedelta(hours=1), 2 * interval)
     retention = RetentionPolicy(min_count, parse_duration(min_age), grace)
@@ -201,7 +223,11 @@ def materialize(
         backlog = estimate_table_backlog(settings, topic, name, checkpoints, options)
     choice = choose_engine(
         engine,
-        python_only={"store": store is not None, "instances": instance is not None or instances is not None},
+        python_only={
+            "store": store is not None,
+            "instances": instance is not None or instances is not None,
+            "group": group is not None,
+        },
         spark_only={
             "spark_checkpoint_location": bool(spark_checkpoint_location),
             "spark_conf": bool(spark_conf),
@@ -246,6 +272,7 @@ def materialize(
             follow=follow,
             instance=instance,
             instances=instances,
+            group=group,
             generation=generation,
             snapshot_timeout=snapshot_timeout,
             snapshot_store=snapshot_store,
@@ -300,8 +327,10 @@ def _materialize_in_python(
             for sig in (signal.SIGINT, signal.SIGTERM):
                 signal.signal(sig, lambda *_: stop.set())
             if not quiet:
+                member = f" as {t.task_id} of consumer group {t.group}" if t.group else ""
                 click.echo(
-                    f"following {topic}; checkpoints every {kwargs['checkpoint_interval']} (Ctrl-C to stop)",
+                    f"following {topic}{member}; checkpoints every {kwargs['checkpoint_interval']} "
+                    "(Ctrl-C to stop)",
                     err=True,
                 )
             while not stop.wait(0.5):

@@ -7,12 +7,17 @@ and reports them (:meth:`Participant.submit`). The orchestrator commits the mani
 snapshot ``COMPLETED`` when the reports cover every partition, then the completing process runs
 retention GC through :meth:`SnapshotApi.gc`. A single writer owns every partition, so its report
 completes the snapshot at once.
+
+Ownership may change (a table in a consumer group): :meth:`SnapshotTask.gain` and
+:meth:`SnapshotTask.lose` move partitions in and out of ``owned``. A task that gains partitions
+after it reported to the snapshot in progress reports again, with everything it owns now (a
+report replaces the task's previous one), so a snapshot completes after its partitions moved.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -61,6 +66,8 @@ class Participant:
         #: The newest checkpoint this task's files can build on (restored, or completed since).
         self.last_checkpoint = previous
         self.reported = previous.generation if previous is not None else 0
+        #: The partitions this task's report to generation ``reported`` covered.
+        self.covered: frozenset[int] = frozenset(owned)
         #: Set by the completing process's hook: the GC that ran after the last completion.
         self.on_checkpoint: Callable[[CheckpointManifest], None] | None = None
 
@@ -80,11 +87,16 @@ class Participant:
     # --- the protocol --------------------------------------------------------------------------
 
     def pending(self, block: bool = False) -> Snapshot | None:
-        """The snapshot in progress this task has yet to report to (cached unless *block*)."""
+        """The snapshot in progress this task has yet to report to, or to report to again
+        because it gained partitions since it reported (cached unless *block*)."""
         target = self.orchestrator.target_generation(block=block)
         if target.state is SnapshotState.COMPLETED and 0 < target.generation == self.reported:
             self._adopt(target.generation)
-        if target.state is SnapshotState.CREATED and target.generation > self.reported:
+        if target.state is not SnapshotState.CREATED:
+            return None
+        if target.generation > self.reported:
+            return target
+        if target.generation == self.reported and not self.covered >= set(self.owned):
             return target
         return None
 
@@ -117,6 +129,7 @@ class Participant:
             log.warning("%s", e)
             return None
         self.reported = generation
+        self.covered = frozenset(offsets)
         if result.state is SnapshotState.COMPLETED and result.generation == generation:
             if self.last_checkpoint is None or self.last_checkpoint.generation != generation:
                 self.last_checkpoint = self.repo.read_manifest(generation)
@@ -180,19 +193,54 @@ class SnapshotTask(Participant):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._mark: Callable[[], None] | None = None
+        #: Per owned partition, the checkpoint whose contents the store's change set is relative
+        #: to: a delta may only be written on top of exactly those files (see :meth:`_builds_on`).
+        prev = self.last_checkpoint
+        self._mine: dict[int, PartitionCheckpoint] = (
+            {p: prev.partitions[p] for p in self.owned if p in prev.partitions} if prev is not None else {}
+        )
+        self._last_refs: dict[int, PartitionCheckpoint] | None = None
+
+    # --- ownership (consumer groups) -----------------------------------------------------------
+
+    def gain(self, partitions: Collection[int], restored: CheckpointManifest | None) -> None:
+        """*partitions* now belong to this task, restored from *restored* (None: replayed from
+        the beginning). A snapshot in progress gets a new report from this task."""
+        self.owned = tuple(sorted(set(self.owned) | set(partitions)))
+        for p in partitions:
+            if restored is not None and p in restored.partitions:
+                self._mine[p] = restored.partitions[p]
+            else:
+                self._mine.pop(p, None)
+        last = self.last_checkpoint
+        if restored is not None and (last is None or restored.generation > last.generation):
+            self.last_checkpoint = restored
+
+    def lose(self, partitions: Collection[int]) -> None:
+        """*partitions* moved to another task (after this task reported them, if it could)."""
+        gone = set(partitions)
+        self.owned = tuple(p for p in self.owned if p not in gone)
+        for p in gone:
+            self._mine.pop(p, None)
+
+    # --- commit points -------------------------------------------------------------------------
 
     def on_commit(self, state: TaskState, *, checkpoint_due: bool) -> CheckpointManifest | None:
         """Called at every commit point: report to a pending snapshot; start one if due."""
+        if not state.offsets:
+            return None  # owns no partition (yet): nothing to report
         target = self.pending()
         if target is None and checkpoint_due and not self.unchanged(state):
             target = self.begin()
-        if target is not None and target.generation > self.reported:
+        if target is not None and (target.generation > self.reported or not self.covered >= set(self.owned)):
             return self.report(target, state)
         return None
 
     def checkpoint(self, state: TaskState, *, full: bool = False) -> CheckpointManifest | None:
         """Take part in a snapshot now: join the pending one or start one; None if nothing changed.
         *full*: a new base for every changed partition."""
+        if not state.offsets:
+            return None
         target = self.pending(block=True)
         if target is None:
             if self.unchanged(state):
@@ -220,6 +268,7 @@ class SnapshotTask(Participant):
             or prev is None
             or p not in prev.partitions
             or needs_base(prev.partitions[p].files)
+            or not self._builds_on(p, prev.partitions[p])
         ]
         deltas = state.changes() if state.changes is not None and len(rebase) < len(changed) else {}
         bases = state.export() if rebase else {}
@@ -236,6 +285,7 @@ class SnapshotTask(Participant):
         prefix = f"data/{target.generation:020d}/"
         written = [f for pc in refs.values() for f in pc.files if f.path.startswith(prefix)]
         self._mark = state.mark_checkpointed
+        self._last_refs = dict(refs)
         manifest = self.submit(
             target.generation,
             refs,
@@ -256,9 +306,24 @@ class SnapshotTask(Participant):
         if generation == self.reported:
             self._checkpointed()  # the snapshot our files went into completed elsewhere
 
+    def _builds_on(self, partition: int, previous: PartitionCheckpoint) -> bool:
+        """Whether the change set of *partition* is relative to *previous*: the files are the
+        ones this task restored or reported last. Not so after a rebalance — the partition was
+        gained, or another task's report of it went into the checkpoint — then a new base."""
+        mine = self._mine.get(partition)
+        return (
+            mine is not None
+            and mine.next_offset == previous.next_offset
+            and [f.path for f in mine.files] == [f.path for f in previous.files]
+        )
+
     def _checkpointed(self) -> None:
         """The rows handed to the last report are in a completed checkpoint: forget them (a
         snapshot that failed instead keeps them for the next delta)."""
         if self._mark is not None:
             self._mark()
             self._mark = None
+        if self._last_refs is not None:
+            owned = set(self.owned)
+            self._mine.update({p: pc for p, pc in self._last_refs.items() if p in owned})
+            self._last_refs = None

@@ -63,7 +63,9 @@ def spark_session(
         extra = settings.get("spark.driver.extraJavaOptions", "")
         settings["spark.driver.extraJavaOptions"] = f"{extra} -Dlog4j2.configurationFile={quiet}".strip()
     if local:
-        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+        builder = builder.config("spark.driver.host", "127.0.0.1").config(
+            "spark.driver.bindAddress", "127.0.0.1"
+        )
     if "spark.sql.shuffle.partitions" not in settings and local:
         settings["spark.sql.shuffle.partitions"] = str(max(2, os.cpu_count() or 2))
     for key, value in settings.items():

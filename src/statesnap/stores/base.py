@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -98,6 +98,13 @@ class StateStore(Protocol):
         call, everything is forgotten."""
         ...
 
+    def drop_partitions(self, partitions: Collection[int]) -> int:
+        """Forget every row (and change-set entry) of *partitions*; returns the live rows dropped.
+
+        A member of a consumer group calls it when partitions move to another member. Costs a
+        pass over the store: rebalances are rare next to writes."""
+        ...
+
     def clear(self) -> None: ...
 
     def flush(self) -> None:
@@ -160,6 +167,12 @@ def decode_rows(keys: pa.Array, blobs: pa.Array) -> dict[int, pa.Table]:
 HEADER_STRUCT = struct.Struct(">iqq")
 
 
+def partition_prefixes(partitions: Collection[int]) -> tuple[bytes, ...]:
+    """The first header bytes of the live and tombstone blobs of *partitions*: a blob belongs to
+    one of them iff it starts with one of these (``blob.startswith(prefixes)``)."""
+    return tuple(struct.pack(">i", q) for p in partitions for q in (p, ~p))
+
+
 def tombstone_blob(partition: int, offset: int, timestamp: int) -> bytes:
     """The header-only blob that records a deletion (see the module docstring)."""
     return HEADER_STRUCT.pack(~partition, offset, timestamp)
@@ -202,6 +215,12 @@ class ChangeSet:
             for key, blob in handed.items():
                 if rows.get(key) is blob:
                     del rows[key]
+
+    def drop_partitions(self, partitions: Collection[int]) -> None:
+        """Forget the entries of *partitions* (their rows left the store)."""
+        prefixes = partition_prefixes(partitions)
+        with self.lock:
+            self.rows = {k: b for k, b in self.rows.items() if not b.startswith(prefixes)}
 
     def clear(self) -> None:
         with self.lock:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -439,6 +439,27 @@ class ColumnarStore:
 
     def mark_checkpointed(self) -> None:
         self._changes.mark_checkpointed()
+
+    def drop_partitions(self, partitions: Collection[int]) -> int:
+        """Rebuild the base from the merged rows of the other partitions (the overlay folds in:
+        a rebalance pays one pass over the store, as an export does)."""
+        gone = set(partitions)
+        with self._changes.lock:  # no write batch in between (writers hold it per batch)
+            merged = _merge(self._base, self._over)
+            base = _Base.empty()
+            kept = 0
+            for p, table in merged.items():
+                if p not in gone and table.num_rows:
+                    base = base.with_partition(p, table)
+                    kept += table.num_rows
+            dropped = self._count - kept
+            self._base = base
+            self._over = {}
+            self._over_sorted = None
+            self._count = kept
+            self._version += 1
+        self._changes.drop_partitions(gone)
+        return dropped
 
     def clear(self) -> None:
         self._base = _Base.empty()

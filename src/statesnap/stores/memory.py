@@ -8,7 +8,7 @@ Python work per row; the ``columnar`` store keeps restored rows in Arrow buffers
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 import pyarrow as pa
 
@@ -22,6 +22,7 @@ from statesnap.stores.base import (
     decode_changes,
     decode_rows,
     encode_rows,
+    partition_prefixes,
 )
 
 
@@ -134,6 +135,15 @@ class MemoryStore:
 
     def mark_checkpointed(self) -> None:
         self._changes.mark_checkpointed()
+
+    def drop_partitions(self, partitions: Collection[int]) -> int:
+        prefixes = partition_prefixes(partitions)
+        before = len(self._rows)
+        # A new dict, swapped in whole: readers on other threads see the old or the new one.
+        self._rows = {k: b for k, b in self._rows.items() if not b.startswith(prefixes)}
+        self._sorted = None
+        self._changes.drop_partitions(partitions)
+        return before - len(self._rows)
 
     def clear(self) -> None:
         self._rows = {}
