@@ -58,6 +58,7 @@ from statesnap.checkpoint import (
     RetentionPolicy,
 )
 from statesnap.checkpoint.layout import valid_table_name
+from statesnap.checkpoint.restore import SkippedCheckpoint
 from statesnap.checkpoint.selection import TopicState, resume_offsets
 from statesnap.durations import parse_duration
 from statesnap.errors import (
@@ -65,6 +66,7 @@ from statesnap.errors import (
     CheckpointError,
     ConfigError,
     KafkaError,
+    OffsetOutOfRangeError,
     ReadOnlyTableError,
     TableStateError,
 )
@@ -329,15 +331,13 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
         self._state = "restoring"
         started = time.monotonic()
         try:
-            with gc_paused():
-                while not self._reader.caught_up:
-                    if self._stop.is_set():
-                        raise TableStateError("finish restoring", "closed", "restoring")
-                    self.report.replayed_records += self._consume(CATCH_UP_POLL)
-                    if self._tracker is not None:
-                        self._tracker.at_end(self._reader.at_eof)
-                    if progress is not None:
-                        progress(self.report.replayed_records, len(self._reader.at_eof), len(self.partitions))
+            try:
+                self._catch_up(progress)
+            except OffsetOutOfRangeError as e:
+                if manifest is None or self.require_checkpoint or self.generation is not None:
+                    raise
+                self._replay_instead_of(manifest, e, all_partitions, state.topic_id)
+                self._catch_up(progress)
             if self._tracker is not None:
                 self._tracker.at_end(self.partitions)
             self._tracker = None
@@ -347,6 +347,45 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
             self._restore_done.set()
         self.report.replay_seconds = time.monotonic() - started
         return self._started()
+
+    def _catch_up(self, progress: ProgressCallback | None) -> None:
+        assert self._reader is not None
+        with gc_paused():
+            while not self._reader.caught_up:
+                if self._stop.is_set():
+                    raise TableStateError("finish restoring", "closed", "restoring")
+                self.report.replayed_records += self._consume(CATCH_UP_POLL)
+                if self._tracker is not None:
+                    self._tracker.at_end(self._reader.at_eof)
+                if progress is not None:
+                    progress(self.report.replayed_records, len(self._reader.at_eof), len(self.partitions))
+
+    def _replay_instead_of(
+        self,
+        manifest: CheckpointManifest,
+        error: OffsetOutOfRangeError,
+        all_partitions: tuple[int, ...],
+        tid: str | None,
+    ) -> None:
+        """The restored checkpoint resumes past a partition's end: it belongs to another
+        incarnation of the topic (the fallback signal where the broker reports no topic ID).
+        Forget it, and every older one, and replay the topic from the beginning."""
+        reason = f"{error}; the checkpoint belongs to another incarnation of the topic"
+        log.warning("table %s: skipping checkpoint generation %d: %s", self.name, manifest.generation, reason)
+        self.report.skipped.append(SkippedCheckpoint(manifest.generation, reason))
+        self.report.checkpoint, self.report.restored_keys = None, 0
+        self._restored = None
+        assert self._reader is not None
+        self._reader.close()
+        self.store.clear()
+        if self.snapshots is not None:
+            self.snapshots.close()
+            self.snapshots = None
+            self._join_snapshots(all_partitions, None, tid)
+        offsets = dict.fromkeys(self.partitions, 0)
+        if self.restore_listener is not None:
+            self._tracker = RestoreTracker(self.restore_listener, self.name, offsets)
+        self._reader = ChangelogReader(self.settings, self.topic, offsets)
 
     def _pick_store(self) -> None:
         """``store="auto"``: the kind that suits the size of the checkpoint to restore."""

@@ -78,3 +78,37 @@ def test_checkpoints_of_a_deleted_topic_are_not_restored_into_its_successor(
     (skipped,) = dumped["skipped"]
     assert skipped["generation"] == old.generation
     assert "another incarnation" in skipped["reason"]
+
+
+def test_without_topic_ids_a_checkpoint_past_the_end_falls_back_to_a_full_replay(
+    kafka: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a broker that reports no topic IDs (older Kafka; simulated by hiding the dev broker's),
+    a recreated topic shorter than the old one is detected by the fallback signal: the restored
+    checkpoint resumes past a partition's end. No hang: the checkpoint is skipped with the
+    reason, the table replays the new topic from the beginning."""
+    monkeypatch.setattr("statesnap.table.topic_id", lambda *_a: None)
+    topic = kafka.create_topic(f"inc-{uuid.uuid4().hex[:10]}", 2)
+    kafka.produce(topic, [(i % 2, b"old-%d" % (i % 50), b"v%d" % i) for i in range(400)])
+    url = str(tmp_path / "ckpt")
+    t = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False)
+    t.start()
+    old = t.checkpoint()
+    t.close(checkpoint=False)
+    assert old is not None
+    assert old.topic_id is None
+
+    _recreate(kafka.bootstrap, topic, kafka, 2)
+    kafka.produce(topic, [(i % 2, b"new-%d" % (i % 10), b"w%d" % i) for i in range(60)])
+    truth = kafka.truth(kafka.read_all(topic, [0, 1]))
+    r = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False, timeout=10)
+    started = time.monotonic()
+    report = r.start()
+    try:
+        assert time.monotonic() - started < 30
+        assert report.checkpoint is None
+        assert [s.generation for s in report.skipped] == [old.generation]
+        assert "another incarnation" in report.skipped[0].reason
+        assert dict(r.raw_items()) == truth
+    finally:
+        r.close(checkpoint=False)
