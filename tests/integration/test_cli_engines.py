@@ -102,8 +102,9 @@ class Written:
     params=[
         ("python", "blob"),
         ("python", "topic"),
+        # Spark with the topic store is covered by the following-writers test below (each Spark
+        # CLI run starts a JVM: the suite keeps their number small)
         pytest.param(("spark", "blob"), marks=pytest.mark.spark),
-        pytest.param(("spark", "topic"), marks=pytest.mark.spark),
     ],
     ids="-".join,
 )

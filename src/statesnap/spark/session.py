@@ -27,7 +27,16 @@ _checked: set[str] = set()
 
 
 def default_master() -> str:
-    return os.environ.get(MASTER_ENV) or "local[*]"
+    """``$STATESNAP_SPARK_MASTER``; under ``spark-submit`` the ``--master`` it was given; else
+    ``local[*]``."""
+    if os.environ.get(MASTER_ENV):
+        return os.environ[MASTER_ENV]
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):  # launched by spark-submit: its conf rules
+        from pyspark import SparkConf, SparkContext
+
+        SparkContext._ensure_initialized()
+        return str(SparkConf().get("spark.master", "local[*]"))
+    return "local[*]"
 
 
 def spark_session(
@@ -46,18 +55,18 @@ def spark_session(
 
     master = master or default_master()
     local = master.startswith("local")
+    settings = dict(conf or {})
+    if settings.get("spark.pyspark.python"):  # PySpark reads the workers' Python from the environment
+        os.environ["PYSPARK_PYTHON"] = settings["spark.pyspark.python"]
     if local:
         # Local workers must run this interpreter: it is the one with statesnap installed.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-    )
-    settings = dict(conf or {})
+    builder = SparkSession.builder.master(master)
+    if not os.environ.get("PYSPARK_GATEWAY_PORT"):  # spark-submit's --name stays
+        builder = builder.appName(app_name)
+    builder = builder.config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
     if not verbose:
         quiet = resources.files("statesnap.spark").joinpath("log4j2-quiet.properties")
         extra = settings.get("spark.driver.extraJavaOptions", "")
@@ -92,22 +101,28 @@ def check_workers(spark: Any) -> None:
         return
 
     def probe(_: Any) -> str:
-        import statesnap
+        try:
+            import pyarrow  # noqa: F401
 
+            import statesnap
+        except ImportError as e:  # answered, not raised: Spark would retry a failed task 4 times
+            return f"ImportError: {e}"
         return statesnap.__version__
 
     try:
-        sc.parallelize([0], 1).map(probe).collect()
+        (answer,) = sc.parallelize([0], 1).map(probe).collect()
+        text = str(answer)
     except Exception as e:
         text = str(e)
         if "ModuleNotFoundError" not in text and "ImportError" not in text:
             raise
-        missing = text.split("ModuleNotFoundError:", 1)[-1].strip().splitlines()[0][:120]
+    if "Error" in text:
+        missing = text.split("Error:", 1)[-1].strip().splitlines()[0][:120]
         python = getattr(sc, "pythonExec", None) or os.environ.get("PYSPARK_PYTHON") or "python3"
         raise ConfigError(
             f"Spark's Python workers ({python}) cannot run statesnap ({missing}): set "
-            f"PYSPARK_PYTHON={sys.executable} for local mode, or ship statesnap and its dependencies "
-            "to the executors (spark-submit --archives of a packed venv, or a cluster image; see "
-            "docs/spark-cluster.md)"
+            f"PYSPARK_PYTHON={sys.executable} (or spark.pyspark.python) for local mode, or ship statesnap "
+            "and its dependencies to the executors (spark-submit --archives of a packed venv, or a "
+            "cluster image; see docs/spark-cluster.md)"
         ) from None
     _checked.add(app)
