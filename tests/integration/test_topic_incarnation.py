@@ -112,3 +112,48 @@ def test_without_topic_ids_a_checkpoint_past_the_end_falls_back_to_a_full_replay
         assert dict(r.raw_items()) == truth
     finally:
         r.close(checkpoint=False)
+
+
+def test_a_key_in_two_partitions_is_reported_at_restore(
+    kafka: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One key written to two partitions (two producers with different partitioners) breaks the
+    one-partition-per-key contract a table relies on. A checkpoint whose partitions were folded
+    apart (as the Spark bootstrap does) then holds the key twice; restore, where it is cheap to
+    see (fewer keys than checkpointed rows), says so."""
+    import pyarrow as pa
+
+    from statesnap.blob import open_blob_store
+    from statesnap.checkpoint import CheckpointRepository, PartitionUpdate
+    from statesnap.checkpoint.datafile import SCHEMA
+    from statesnap.kafka.admin import KafkaAdmin
+    from statesnap.kafka.config import KafkaSettings
+    from statesnap.snapshot import write_checkpoint
+
+    topic = kafka.create_topic(f"dup-{uuid.uuid4().hex[:10]}", 2)
+    kafka.produce(topic, [(0, b"shared", b"from-0"), (1, b"shared", b"from-1"), (0, b"only-0", b"x")])
+    cluster = KafkaAdmin(KafkaSettings(kafka.bootstrap)).cluster_id()
+    url = str(tmp_path / "ckpt")
+    repo = CheckpointRepository.for_table(open_blob_store(url), cluster, topic)
+
+    def rows(items: list[tuple[bytes, bytes, int]]) -> pa.Table:
+        keys, values, offsets = zip(*items, strict=True)
+        return pa.table(
+            {"key": keys, "value": values, "offset": offsets, "timestamp": [None] * len(items)}, schema=SCHEMA
+        )
+
+    write_checkpoint(
+        repo,
+        table=topic,
+        topic=topic,
+        cluster_id=cluster,
+        updates={
+            0: PartitionUpdate(0, 2, base=rows([(b"only-0", b"x", 1), (b"shared", b"from-0", 0)])),
+            1: PartitionUpdate(1, 1, base=rows([(b"shared", b"from-1", 0)])),
+        },
+    )
+    r = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False, read_only=True)
+    with caplog.at_level("WARNING", logger="statesnap"):
+        r.start()
+    r.close(checkpoint=False)
+    assert any("more than one partition" in rec.getMessage() for rec in caplog.records)
