@@ -13,7 +13,7 @@ from spark_testkit import changelog, digest, replay
 
 from statesnap import Table
 from statesnap.checkpoint import CheckpointRepository
-from statesnap.errors import BrokerUnavailableError, NoUsableCheckpointError, TopicNotFoundError
+from statesnap.errors import BrokerUnavailableError, TableNotFoundError, TopicNotFoundError
 from statesnap.spark import bootstrap as spark_bootstrap
 from statesnap.spark import read_table
 
@@ -146,7 +146,7 @@ def test_bootstrap_and_read_table_fail_with_typed_errors(
         spark_bootstrap(
             spark, bootstrap_servers="127.0.0.1:9", topic=topic_name, table="t", checkpoints=url, timeout=2
         )
-    with pytest.raises(NoUsableCheckpointError, match="nothing-here"):
+    with pytest.raises(TableNotFoundError, match="nothing-here"):  # the one "locate the table" error
         read_table(spark, url, "nothing-here")
 
 
