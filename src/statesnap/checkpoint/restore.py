@@ -66,6 +66,8 @@ class CheckpointSelector:
             if isinstance(item, CorruptCheckpointError):
                 self._skip(gen, str(item))
                 continue
+            if state is not None:
+                check_identity(item, self.table, state)  # another topic or cluster: refused
             if other_incarnation is not None:
                 self._skip(gen, f"older than generation {other_incarnation} of another topic incarnation")
                 continue
@@ -74,7 +76,6 @@ class CheckpointSelector:
                 self._skip(gen, why)
                 continue
             if state is not None:
-                check_identity(item, self.table, state)
                 reason = unusable_reason(item, state, now)
             elif item.table != self.table:
                 reason = f"it belongs to table {item.table!r}"

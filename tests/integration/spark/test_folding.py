@@ -104,22 +104,23 @@ def _manifest(offsets: dict[int, int]) -> CheckpointManifest:
     )
 
 
-def _file(path: str) -> DataFile:
-    return DataFile(path, "delta", 1, 1, "0" * 64)
+def _file(name: str) -> DataFile:
+    """A delta file named *name* in generation 7 (the shape every writer uses)."""
+    return DataFile(f"data/{7:020d}/{name}.parquet", "delta", 1, 1, "0" * 64)
 
 
 def test_journal_keeps_only_entries_that_continue_the_checkpoint() -> None:
     done = BatchEntry(3, {0: BatchRange(0, 10, _file("a"))})
     next1 = BatchEntry(4, {0: BatchRange(10, 20, _file("b")), 1: BatchRange(0, 5, None)})
     next2 = BatchEntry(5, {0: BatchRange(20, 30, _file("c"))})
-    pending, obsolete = pending_entries([done, next1, next2], _manifest({0: 10, 1: 0}), {"a", "b", "c"})
+    pending, obsolete = pending_entries([done, next1, next2], _manifest({0: 10, 1: 0}), {_file(n).path for n in "abc"})
     assert [e.batch_id for e in pending] == [4, 5]
     assert [e.batch_id for e in obsolete] == [3]
     # A file GC took, or a gap, ends the chain: those batches are read again instead.
-    pending, obsolete = pending_entries([done, next1, next2], _manifest({0: 10, 1: 0}), {"a", "c"})
+    pending, obsolete = pending_entries([done, next1, next2], _manifest({0: 10, 1: 0}), {_file(n).path for n in "ac"})
     assert pending == []
     assert [e.batch_id for e in obsolete] == [3, 4, 5]
-    pending, _ = pending_entries([next2], _manifest({0: 10}), {"c"})
+    pending, _ = pending_entries([next2], _manifest({0: 10}), {_file("c").path})
     assert pending == []
     entry = BatchEntry.from_bytes(next1.to_bytes(), "x")
     assert entry == next1
