@@ -72,7 +72,11 @@ def test_stale_spark_state_after_topic_and_store_are_recreated(
     m = materialize_stream(spark, checkpoint_interval=f"{interval}s", **common)
     try:
         # two intervals once batches run; a busy 2-core machine makes Spark's first batch slow
-        _wait(lambda: _newest(url, "rt") is not None, 2 * interval + 120, "a checkpoint of the new topic")
+        def checkpointed() -> bool:
+            assert m.query.exception() is None, m.query.exception()  # a failed query fails here
+            return _newest(url, "rt") is not None
+
+        _wait(checkpointed, 2 * interval + 180, "a checkpoint of the new topic")
     finally:
         m.stop(checkpoint=False)
     assert list(tmp_path.glob("chk.stale-*")), "the stale Spark state was moved aside, not deleted"
