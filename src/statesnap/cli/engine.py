@@ -18,12 +18,15 @@ from dataclasses import dataclass
 
 from statesnap.errors import EngineOptionError
 
-#: Records/s the Python engine replays into a table and checkpoints (one process).
-PYTHON_RATE = 800_000
+# Measured by benchmarks/engine_crossover.py on the reference 2-core machine (first checkpoint of
+# 0.1-3 M records, 8 partitions, a new process each): python 1.6 / 3.2 / 7.0 s, spark 14.7 / 17.0 /
+# 33.0 s. Spark never wins there; the model puts the crossover near 9 M records on 16 cores.
+#: Records/s the Python engine replays into a table and checkpoints (one process, start-up included).
+PYTHON_RATE = 430_000
 #: Records/s one Spark core reads, folds and writes during bootstrap.
-SPARK_RATE_PER_CORE = 450_000
-#: Seconds a cold Spark session needs before its first task runs.
-SPARK_STARTUP = 9.0
+SPARK_RATE_PER_CORE = 80_000
+#: Seconds a cold Spark session needs before its first task runs (JVM, session, workers check).
+SPARK_STARTUP = 14.0
 ENV = {
     "python_rate": "STATESNAP_PYTHON_RATE",
     "spark_rate": "STATESNAP_SPARK_RATE_PER_CORE",
