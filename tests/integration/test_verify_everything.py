@@ -119,7 +119,7 @@ def test_create_joining_a_snapshot_in_progress_keeps_pin_and_label(table: Any) -
 
 
 def test_a_snapshot_past_its_deadline_reads_failed_and_create_starts_a_new_one(table: Any) -> None:
-    url, repo, _truth = table
+    _url, repo, _truth = table
     now = [datetime.now(UTC)]
     api = SnapshotApi.for_repo(repo, repo.descriptor()["table"], clock=lambda: now[0])  # type: ignore[index]
     stale = api.create(timeout="1h")

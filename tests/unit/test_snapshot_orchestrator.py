@@ -199,5 +199,6 @@ def test_write_checkpoint_commits_through_the_orchestrator(api: SnapshotApi) -> 
     )
     record = api.store.get(m.generation)
     assert record.state is SnapshotState.COMPLETED
-    assert m.writer["engine"] == "spark" and m.keys == 4
+    assert m.writer["engine"] == "spark"
+    assert m.keys == 4
     assert [t.writer["engine"] for t in record.tasks.values()] == ["spark"]

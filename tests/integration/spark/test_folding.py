@@ -113,11 +113,15 @@ def test_journal_keeps_only_entries_that_continue_the_checkpoint() -> None:
     done = BatchEntry(3, {0: BatchRange(0, 10, _file("a"))})
     next1 = BatchEntry(4, {0: BatchRange(10, 20, _file("b")), 1: BatchRange(0, 5, None)})
     next2 = BatchEntry(5, {0: BatchRange(20, 30, _file("c"))})
-    pending, obsolete = pending_entries([done, next1, next2], _manifest({0: 10, 1: 0}), {_file(n).path for n in "abc"})
+    pending, obsolete = pending_entries(
+        [done, next1, next2], _manifest({0: 10, 1: 0}), {_file(n).path for n in "abc"}
+    )
     assert [e.batch_id for e in pending] == [4, 5]
     assert [e.batch_id for e in obsolete] == [3]
     # A file GC took, or a gap, ends the chain: those batches are read again instead.
-    pending, obsolete = pending_entries([done, next1, next2], _manifest({0: 10, 1: 0}), {_file(n).path for n in "ac"})
+    pending, obsolete = pending_entries(
+        [done, next1, next2], _manifest({0: 10, 1: 0}), {_file(n).path for n in "ac"}
+    )
     assert pending == []
     assert [e.batch_id for e in obsolete] == [3, 4, 5]
     pending, _ = pending_entries([next2], _manifest({0: 10}), {_file("c").path})
