@@ -16,6 +16,9 @@ test:  ## Run the whole test suite
 test-fast:  ## Unit tests only
 	$(VENV)/python -m pytest tests/unit
 
+faults:  ## Fault-injection suite, long mode (more kills, S3 corruptions, Spark kill); prints a summary
+	STATESNAP_FAULTS=long $(VENV)/python -m pytest tests/faults
+
 lint:  ## ruff + mypy
 	$(VENV)/ruff check src tests benchmarks
 	$(VENV)/mypy
@@ -29,3 +32,6 @@ bench-spark:  ## Spark bootstrap vs single process, source read rate
 bench-all: bench bench-spark  ## Every benchmark
 	$(VENV)/python benchmarks/snapshot.py
 	$(VENV)/python benchmarks/follower.py
+	$(VENV)/python benchmarks/scale.py
+	$(VENV)/python benchmarks/checkpoint_cost.py
+	$(VENV)/python benchmarks/engine_crossover.py

@@ -116,8 +116,12 @@ class S3BlobStore:
                 from botocore.config import Config
 
                 session = boto3.session.Session(profile_name=self._options.get("profile"))
+                # Every wait has a deadline: a silent endpoint fails a request in about
+                # connect/read timeout × attempts (botocore's defaults are 60 s × 5).
                 config = Config(
-                    retries={"max_attempts": 5, "mode": "standard"},
+                    retries={"max_attempts": int(self._options.get("max_attempts", 3)), "mode": "standard"},
+                    connect_timeout=float(self._options.get("connect_timeout", 5)),
+                    read_timeout=float(self._options.get("read_timeout", 20)),
                     s3={"addressing_style": self._options.get("addressing_style", "auto")},
                     max_pool_connections=32,
                 )

@@ -313,7 +313,7 @@ class SnapshotApi:
         unexpired snapshots, the newest usable checkpoint, files of snapshots in progress and of
         the Spark journal — then the records of deleted generations, through the snapshot store."""
         now = now or self._clock()
-        records = self.store.list()
+        records = [self._as_seen(s) for s in self.store.list()]  # past its deadline reads FAILED
         keep = {s.generation for s in records if s.retained(now) or s.state is SnapshotState.CREATED}
         referenced = journal_references(self.repo)
         for snap in records:
@@ -321,7 +321,6 @@ class SnapshotApi:
                 for task in snap.tasks.values():
                     for ref in task.checkpoints.values():
                         referenced.update(f.path for pc in ref.partitions.values() for f in pc.files)
-        committed = set(self.repo.generations())
         report = collect_garbage(
             self.repo,
             policy,
@@ -330,22 +329,23 @@ class SnapshotApi:
             keep=keep.__contains__,
             referenced_elsewhere=referenced,
         )
-        newest = max(report.retained, default=0)
+        committed = set(report.retained)
+        # Records go with their checkpoint; a record whose checkpoint is gone (deleted, a GC killed
+        # half-way) or never came (FAILED, a dead writer's) goes once older than min_age.
         doomed = [
             s.generation
             for s in records
             if s.generation in report.deleted_generations
             or (
                 s.generation not in committed
-                and s.state is SnapshotState.FAILED
-                and s.generation < newest
                 and s.generation not in keep
                 and now - s.updated_at >= policy.min_age
             )
         ]
         report.deleted_records = sorted(doomed)
         report.pinned = sorted(s.generation for s in records if s.pinned)
-        if not dry_run:
+        if not dry_run and doomed:
+            self._raise_high_water(max(doomed))  # its number is never used again
             for gen in doomed:
                 with contextlib.suppress(SnapshotNotFoundError):
                     self.store.delete(gen)

@@ -105,7 +105,13 @@ class BlobSnapshotStore:
         return newest
 
     def _read(self, generation: int, version: int) -> Snapshot:
-        return Snapshot.from_bytes(self.store.read(self._key(generation, version)))
+        key = self._key(generation, version)
+        snap = Snapshot.from_bytes(self.store.read(key))
+        if snap.generation != generation:
+            raise CorruptCheckpointError(
+                f"{key}: record says generation {snap.generation}, its name {generation}"
+            )
+        return snap
 
     def current(self, block: bool = True) -> Snapshot:
         if not block:
@@ -115,7 +121,10 @@ class BlobSnapshotStore:
             self._cache = EMPTY
             return EMPTY
         gen = max(versions)
-        data = self.store.read(self._key(gen, versions[gen]))
+        try:
+            data = self.store.read(self._key(gen, versions[gen]))
+        except BlobNotFoundError:  # deleted (snapshot delete, GC) since listed: look again
+            return self.current(block=True)
         successor = json.loads(data).get(_NEXT)
         if successor is not None:
             # A writer sealed this generation and may have died before creating the next one:
@@ -127,8 +136,18 @@ class BlobSnapshotStore:
         return self._cache
 
     def list(self) -> builtins.list[Snapshot]:
+        """Every readable record, newest first: one GC deleted meanwhile is left out, a corrupt one
+        is skipped with a warning (``checkpoints verify`` reports it)."""
         versions = self._versions()
-        return [self._read(g, versions[g]) for g in sorted(versions, reverse=True)]
+        out = []
+        for g in sorted(versions, reverse=True):
+            try:
+                out.append(self._read(g, versions[g]))
+            except BlobNotFoundError:
+                continue
+            except CorruptCheckpointError as e:
+                log.warning("skipping snapshot record: %s", e)
+        return out
 
     def get(self, generation: int) -> Snapshot:
         if generation == 0:
@@ -207,7 +226,10 @@ class BlobSnapshotStore:
                 continue
             try:
                 data = self.store.read(blob.key)
-                Snapshot.from_bytes(data)
+                named = int(_RECORD_RE.search(blob.key).group(1))  # type: ignore[union-attr]
+                if Snapshot.from_bytes(data).generation != named:
+                    problems.append(f"{blob.key}: the record names another generation than its key")
+                    continue
                 successor = json.loads(data).get(_NEXT)
                 if successor is not None:
                     Snapshot.from_json(successor)
