@@ -117,7 +117,7 @@ class S3BlobStore:
 
                 session = boto3.session.Session(profile_name=self._options.get("profile"))
                 # Every wait has a deadline: a silent endpoint fails a request in about
-                # connect/read timeout × attempts (botocore's defaults are 60 s × 5).
+                # connect/read timeout x attempts (botocore's defaults are 60 s x 5).
                 config = Config(
                     retries={"max_attempts": int(self._options.get("max_attempts", 3)), "mode": "standard"},
                     connect_timeout=float(self._options.get("connect_timeout", 5)),
