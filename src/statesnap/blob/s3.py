@@ -8,6 +8,7 @@ conditional put (``If-None-Match: *``), so two writers cannot both commit one ma
 from __future__ import annotations
 
 import builtins
+import os
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +33,9 @@ S3_OPTIONS = frozenset(
         "aws_access_key_id",
         "aws_secret_access_key",
         "aws_session_token",
+        "connect_timeout",
+        "read_timeout",
+        "max_attempts",
         "sse",
         "sse_kms_key_id",
         "addressing_style",
@@ -88,12 +92,43 @@ class S3BlobStore:
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (self._bucket, self._prefix, self._options))
 
+    def for_executors(self) -> S3BlobStore:
+        """This store with what the driver resolved from its environment written into its options
+        (endpoint, region, credentials), so it works where it is unpickled — Spark executors do
+        not share the driver's environment. Options given explicitly win; nothing is added when
+        the driver has nothing either."""
+        import boto3
+
+        options = dict(self._options)
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if endpoint and "endpoint_url" not in options:
+            options["endpoint_url"] = endpoint
+        session = boto3.session.Session(profile_name=options.pop("profile", None))
+        if session.region_name and "region" not in options:
+            options["region"] = session.region_name
+        credentials = session.get_credentials()
+        if credentials is not None and "aws_access_key_id" not in options:
+            frozen = credentials.get_frozen_credentials()
+            options["aws_access_key_id"] = frozen.access_key
+            options["aws_secret_access_key"] = frozen.secret_key
+            if frozen.token:
+                options["aws_session_token"] = frozen.token
+        elif "profile" in self._options:
+            options["profile"] = self._options["profile"]
+        return S3BlobStore(self._bucket, self._prefix, **options)
+
     def __repr__(self) -> str:
         return f"S3BlobStore({self.url!r})"
 
     @property
     def url(self) -> str:
         return f"s3://{self._bucket}/{self._prefix}".rstrip("/")
+
+    @property
+    def options(self) -> dict[str, str]:
+        """The store's options, secrets included: only for handing to processes that must open
+        the same store (Spark executors, as an option Spark redacts); never log them."""
+        return dict(self._options)
 
     @property
     def safe_options(self) -> dict[str, str]:

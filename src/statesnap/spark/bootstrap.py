@@ -39,6 +39,7 @@ from statesnap.errors import CheckpointError
 from statesnap.spark.changes import ChangeFolder, from_ipc, to_ipc, write_data_file
 from statesnap.spark.kafka_io import change_table, iter_range, split_ranges
 from statesnap.spark.options import KafkaSourceOptions
+from statesnap.spark.session import is_local
 from statesnap.spark.writer import SparkTableWriter
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,7 @@ def bootstrap(
         generation=generation,
         require_checkpoint=require_checkpoint,
         timeout=timeout,
+        remote_executors=not is_local(spark),
     )
     try:
         return _bootstrap(spark, writer, min_partitions, started)

@@ -44,6 +44,7 @@ from statesnap.spark.changes import ChangeFolder, write_data_file
 from statesnap.spark.kafka_io import change_table, iter_range
 from statesnap.spark.options import offsets_json, source_options
 from statesnap.spark.query_state import reconcile_query_state
+from statesnap.spark.session import is_local
 from statesnap.spark.source import RANGES_SOURCE_NAME
 from statesnap.spark.writer import SparkTableWriter
 
@@ -100,6 +101,7 @@ class StreamMaterializer:
             snapshot_timeout=snapshot_timeout,
             generation=generation,
             timeout=timeout,
+            remote_executors=not is_local(spark),
         )
         self.participant = self.writer.participant
         self.repo = self.writer.repo

@@ -33,6 +33,7 @@ from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, dataf
 from statesnap.checkpoint.manifest import DataFile
 from statesnap.checkpoint.restore import CheckpointSelector
 from statesnap.errors import ConfigError
+from statesnap.spark.session import is_local
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,15 @@ class CheckpointDataSource(DataSource):
         return CheckpointReader({str(k).lower(): str(v) for k, v in self.options.items()})
 
 
+def executor_storage_options(store: Any, given: dict[str, str]) -> dict[str, str]:
+    """*given* plus what the driver resolved from its environment (S3 endpoint, credentials)."""
+    from statesnap.blob.s3 import S3BlobStore
+
+    if not isinstance(store, S3BlobStore):
+        return given
+    return {**store.for_executors().options, **given}
+
+
 def choose_manifest(repo: CheckpointRepository, table: str, generation: int | None) -> CheckpointManifest:
     """The asked-for generation or the newest usable one, fully verified (checksums included) —
     the selection every reader and writer of statesnap uses."""
@@ -173,6 +183,8 @@ def read_table(
     register(spark)
     options = {"url": url, "directory": repo.directory, "generation": str(manifest.generation)}
     storage = {k: str(v) for k, v in (storage_options or {}).items() if v is not None}
+    if not is_local(spark):  # executors elsewhere do not share the driver's environment
+        storage = executor_storage_options(store, storage)
     if storage:
         options[_STORAGE_OPTION] = json.dumps(storage)
     log.info(

@@ -92,6 +92,11 @@ def spark_session(
     return spark
 
 
+def is_local(spark: Any) -> bool:
+    """Whether *spark*'s executors run on this machine (and share its environment)."""
+    return str(spark.sparkContext.master).startswith("local")
+
+
 def check_workers(spark: Any) -> None:
     """Run one tiny task that imports statesnap; a worker that cannot fails here, in one line,
     instead of deep inside the first real job. Checked once per Spark application."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from statesnap.blob import open_blob_store
+from statesnap.blob import BlobStore, open_blob_store
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, RetentionPolicy
 from statesnap.checkpoint.layout import valid_table_name
 from statesnap.checkpoint.restore import CheckpointSelector
@@ -30,6 +30,14 @@ from statesnap.spark.kafka_io import OffsetOracle
 from statesnap.spark.options import KafkaSourceOptions
 
 log = logging.getLogger(__name__)
+
+
+def for_executors(store: BlobStore) -> BlobStore:
+    """The store as executors on other machines need it: S3 settings the driver took from its
+    environment (endpoint, region, credentials) written into the store's options."""
+    from statesnap.blob.s3 import S3BlobStore
+
+    return store.for_executors() if isinstance(store, S3BlobStore) else store
 
 
 def table_options(
@@ -79,6 +87,7 @@ class SparkTableWriter:
         generation: int | None = None,
         require_checkpoint: bool = False,
         timeout: float = 15.0,
+        remote_executors: bool = False,
     ) -> SparkTableWriter:
         """Ask the cluster (a missing topic fails here, before any Spark job), open the store,
         write the descriptor, choose the base checkpoint (*generation*, or the newest usable)."""
@@ -89,6 +98,8 @@ class SparkTableWriter:
         cluster_id = admin.cluster_id()
         info = admin.describe_topic(topic)
         store = open_blob_store(checkpoints, **dict(storage_options or {}))
+        if remote_executors:
+            store = for_executors(store)
         store.check(writable=True)
         repo = CheckpointRepository.for_table(store, cluster_id, table)
         oracle = OffsetOracle(opts)
