@@ -163,24 +163,29 @@ class SnapshotApi:
             )
 
         snap = self.store.update_current(bump)
-        if label is not None and snap.label not in (None, label):
-            raise SnapshotError(
-                f"snapshot {snap.generation} is in progress with label {snap.label!r}; wait for it "
-                f"before creating one labelled {label!r}"
-            )
-        wants = {
-            "pinned": snap.pinned or pin,
-            "label": snap.label if label is None else label,
-            "expires_at": max((e for e in (snap.expires_at, expires_at) if e is not None), default=None),
-        }
-        if any(getattr(snap, k) != v for k, v in wants.items()):
-            gen = snap.generation
+        gen = snap.generation
 
-            def join(current: Snapshot) -> Snapshot | None:
-                if current.generation != gen or current.state is not SnapshotState.CREATED:
-                    raise SnapshotError(f"snapshot {gen} finished before pin/label could be added")
-                return current.evolve(**wants)
+        def join(current: Snapshot) -> Snapshot | None:
+            # Computed from the record as it is now: concurrent joins must not undo each other.
+            if current.generation != gen or current.state is not SnapshotState.CREATED:
+                raise SnapshotError(f"snapshot {gen} finished before pin/label could be added")
+            if label is not None and current.label not in (None, label):
+                raise SnapshotError(
+                    f"snapshot {current.generation} is in progress with label {current.label!r}; wait "
+                    f"for it before creating one labelled {label!r}"
+                )
+            wants = {
+                "pinned": current.pinned or pin,
+                "label": current.label if label is None else label,
+                "expires_at": max(
+                    (e for e in (current.expires_at, expires_at) if e is not None), default=None
+                ),
+            }
+            if all(getattr(current, k) == v for k, v in wants.items()):
+                return None
+            return current.evolve(**wants)
 
+        if pin or label is not None or expires_at is not None:
             snap = self.store.update_current(join)
         return snap
 
