@@ -7,6 +7,7 @@ are one line on stderr with a non-zero exit code (1 for statesnap errors, 2 for 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Any
 
@@ -96,8 +97,23 @@ _register()
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point.
+
+    Every command has closed what it opened by the time it returns (tables, stores, Spark), so the
+    process ends with ``os._exit``: native libraries' threads (Arrow's pools) torn down during
+    interpreter finalization could otherwise abort a finished command ("terminate called without
+    an active exception", exit 134) after it printed a correct result.
+    """
+    code: int = 0
     try:
         cli.main(prog_name="statesnap")
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
     except KeyboardInterrupt:
-        sys.exit(130)
+        code = 130
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
