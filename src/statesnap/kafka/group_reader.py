@@ -30,10 +30,10 @@ from typing import Any, Protocol
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
-from statesnap.errors import BrokerUnavailableError, KafkaError, OffsetOutOfRangeError
+from statesnap.errors import KafkaError
 from statesnap.kafka.clients import new_consumer
 from statesnap.kafka.config import KafkaSettings
-from statesnap.kafka.reader import BATCH_SIZE, FETCH_WAIT_MS
+from statesnap.kafka.reader import BATCH_SIZE, FETCH_WAIT_MS, resume_after_lost_offsets, watermarks
 
 __all__ = ["DEFAULT_SESSION_TIMEOUT_MS", "DEFAULT_STRATEGY", "GroupReader", "RebalanceListener"]
 
@@ -282,28 +282,10 @@ class GroupReader:
         log.warning("Kafka error on %s (group %s): %s", self.topic, self.group, err.str())
 
     def _offset_not_available(self, p: int) -> None:
-        """Below the log start (retention deleted records first) continue at the log start, as
-        a full replay would; beyond the log end the offsets are another incarnation's."""
-        pos = self.positions[p]
-        try:
-            low, high = self._consumer.get_watermark_offsets(
-                TopicPartition(self.topic, p), timeout=self.settings.timeout, cached=False
-            )
-        except KafkaException as e:
-            raise BrokerUnavailableError(
-                f"cannot read the offsets of {self.topic!r} [{p}] from {self.settings.bootstrap_servers}: {e}"
-            ) from e
-        if pos >= low:
-            raise OffsetOutOfRangeError(self.topic, p, pos, int(high), self.settings.bootstrap_servers)
-        log.warning(
-            "topic %r partition %d: offsets %d..%d deleted by retention; continuing at %d",
-            self.topic,
-            p,
-            pos,
-            low - 1,
-            low,
+        """See :func:`~statesnap.kafka.reader.resume_after_lost_offsets`."""
+        self.positions[p] = resume_after_lost_offsets(
+            self._consumer, self.settings, self.topic, p, self.positions[p]
         )
-        self.positions[p] = int(low)
         self._seek(p)
 
     def _on_client_error(self, err: Any) -> None:
@@ -336,18 +318,7 @@ class GroupReader:
 
     def log_start(self, partitions: list[int]) -> dict[int, int]:
         """The first offset still stored per partition (exact, unlike the high watermark)."""
-        out = {}
-        for p in partitions:
-            try:
-                low, _high = self._consumer.get_watermark_offsets(
-                    TopicPartition(self.topic, p), timeout=self.settings.timeout, cached=False
-                )
-            except KafkaException as e:
-                raise BrokerUnavailableError(
-                    f"cannot read offsets of {self.topic!r} from {self.settings.bootstrap_servers}: {e}"
-                ) from e
-            out[p] = max(0, int(low))
-        return out
+        return {p: max(0, watermarks(self._consumer, self.settings, self.topic, p)[0]) for p in partitions}
 
     def lag(self) -> dict[int, int]:
         """Records behind per partition from the last watermarks seen (0 at EOF); any thread."""

@@ -245,31 +245,10 @@ class ChangelogReader:
         log.warning("Kafka error on %s: %s", self.topic, err.str())
 
     def _offset_not_available(self, p: int, err: Any) -> None:
-        """The broker answered OFFSET_OUT_OF_RANGE: below the log start (retention deleted records
-        before we read them) we continue at the log start, as a full replay would; beyond the log
-        end the offsets are another incarnation's."""
-        pos = self.positions.get(p, 0)
-        try:
-            low, high = self._consumer.get_watermark_offsets(
-                TopicPartition(self.topic, p), timeout=self.settings.timeout, cached=False
-            )
-        except KafkaException as e:
-            raise BrokerUnavailableError(
-                f"cannot read the offsets of {self.topic!r} [{p}] from {self.settings.bootstrap_servers}: {e}"
-            ) from e
-        if pos >= low:
-            raise OffsetOutOfRangeError(self.topic, p, pos, int(high), self.settings.bootstrap_servers)
-        log.warning(
-            "topic %r partition %d: offsets %d..%d were deleted by retention before they were read; "
-            "continuing at %d (%s)",
-            self.topic,
-            p,
-            pos,
-            low - 1,
-            low,
-            err.str(),
+        """The broker answered OFFSET_OUT_OF_RANGE (see :func:`resume_after_lost_offsets`)."""
+        self.positions[p] = resume_after_lost_offsets(
+            self._consumer, self.settings, self.topic, p, self.positions.get(p, 0), err.str()
         )
-        self.positions[p] = int(low)
         self._assign()
 
     def lag(self) -> dict[int, int]:
@@ -282,3 +261,39 @@ class ChangelogReader:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def watermarks(consumer: Any, settings: KafkaSettings, topic: str, partition: int) -> tuple[int, int]:
+    """(log start, reported end) of one partition, asked of the broker; a broker that does not
+    answer within the settings' timeout is a :class:`BrokerUnavailableError` naming it."""
+    try:
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=settings.timeout, cached=False
+        )
+    except KafkaException as e:
+        raise BrokerUnavailableError(
+            f"cannot read the offsets of {topic!r} [{partition}] from {settings.bootstrap_servers}: {e}"
+        ) from e
+    return int(low), int(high)
+
+
+def resume_after_lost_offsets(
+    consumer: Any, settings: KafkaSettings, topic: str, partition: int, position: int, detail: str = ""
+) -> int:
+    """Where to continue when *position* is no longer in the log: below the log start (retention
+    deleted records before they were read) at the log start, as a full replay would; at or past it
+    the offsets are another incarnation's (:class:`OffsetOutOfRangeError`)."""
+    low, high = watermarks(consumer, settings, topic, partition)
+    if position >= low:
+        raise OffsetOutOfRangeError(topic, partition, position, high, settings.bootstrap_servers)
+    log.warning(
+        "topic %r partition %d: offsets %d..%d were deleted by retention before they were read; "
+        "continuing at %d%s",
+        topic,
+        partition,
+        position,
+        low - 1,
+        low,
+        f" ({detail})" if detail else "",
+    )
+    return low
