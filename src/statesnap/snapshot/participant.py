@@ -173,12 +173,13 @@ class TaskState:
 COMPACT_AFTER = 8
 
 
-def needs_base(files: tuple[DataFile, ...]) -> bool:
-    """Whether a partition's next file should be a new base: its deltas piled up (in count, or
-    in bytes beyond its base's), so a restore would read much more than the table."""
+def needs_base(files: tuple[DataFile, ...], max_deltas: int = COMPACT_AFTER - 1) -> bool:
+    """Whether a partition's next file should be a new base: more than *max_deltas* delta files,
+    or more delta than base bytes, so a restore would read much more than the table. The one
+    compaction rule of every writer (Python tasks and the Spark streaming materializer)."""
     deltas = [f for f in files if f.kind == "delta"]
     base_bytes = sum(f.bytes for f in files if f.kind == "base")
-    return len(deltas) >= COMPACT_AFTER or (
+    return len(deltas) > max_deltas or (
         bool(deltas) and sum(f.bytes for f in deltas) > max(base_bytes, 1 << 20)
     )
 

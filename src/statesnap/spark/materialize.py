@@ -40,6 +40,7 @@ from statesnap.checkpoint.manifest import DataFile
 from statesnap.durations import parse_duration
 from statesnap.errors import CheckpointError, ConfigError
 from statesnap.snapshot.model import Snapshot
+from statesnap.snapshot.participant import needs_base
 from statesnap.spark.changes import ChangeFolder, write_data_file
 from statesnap.spark.kafka_io import change_table, iter_range
 from statesnap.spark.options import offsets_json, source_options
@@ -295,7 +296,7 @@ class StreamMaterializer:
             deltas = [e.partitions[p].file for e in self.pending if p in e.partitions]
             files[p] = (*(known.files if known else ()), *(f for f in deltas if f is not None))
         compacted = self._compact(
-            target.generation, {p: fs for p, fs in files.items() if self._needs_compaction(fs)}
+            target.generation, {p: fs for p, fs in files.items() if needs_base(fs, self.compact_after)}
         )
         partitions: dict[int, PartitionCheckpoint] = {}
         for p, fs in files.items():
@@ -342,13 +343,6 @@ class StreamMaterializer:
         self.journal.delete(done)
         log.info("materializer %s: committed generation %d", self.repo.url, manifest.generation)
         return manifest
-
-    def _needs_compaction(self, files: tuple[DataFile, ...]) -> bool:
-        deltas = [f for f in files if f.kind == "delta"]
-        base_bytes = sum(f.bytes for f in files if f.kind == "base")
-        return len(deltas) > self.compact_after or (
-            bool(deltas) and sum(f.bytes for f in deltas) > max(base_bytes, 1 << 20)
-        )
 
     def _compact(
         self, generation: int, work: Mapping[int, tuple[DataFile, ...]]
