@@ -88,6 +88,13 @@ class CheckpointConflictError(CheckpointError, BlobExistsError):
     """Another writer committed this generation first; re-read the newest checkpoint and retry."""
 
 
+class CheckpointHistoryLostError(CheckpointError):
+    """The checkpoint a running writer builds on vanished from the store (the store was wiped,
+    restored from an older copy, or its snapshot deleted). A Python table recovers by writing a
+    complete checkpoint; a Spark materializer, whose state lives in those files, stops with this
+    error: restart it to rebuild from the newest checkpoint left (or the topic)."""
+
+
 class NoUsableCheckpointError(CheckpointError):
     """``require_checkpoint=True`` was asked for but no checkpoint verifies."""
 

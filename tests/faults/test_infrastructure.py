@@ -409,11 +409,6 @@ def test_broker_killed_during_checkpoints(ledger: CaseLedger, new_location: Any,
         broker.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="after its store is wiped a --follow writer never checkpoints again and says nothing "
-    "(one 'checkpoint failed' warning, then silence)",
-)
 def test_checkpoint_store_wiped_under_a_writer(
     kafka: KafkaTool, new_location: Any, ledger: CaseLedger, tmp_path: Path
 ) -> None:

@@ -99,6 +99,8 @@ def materialize_on_spark(
             )
         while not stop.wait(0.5):
             if not materializer.query.isActive:
+                if materializer.failure is not None:
+                    raise materializer.failure
                 raise click.ClickException(f"streaming query stopped: {materializer.query.exception()}")
         final = materializer.stop(checkpoint=True)
         current = final or materializer.last_checkpoint

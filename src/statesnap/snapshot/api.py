@@ -301,7 +301,7 @@ class SnapshotApi:
             raise SnapshotError(f"snapshot {generation} is pinned; unpin it first")
         if snap.state is SnapshotState.CREATED:
             raise SnapshotError(f"snapshot {generation} is in progress; wait for it or let it time out")
-        self._raise_high_water(generation)
+        self.raise_high_water(generation)
         self.repo.store.delete([self.repo.key(layout.manifest_key(generation))])
         with contextlib.suppress(SnapshotNotFoundError):
             self.store.delete(generation)
@@ -350,7 +350,7 @@ class SnapshotApi:
         report.deleted_records = sorted(doomed)
         report.pinned = sorted(s.generation for s in records if s.pinned)
         if not dry_run and doomed:
-            self._raise_high_water(max(doomed))  # its number is never used again
+            self.raise_high_water(max(doomed))  # its number is never used again
             for gen in doomed:
                 with contextlib.suppress(SnapshotNotFoundError):
                     self.store.delete(gen)
@@ -372,7 +372,8 @@ class SnapshotApi:
             top = max(top, int(json.loads(self.repo.store.read(self.repo.key(HIGH_WATER)))["generation"]))
         return top
 
-    def _raise_high_water(self, generation: int) -> None:
+    def raise_high_water(self, generation: int) -> None:
+        """Record that *generation* was used (a writer remembers numbers a wiped store forgot)."""
         if generation <= self._high_water():
             return
         log.debug("%s: generation high-water mark is now %d", self.repo.url, generation)

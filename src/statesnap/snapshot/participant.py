@@ -24,11 +24,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from statesnap.checkpoint import layout
 from statesnap.checkpoint.datafile import empty_table
 from statesnap.checkpoint.manifest import CheckpointManifest, DataFile, PartitionCheckpoint
 from statesnap.checkpoint.retention import RetentionPolicy
 from statesnap.checkpoint.writer import PartitionUpdate, write_partition_files
-from statesnap.errors import StaleGenerationError
+from statesnap.errors import CheckpointHistoryLostError, StaleGenerationError
 from statesnap.snapshot.api import SnapshotApi
 from statesnap.snapshot.model import CheckpointRef, Snapshot, SnapshotState, TaskSnapshot
 
@@ -70,6 +71,8 @@ class Participant:
         self.covered: frozenset[int] = frozenset(owned)
         #: Set by the completing process's hook: the GC that ran after the last completion.
         self.on_checkpoint: Callable[[CheckpointManifest], None] | None = None
+        #: The table descriptor as this task first saw it: written back if the store is wiped.
+        self._descriptor: dict[str, Any] | None = None
 
     @property
     def single(self) -> bool:
@@ -102,7 +105,35 @@ class Participant:
 
     def begin(self) -> Snapshot:
         """Join the snapshot in progress, or start one (a stale one is failed first)."""
-        return self.pending(block=True) or self.api.create(timeout=self.snapshot_timeout)
+        joined = self.pending(block=True)
+        if joined is not None:
+            return joined
+        self._check_history()
+        return self.api.create(timeout=self.snapshot_timeout)
+
+    def _check_history(self) -> None:
+        """Before a new generation: is the checkpoint this task builds on still there? One read
+        per checkpoint. A wiped store (or a deleted snapshot) would otherwise get delta files on
+        top of files that no longer exist, under a generation number already used."""
+        last = self.last_checkpoint
+        if self._descriptor is None:
+            self._descriptor = self.repo.descriptor()
+        if last is None or self.repo.store.exists(self.repo.key(layout.manifest_key(last.generation))):
+            return
+        self.api.raise_high_water(max(self.reported, last.generation))  # generations never repeat
+        if self._descriptor is not None:
+            d = self._descriptor
+            partitions, spec = int(d.get("partitions", 0)), str(d.get("snapshot_store", "blob"))
+            self.repo.ensure_descriptor(d["table"], d["topic"], d["cluster_id"], partitions, spec)
+        self._history_lost(last)
+
+    def _history_lost(self, last: CheckpointManifest) -> None:
+        """What a writer does when its last checkpoint vanished; this one cannot rebuild it."""
+        raise CheckpointHistoryLostError(
+            f"{self.repo.url}: generation {last.generation}, the checkpoint this writer builds on, "
+            "is gone (the store was wiped or restored from an older copy, or the snapshot deleted); "
+            "restart the writer to continue from the newest checkpoint left"
+        )
 
     def submit(
         self,
@@ -301,6 +332,17 @@ class SnapshotTask(Participant):
         if manifest is not None:
             self._checkpointed()
         return manifest
+
+    def _history_lost(self, last: CheckpointManifest) -> None:
+        # The store holds the whole table, so the next checkpoint can be complete on its own.
+        log.warning(
+            "%s: generation %d, the checkpoint this table builds on, is gone (the store was wiped "
+            "or restored from an older copy, or the snapshot deleted); writing a complete checkpoint",
+            self.repo.url,
+            last.generation,
+        )
+        self.last_checkpoint = None
+        self._mine.clear()
 
     def _adopt(self, generation: int) -> None:
         super()._adopt(generation)

@@ -27,6 +27,7 @@ materializer per table at a time.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -38,7 +39,7 @@ from statesnap.checkpoint import CheckpointManifest, PartitionCheckpoint, Retent
 from statesnap.checkpoint.journal import BatchEntry, BatchJournal, BatchRange, pending_entries
 from statesnap.checkpoint.manifest import DataFile
 from statesnap.durations import parse_duration
-from statesnap.errors import CheckpointError, ConfigError
+from statesnap.errors import CheckpointError, CheckpointHistoryLostError, ConfigError
 from statesnap.snapshot.model import Snapshot
 from statesnap.snapshot.participant import needs_base
 from statesnap.spark.changes import ChangeFolder, write_data_file
@@ -125,6 +126,8 @@ class StreamMaterializer:
         self._timer: threading.Thread | None = None
         self.timer_error: BaseException | None = None
         self.query: Any = None
+        #: Why the materializer stopped by itself (the query is then no longer active).
+        self.failure: CheckpointHistoryLostError | None = None
         log.info(
             "materializer %s: resuming at %s with %d pending batches",
             self.repo.url,
@@ -200,6 +203,9 @@ class StreamMaterializer:
         while not self._stop.wait(self.timer_interval):
             try:
                 self.maybe_checkpoint()
+            except CheckpointHistoryLostError as e:  # nothing to build on: stop, do not run blind
+                self._fail(e)
+                return
             except Exception as e:  # the query goes on; the next tick retries
                 log.warning("materializer %s: checkpoint failed, will retry: %s", self.repo.url, e)
 
@@ -209,7 +215,19 @@ class StreamMaterializer:
             planned[int(row["partition"])] = max(planned.get(int(row["partition"]), 0), int(row["end"]))
         with self._lock:
             self._apply_batch(batch_id, planned)
-            self.maybe_checkpoint()
+            try:
+                self.maybe_checkpoint()
+            except CheckpointHistoryLostError as e:
+                self.failure = e
+                raise
+
+    def _fail(self, error: CheckpointHistoryLostError) -> None:
+        log.error("materializer %s: %s", self.repo.url, error)
+        self.failure = error
+        self._stop.set()
+        if self.query is not None:
+            with contextlib.suppress(Exception):
+                self.query.stop()
 
     def _notify(self, stage: str, number: int) -> None:
         if self.observer is not None:

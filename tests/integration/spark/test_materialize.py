@@ -23,6 +23,7 @@ from spark_testkit import changelog, digest, replay
 from statesnap import Table
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointRepository
+from statesnap.errors import CheckpointHistoryLostError
 from statesnap.spark import materialize_stream, read_table
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
@@ -199,6 +200,35 @@ def test_abrupt_stop_recovers_from_the_journal_and_from_a_lost_journal(
 
 
 @pytest.mark.slow
+def test_store_wiped_under_the_materializer_stops_it_with_a_typed_error(
+    spark: Any, bootstrap: str, topic_name: str, produce: Any, tmp_path: Path
+) -> None:
+    """Its state is the checkpoint's files: with them gone it must stop and say so, not run on
+    without checkpoints; restarted, it rebuilds the table from the topic."""
+    url, chk = f"file://{tmp_path}/cp", str(tmp_path / "chk")
+    history = produce(topic_name, changelog(400, partitions=2, keys=50))
+
+    def start(**kw: Any) -> Any:
+        return materialize_stream(
+            spark, bootstrap_servers=bootstrap, topic=topic_name, table="mat", checkpoints=url,
+            checkpoint_location=chk, checkpoint_interval="0s", **kw,
+        )  # fmt: skip
+
+    m = start(trigger_interval="0.2s")
+    _wait(lambda: m.last_checkpoint is not None)
+    shutil.rmtree(tmp_path / "cp")
+    more = produce(topic_name, changelog(100, partitions=2, keys=50, seed=3))
+    _wait(lambda: m.failure is not None and not m.query.isActive, timeout=30)
+    assert isinstance(m.failure, CheckpointHistoryLostError)
+    m.stop(checkpoint=False)
+
+    m = start(available_now=True)
+    m.query.awaitTermination()
+    m.stop()
+    assert m.last_checkpoint is not None
+    assert _restore_digest(bootstrap, topic_name, url) == digest(replay(history + more))
+
+
 def test_driver_killed_with_sigkill_mid_stream(
     spark: Any, bootstrap: str, topic_name: str, produce: Any, tmp_path: Path
 ) -> None:

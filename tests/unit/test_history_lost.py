@@ -1,0 +1,106 @@
+"""A running writer whose last checkpoint vanished (store wiped, restored from an older copy,
+snapshot deleted), on a real file:// store.
+
+A Python task holds the whole table in its store, so it recovers on its own: the next checkpoint is
+complete (no delta on top of files that are gone), under a generation number never used before,
+and the descriptor is written back. A writer that cannot rebuild (the Spark materializer's state is
+those files) gets :class:`CheckpointHistoryLostError` instead of running on without checkpoints.
+"""
+
+from __future__ import annotations
+
+import shutil
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from statesnap.blob import open_blob_store
+from statesnap.checkpoint import CheckpointRepository
+from statesnap.checkpoint.writer import PartitionUpdate
+from statesnap.errors import CheckpointHistoryLostError
+from statesnap.snapshot.api import SnapshotApi
+from statesnap.snapshot.participant import Participant, SnapshotTask, TaskState
+from statesnap.snapshot.store import BlobSnapshotStore
+from statesnap.stores import MemoryStore
+
+TOPIC = "orders"
+PARTITIONS = (0, 1)
+
+
+def _api(root: Path) -> tuple[SnapshotApi, CheckpointRepository]:
+    blob = open_blob_store(str(root))
+    repo = CheckpointRepository.for_table(blob, "c1", TOPIC)
+    repo.ensure_descriptor(TOPIC, TOPIC, "c1", len(PARTITIONS))
+    snapshots = BlobSnapshotStore(blob, repo.directory)
+    api = SnapshotApi(snapshots, repo, table=TOPIC, topic=TOPIC, cluster_id="c1", partitions=PARTITIONS)
+    return api, repo
+
+
+def _contents(repo: CheckpointRepository) -> dict[bytes, bytes]:
+    manifest = repo.latest()
+    assert manifest is not None
+    out: dict[bytes, bytes] = {}
+    for _p, rows in repo.iter_partitions(manifest):
+        out.update(zip(rows.column("key").to_pylist(), rows.column("value").to_pylist(), strict=True))
+    return out
+
+
+def test_a_python_task_writes_a_complete_checkpoint_under_a_new_generation(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    api, repo = _api(root)
+    task = SnapshotTask(
+        api, task_id="main", owned=PARTITIONS, engine="python", retention=None,
+        snapshot_timeout=timedelta(seconds=30), previous=None,
+    )  # fmt: skip
+    store, offsets = MemoryStore(), dict.fromkeys(PARTITIONS, 0)
+    model: dict[bytes, bytes] = {}
+
+    def write(tag: str, keys: range) -> TaskState:
+        for i in keys:
+            p = i % 2
+            key, value = b"k%d" % i, f"{tag}-{i}".encode()
+            store.apply(p, [(key, value, offsets[p], 0)])
+            offsets[p] += 1
+            model[key] = value
+        return TaskState(dict(offsets), store.export, store.changes, store.mark_checkpointed)
+
+    first = task.checkpoint(write("a", range(100)))
+    second = task.checkpoint(write("b", range(10)))  # a delta on top of the first
+    assert first is not None
+    assert second is not None
+    assert second.generation == 2
+    assert any(f.kind == "delta" for f in second.files)
+
+    shutil.move(root, tmp_path / "wiped")  # the whole store, at once
+    third = task.checkpoint(write("c", range(5)))
+
+    assert third is not None
+    assert third.generation == 3, "a generation number was used twice"
+    assert all(f.kind == "base" for f in third.files), "a delta was written on top of lost files"
+    assert repo.verify(3).ok
+    assert _contents(repo) == model
+    assert repo.descriptor() is not None, "the descriptor was not written back"
+    fourth = task.checkpoint(write("d", range(3)))  # and incremental again from there
+    assert fourth is not None
+    assert any(f.kind == "delta" for f in fourth.files)
+    assert _contents(repo) == model
+
+
+def test_a_writer_that_cannot_rebuild_says_so(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    api, _repo = _api(root)
+    participant = Participant(
+        api, task_id="spark", owned=PARTITIONS, engine="spark", retention=None,
+        snapshot_timeout=timedelta(seconds=30), previous=None,
+    )  # fmt: skip
+    snap = participant.begin()
+    store = MemoryStore()
+    store.apply(0, [(b"k", b"v", 0, 0)])
+    updates = {p: PartitionUpdate(p, 1 if p == 0 else 0, base=store.export().get(p)) for p in PARTITIONS}
+    refs = participant.write(snap.generation, updates)
+    assert participant.submit(snap.generation, refs, {0: 1, 1: 0}) is not None
+
+    shutil.rmtree(root)
+    with pytest.raises(CheckpointHistoryLostError, match="generation 1"):
+        participant.begin()
