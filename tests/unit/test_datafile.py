@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -125,3 +126,25 @@ def test_merge_equals_applying_files_in_order(
     merged = datafile.merge(decoded)
     got = list(zip(merged.column("key").to_pylist(), merged.column("value").to_pylist(), strict=True))
     assert got == sorted(model.items())
+
+
+def test_timestamps_are_stored_utc_adjusted_and_older_naive_files_read_the_same() -> None:
+    """Every engine then reads an instant (Spark ``timestamp``, not ``timestamp_ntz``)."""
+    millis = 1_700_000_000_123
+    table = pa.table(
+        {
+            "key": [b"k"],
+            "value": [b"v"],
+            "offset": pa.array([3], pa.int64()),
+            "timestamp": pa.array([millis], pa.timestamp("ms")),  # naive, as older writers stored it
+        }
+    )
+    enc = datafile.encode(table)
+    column = pq.read_metadata(io.BytesIO(enc.data)).schema.column(3)
+    assert json.loads(column.logical_type.to_json())["isAdjustedToUTC"] is True
+    sink = io.BytesIO()
+    pq.write_table(table, sink)  # a file written before the change
+    for data in (enc.data, sink.getvalue()):
+        back = datafile.decode(data)
+        assert back.schema.field("timestamp").type == pa.timestamp("ms", tz="UTC")
+        assert back.column("timestamp").cast(pa.int64()).to_pylist() == [millis]

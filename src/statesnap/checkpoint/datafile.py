@@ -1,7 +1,9 @@
-"""Parquet data files: ``key: binary, value: binary, offset: int64, timestamp: timestamp[ms]``.
+"""Parquet data files: ``key: binary, value: binary, offset: int64, timestamp: timestamp[ms, UTC]``.
 
 Sorted by key, zstd-compressed, readable as they are by Spark, DuckDB, pandas and Polars. A null
-``value`` is a tombstone; it only appears in ``delta`` files.
+``value`` is a tombstone; it only appears in ``delta`` files. ``timestamp`` is stored UTC-adjusted
+(Parquet ``isAdjustedToUTC=true``): Kafka timestamps are instants, and every engine then reads the
+same type (Spark ``timestamp``, not ``timestamp_ntz``). Files written before that read the same.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ import pyarrow.parquet as pq
 
 from statesnap.errors import CorruptCheckpointError
 
+#: Kafka's record timestamps: milliseconds since the epoch, an instant.
+TIMESTAMP = pa.timestamp("ms", tz="UTC")
 SCHEMA = pa.schema(
     [
         pa.field("key", pa.binary(), nullable=False),
         pa.field("value", pa.binary(), nullable=True),
         pa.field("offset", pa.int64(), nullable=False),
-        pa.field("timestamp", pa.timestamp("ms"), nullable=True),
+        pa.field("timestamp", TIMESTAMP, nullable=True),
     ]
 )
 #: Row groups of this many rows keep memory bounded for readers that stream a file.

@@ -456,7 +456,7 @@ def change_table(msgs: list[Any]) -> pa.Table:
             keys,
             pa.array(list(map(_VALUE, msgs)), pa.binary()),
             pa.array(np.fromiter(map(_OFFSET, msgs), np.int64, len(msgs))),
-            pa.array(millis, pa.timestamp("ms"), mask=missing if missing.any() else None),
+            pa.array(millis, datafile.TIMESTAMP, mask=missing if missing.any() else None),
         ],
         schema=datafile.SCHEMA,
     )

@@ -152,7 +152,7 @@ def decode_rows(keys: pa.Array, blobs: pa.Array) -> dict[int, pa.Table]:
             "key": keys,
             "value": values,
             "offset": pa.array(header["offset"].astype(np.int64)),
-            "timestamp": pa.array(ts, mask=ts < 0).cast(pa.timestamp("ms")),
+            "timestamp": pa.array(ts, mask=ts < 0).cast(datafile.TIMESTAMP),
             "_partition": pa.array(partitions),
         }
     )

@@ -525,5 +525,5 @@ def _no_negative_timestamps(table: pa.Table) -> pa.Table:
     if low is None or low >= 0:
         return table
     ints = ts.cast(pa.int64())
-    fixed = pc.if_else(pc.less(ints, 0), pa.scalar(None, pa.int64()), ints).cast(pa.timestamp("ms"))
+    fixed = pc.if_else(pc.less(ints, 0), pa.scalar(None, pa.int64()), ints).cast(datafile.TIMESTAMP)
     return table.set_column(table.schema.get_field_index("timestamp"), "timestamp", fixed)
