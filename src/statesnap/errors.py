@@ -95,6 +95,12 @@ class CheckpointHistoryLostError(CheckpointError):
     error: restart it to rebuild from the newest checkpoint left (or the topic)."""
 
 
+class CheckpointTimeoutError(CheckpointError, TimeoutError):
+    """A checkpoint (or a shutdown waiting for one) did not finish within its deadline: the
+    checkpoint store did not answer. The previous checkpoint stands; the unfinished one's files
+    are debris that GC removes."""
+
+
 class NoUsableCheckpointError(CheckpointError):
     """``require_checkpoint=True`` was asked for but no checkpoint verifies."""
 

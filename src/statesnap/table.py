@@ -60,10 +60,12 @@ from statesnap.checkpoint import (
 from statesnap.checkpoint.layout import valid_table_name
 from statesnap.checkpoint.restore import SkippedCheckpoint
 from statesnap.checkpoint.selection import TopicState, resume_offsets
+from statesnap.deadline import Deadline, call_within
 from statesnap.durations import parse_duration
 from statesnap.errors import (
     BlobStoreError,
     CheckpointError,
+    CheckpointTimeoutError,
     ConfigError,
     KafkaError,
     OffsetOutOfRangeError,
@@ -605,22 +607,48 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
                 self._last_checkpoint_at = self._last_commit
             return self.snapshots.on_commit(self._task_state(), checkpoint_due=due)
 
-    def checkpoint(self, *, full: bool = False) -> CheckpointManifest | None:
+    def checkpoint(
+        self, *, full: bool = False, timeout: str | float | timedelta | None = None
+    ) -> CheckpointManifest | None:
         """Write a checkpoint now (at a commit point): a snapshot in which this table's partitions
         take part. Returns the committed manifest when the snapshot completed here (always, for a
         table owning every partition), None when nothing changed since the last one or other
         instances have yet to report. Changed partitions get a ``delta`` file of what changed
         (a new ``base`` once deltas pile up); *full* writes a new ``base`` for every changed
-        partition now (compaction), so the checkpoint shares no file with older ones there."""
+        partition now (compaction), so the checkpoint shares no file with older ones there.
+
+        *timeout* bounds the wait, for a commit in progress and for the checkpoint store (None:
+        as long as it takes); past it, :class:`CheckpointTimeoutError` — the previous checkpoint
+        stands, and this one never commits later."""
         if self.read_only:
             why = "a point-in-time view (tail=False)" if not self.tail else "read-only"
             raise ReadOnlyTableError(f"table {self.name!r} is {why}: it never writes checkpoints")
         if self.snapshots is None or self._reader is None:
             return None
-        with self._lock:
-            self.store.flush()
-            self._last_checkpoint_at = time.monotonic()
-            return self.snapshots.checkpoint(self._task_state(), full=full)
+        snapshots = self.snapshots
+
+        def write(abandoned: threading.Event) -> CheckpointManifest | None:
+            with self._lock:
+                if abandoned.is_set():
+                    return None  # the caller gave up while a commit held the lock
+                self.store.flush()
+                self._last_checkpoint_at = time.monotonic()
+                return snapshots.checkpoint(self._task_state(), full=full)
+
+        seconds = None if timeout is None else parse_duration(timeout).total_seconds()
+        return call_within(
+            seconds,
+            write,
+            lambda: self._timed_out("the checkpoint", seconds),
+            f"statesnap-checkpoint-{self.name}",
+        )
+
+    def _timed_out(self, what: str, seconds: float | None) -> CheckpointTimeoutError:
+        where = self.repo.url if self.repo is not None else "the checkpoint store"
+        return CheckpointTimeoutError(
+            f"table {self.name!r}: {what} did not finish within {seconds or 0:.3g}s: {where} is not "
+            "answering; the last committed checkpoint stands"
+        )
 
     def _task_state(self) -> TaskState:
         assert self._reader is not None
@@ -639,28 +667,47 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
             return self.snapshots.last_checkpoint
         return self._restored
 
-    def close(self, *, checkpoint: bool = True) -> None:
-        """Stop consuming; on a clean shutdown write a final checkpoint first."""
+    def close(self, *, checkpoint: bool = True, timeout: str | float | timedelta | None = "30s") -> None:
+        """Stop consuming; on a clean shutdown write a final checkpoint first.
+
+        *timeout* bounds the whole close (None: as long as it takes). A background commit stuck
+        on a checkpoint store that does not answer, or a final checkpoint that does not finish,
+        ends in :class:`CheckpointTimeoutError` (a warning when no final checkpoint was asked
+        for): the table is closed all the same, the last committed checkpoint stands, and the
+        thread still waiting keeps its clients until the process exits."""
         if self._state == "closed":
             return
+        deadline = Deadline(None if timeout is None else parse_duration(timeout).total_seconds())
         self._stop.set()
         if self._state == "restoring":
-            self._restore_done.wait()  # the restoring thread sees _stop and gives up the reader
+            self._restore_done.wait(deadline.remaining())  # the restoring thread gives up the reader
+        busy: CheckpointTimeoutError | None = None
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(deadline.remaining())
+            if self._thread.is_alive():
+                busy = self._timed_out("the background commit", deadline.seconds)
         try:
-            if checkpoint and self._state == "running" and self._thread_error is None and not self.read_only:
-                self.checkpoint()
+            final = checkpoint and self._state == "running" and self._thread_error is None
+            if busy is None and final and not self.read_only:
+                try:
+                    self.checkpoint(timeout=deadline.remaining())
+                except CheckpointTimeoutError as e:
+                    busy = e
         finally:
             if self._membership is not None:
                 self._membership.closing = True  # leaving the group: no hand-over, no drops
-            if self.snapshots is not None:
-                self.snapshots.close()
-            if self._reader is not None:
-                self._reader.close()
-            self.store.close()
+            if busy is not None:
+                log.log(logging.ERROR if checkpoint else logging.WARNING, "%s; closing without waiting", busy)
+            else:  # nothing else uses them now
+                if self.snapshots is not None:
+                    self.snapshots.close()
+                if self._reader is not None:
+                    self._reader.close()
+                self.store.close()
             self._state = "closed"
             self._waiters.notify()
+        if busy is not None and checkpoint:
+            raise busy  # the final checkpoint asked for was not written
 
     def __enter__(self) -> Table[K, V]:
         if self._state == "new":
@@ -684,9 +731,11 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
             self._stop.set()
             raise
 
-    async def aclose(self, *, checkpoint: bool = True) -> None:
+    async def aclose(
+        self, *, checkpoint: bool = True, timeout: str | float | timedelta | None = "30s"
+    ) -> None:
         """:meth:`close` on a worker thread (the final checkpoint may take a while)."""
-        await asyncio.to_thread(self.close, checkpoint=checkpoint)
+        await asyncio.to_thread(self.close, checkpoint=checkpoint, timeout=timeout)
 
     async def __aenter__(self) -> Table[K, V]:
         if self._state == "new":

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,10 @@ from typing import Any
 import click
 
 from statesnap.checkpoint import CheckpointManifest, RetentionPolicy
+from statesnap.cli.interrupts import stop_on_signals
+from statesnap.deadline import call_within
+from statesnap.durations import parse_duration
+from statesnap.errors import CheckpointTimeoutError
 from statesnap.kafka.admin import KafkaAdmin
 from statesnap.kafka.config import KafkaSettings
 from statesnap.snapshot.diff import SnapshotDiff
@@ -47,6 +49,7 @@ def materialize_on_spark(
     retention: RetentionPolicy,
     generation: int | None,
     snapshot_timeout: str,
+    shutdown_timeout: str,
     snapshot_store: str | None,
     spark_checkpoint_location: str | None,
     spark_conf: dict[str, str],
@@ -88,9 +91,7 @@ def materialize_on_spark(
             trigger_interval=trigger_interval,
             **common,
         )
-        stop = threading.Event()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.set())
+        stop = stop_on_signals()
         if not quiet:
             click.echo(
                 f"materializing {topic} on Spark; checkpoints every {checkpoint_interval}, streaming state "
@@ -102,7 +103,16 @@ def materialize_on_spark(
                 if materializer.failure is not None:
                     raise materializer.failure
                 raise click.ClickException(f"streaming query stopped: {materializer.query.exception()}")
-        final = materializer.stop(checkpoint=True)
+        seconds = parse_duration(shutdown_timeout).total_seconds()
+        final = call_within(
+            seconds,
+            lambda _abandoned: materializer.stop(checkpoint=True),
+            lambda: CheckpointTimeoutError(
+                f"the final checkpoint did not finish within {seconds:g}s (--shutdown-timeout); the "
+                "last committed checkpoint stands"
+            ),
+            "statesnap-final-checkpoint",
+        )
         current = final or materializer.last_checkpoint
         return _result(
             spark, current, checkpoints, storage_options, topic, table, started, written=final is not None

@@ -5,9 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-import signal
 import sys
-import threading
 import time
 from datetime import timedelta
 from typing import Any
@@ -17,6 +15,7 @@ import click
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointRepository, RetentionPolicy
 from statesnap.cli.engine import choose_engine
+from statesnap.cli.interrupts import shutdown_timeout_option, stop_on_signals
 from statesnap.cli.options import (
     bootstrap_option,
     emit_json,
@@ -30,6 +29,7 @@ from statesnap.cli.options import (
     topic_option,
 )
 from statesnap.cli.progress import ReplayProgress, replay_bar
+from statesnap.deadline import Deadline
 from statesnap.digest import table_digest
 from statesnap.durations import parse_duration
 from statesnap.kafka.admin import KafkaAdmin
@@ -148,6 +148,7 @@ def _table(
     "--generation", type=int, default=None, help="Continue from this snapshot generation, not the newest."
 )
 @click.option("--snapshot-timeout", default="60s", show_default=True, help="Fail snapshots not done by then.")
+@shutdown_timeout_option
 @snapshot_store_option
 @click.option(
     "--min-count", default=10, show_default=True, help="Retention: keep at least this many checkpoints."
@@ -182,6 +183,7 @@ def materialize(
     group: str | None,
     generation: int | None,
     snapshot_timeout: str,
+    shutdown_timeout: str,
     snapshot_store: str | None,
     min_count: int,
     min_age: str,
@@ -253,6 +255,7 @@ def materialize(
             retention=retention,
             generation=generation,
             snapshot_timeout=snapshot_timeout,
+            shutdown_timeout=shutdown_timeout,
             snapshot_store=snapshot_store,
             spark_checkpoint_location=spark_checkpoint_location,
             spark_conf=pairs_to_dict(spark_conf, "--spark-conf"),
@@ -270,6 +273,7 @@ def materialize(
             checkpoint_interval=checkpoint_interval,
             commit_interval=commit_interval,
             follow=follow,
+            shutdown_timeout=shutdown_timeout,
             instance=instance,
             instances=instances,
             group=group,
@@ -304,6 +308,7 @@ def _materialize_in_python(
     storage: dict[str, str],
     *,
     follow: bool,
+    shutdown_timeout: str,
     quiet: bool,
     instances: int | None,
     **kwargs: Any,
@@ -320,12 +325,11 @@ def _materialize_in_python(
         instances=instances,
         **kwargs,
     )
+    deadline = Deadline(None)  # a one-shot run waits for its checkpoint as long as it takes
     try:
         report = start_with_progress(t, quiet)
         if follow:
-            stop = threading.Event()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(sig, lambda *_: stop.set())
+            stop = stop_on_signals()
             if not quiet:
                 member = f" as {t.task_id} of consumer group {t.group}" if t.group else ""
                 click.echo(
@@ -335,13 +339,15 @@ def _materialize_in_python(
                 )
             while not stop.wait(0.5):
                 t.raise_if_failed()
+            deadline = Deadline(parse_duration(shutdown_timeout).total_seconds())
         write_started = time.monotonic()
         # One task of several cannot complete a snapshot alone; its peers report on their own.
-        manifest = t.checkpoint() if not instances or instances == 1 or not follow else None
+        solo = not instances or instances == 1 or not follow
+        manifest = t.checkpoint(timeout=deadline.remaining()) if solo else None
         write_seconds = time.monotonic() - write_started
         keys = len(t.store)
     finally:
-        t.close(checkpoint=False)
+        t.close(checkpoint=False, timeout=deadline.remaining())
     current = manifest or t.last_checkpoint
     return {
         "table": t.name,
