@@ -229,9 +229,8 @@ def test_sigkill_python_writer_mid_checkpoint(
         env=loc.cli_env,
     )
     assert gc.returncode == 0, gc.stderr[-2000:]
-    # Data files, temp files and uploads must all be gone. Snapshot records a kill strands are
-    # pinned down by the two deterministic tests below (they fail while GC keeps them).
-    left = [k for k in debris(loc) if not k.startswith("generations/")]
+    # Data files, temp files, uploads and the records of deleted or dead generations: all gone.
+    left = debris(loc)
     assert left == [], f"GC with zero grace left debris: {_describe(loc, left)}\nGC said {gc.stdout}"
     assert loc.kind != "file" or not [p for p in loc.root.rglob("*") if ".tmp" in p.name]  # type: ignore[union-attr]
     verify = run_cli(ledger, ["checkpoints", "verify", loc.cli_url], timeout=60, env=loc.cli_env)

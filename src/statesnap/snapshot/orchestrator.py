@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from statesnap import __version__
 from statesnap.checkpoint.manifest import CheckpointManifest, CheckpointState, PartitionCheckpoint
 from statesnap.checkpoint.repository import CheckpointRepository
-from statesnap.errors import CheckpointConflictError, StaleGenerationError
+from statesnap.errors import CheckpointConflictError, StaleGenerationError, StatesnapError
 from statesnap.snapshot.model import Snapshot, SnapshotState, TaskSnapshot
 from statesnap.snapshot.store import SnapshotStore
 
@@ -122,16 +122,22 @@ class LocalOrchestrator:
             self._thread = threading.Thread(target=self._run, name="statesnap-orchestrator", daemon=True)
             self._thread.start()
 
-    def close(self) -> None:
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop watching; a refresh stuck on a store that does not answer is not waited for
+        past *timeout* (its thread is a daemon and ends with the process)."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                log.warning("snapshot refresh still waiting on the snapshot store; not waiting for it")
             self._thread = None
 
     def _run(self) -> None:
         while not self._stop.wait(self.refresh_interval):
             try:
                 self.refresh()
+            except StatesnapError as e:  # a store that failed to answer: say so, try again
+                log.warning("snapshot refresh failed; will retry: %s", e)
             except Exception:
                 log.exception("snapshot refresh failed; will retry")
 
