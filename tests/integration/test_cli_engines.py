@@ -303,8 +303,10 @@ def test_snapshot_create_waits_for_following_writers(
         commands = [[*base, "--engine", "python", "--instance", str(i), "--instances", "2"] for i in range(2)]
         tasks = [["instance-0", "instance-1"]]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    procs = [
-        subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    procs = [  # each in its own process group, stopped below as a terminal's Ctrl-C stops it
+        subprocess.Popen(
+            c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True
+        )
         for c in commands
     ]
     outs: list[tuple[str, str]] = []
@@ -366,11 +368,13 @@ def test_snapshot_create_waits_for_following_writers(
             assert time.monotonic() < deadline, f"writers never caught up: {snap}"
             time.sleep(2)
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGINT)
+        for proc in procs:  # the whole group: Spark's JVM and Python workers get it too
+            os.killpg(proc.pid, signal.SIGINT)
         outs = [proc.communicate(timeout=120) for proc in procs]
     for proc, (_out, err) in zip(procs, outs, strict=True):
         assert proc.returncode == 0, err[-3000:]
+        assert "Traceback" not in err, err[-3000:]
+        assert not [line for line in err.splitlines() if " ERROR " in line], err[-3000:]
     truth = kafka.truth(kafka.read_all(topic, range(PARTITIONS)))
     if engine == "spark":
         final = json.loads(outs[0][0].strip().splitlines()[-1])
@@ -445,3 +449,40 @@ def test_default_follow_works_with_default_options(kafka: Any, tmp_path: Path) -
     result = json.loads(out.strip().splitlines()[-1])
     assert result["keys"] == 100
     assert result["checkpoint"] == 1
+
+
+@pytest.mark.spark
+def test_ctrl_c_during_a_spark_batch_run_is_one_line(kafka: Any, tmp_path: Path) -> None:
+    """A terminal's Ctrl-C (SIGINT to the whole process group: driver, JVM, Python workers)
+    during `materialize --engine spark`: the job is cancelled and the command ends with one
+    line and exit 130 — not pages of py4j tracebacks and crashed-worker errors — committing
+    nothing."""
+    if not spark_available():
+        pytest.skip("Spark needs pyspark and Java")
+    topic = kafka.create_topic(f"cc-{uuid.uuid4().hex[:8]}", 2)
+    kafka.produce(topic, [(i % 2, b"k%d" % (i % 300), b"v%d" % i) for i in range(3000)])
+    ckpt = tmp_path / "c"
+    proc = subprocess.Popen(
+        [*STATESNAP, "materialize", "--engine", "spark", "-b", kafka.bootstrap, "-t", topic,
+         "--checkpoints", str(ckpt)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )  # fmt: skip
+    assert proc.stderr is not None
+    lines = []
+    deadline = time.monotonic() + 120
+    while not (lines and lines[-1].startswith("spark:")):  # the session is up: the run begins
+        line = proc.stderr.readline()
+        assert line or proc.poll() is None, "".join(lines)
+        assert time.monotonic() < deadline, "".join(lines)
+        lines.append(line)
+    os.killpg(proc.pid, signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    err = "".join(lines) + err
+    assert proc.returncode == 130, err[-3000:]
+    errors = [line for line in err.splitlines() if line.startswith("Error:")]
+    cancelled = "Error: interrupted: the Spark job was cancelled before its checkpoint"
+    assert errors == [f"{cancelled}; the last committed checkpoint stands"], err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert not [line for line in err.splitlines() if " ERROR " in line], err[-3000:]
+    assert not list(ckpt.glob("*/snapshots/*.json")), "a cancelled run committed a checkpoint"

@@ -7,6 +7,8 @@ import os
 import signal
 import sys
 import threading
+import time
+from typing import Any
 
 import click
 
@@ -39,3 +41,39 @@ def stop_on_signals() -> threading.Event:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, handle)
     return stop
+
+
+def cancel_spark_jobs_on_signals(spark: Any, interrupted: threading.Event) -> None:
+    """A batch run on Spark: the first SIGINT/SIGTERM cancels the running jobs and every job
+    started after it, so the blocking call returns with a cancelled job (PySpark's own handler
+    raises KeyboardInterrupt inside a py4j call instead, which prints pages of py4j tracebacks);
+    the second ends the process. Cancelling runs on a thread of its own: the main thread is
+    inside a py4j call. *interrupted* is set by the first signal."""
+
+    def keep_cancelling() -> None:
+        while True:  # a daemon thread: it ends with the process, or with the session
+            try:
+                spark.sparkContext.cancelAllJobs()
+            except Exception:  # the session stopped: nothing left to cancel
+                return
+            time.sleep(0.2)
+
+    def handle(signum: int, _frame: object) -> None:
+        if interrupted.is_set():
+            sys.stderr.write("Aborted: stopped again while Spark was cancelling\n")
+            sys.stderr.flush()
+            os._exit(130)
+        interrupted.set()
+        threading.Thread(target=keep_cancelling, name="statesnap-cancel", daemon=True).start()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, handle)
+
+
+class Interrupted(click.ClickException):
+    """Ctrl-C ended a run before it committed anything: one line, exit 130."""
+
+    exit_code = 130
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"interrupted: {what}; the last committed checkpoint stands")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -15,13 +16,21 @@ from typing import Any
 import click
 
 from statesnap.checkpoint import CheckpointManifest, RetentionPolicy
-from statesnap.cli.interrupts import stop_on_signals
+from statesnap.cli.interrupts import Interrupted, cancel_spark_jobs_on_signals, stop_on_signals
 from statesnap.deadline import call_within
 from statesnap.durations import parse_duration
 from statesnap.errors import CheckpointTimeoutError
 from statesnap.kafka.admin import KafkaAdmin
 from statesnap.kafka.config import KafkaSettings
 from statesnap.snapshot.diff import SnapshotDiff
+
+#: Set by the first Ctrl-C of a CLI Spark session (which then cancels its jobs).
+_interrupted = threading.Event()
+
+
+def _not_from_py4j(record: logging.LogRecord) -> bool:
+    # py4j logs through the root logger, so only where the record comes from tells it apart.
+    return "py4j" not in record.pathname
 
 
 def spark_session(conf: dict[str, str] | None = None, *, quiet: bool = False) -> Any:
@@ -30,7 +39,11 @@ def spark_session(conf: dict[str, str] | None = None, *, quiet: bool = False) ->
     from statesnap.spark.session import spark_session as make
 
     verbose = logging.getLogger("statesnap").getEffectiveLevel() <= logging.DEBUG
+    if not verbose:  # py4j logs each interrupted call with a traceback; the CLI says it once
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_not_from_py4j)
     spark = make(conf=conf, verbose=verbose)
+    cancel_spark_jobs_on_signals(spark, _interrupted)  # replaces PySpark's KeyboardInterrupt handler
     if not quiet:
         click.echo(f"spark: {spark.version}, master {spark.sparkContext.master}", err=True)
     return spark
@@ -57,6 +70,7 @@ def materialize_on_spark(
 ) -> dict[str, Any]:
     """Bootstrap (or, with ``follow``, continuously materialize) *topic* into checkpoints on Spark."""
     from statesnap.spark import bootstrap, materialize_stream
+    from statesnap.spark.writer import table_options
 
     started = time.monotonic()
     common: dict[str, Any] = {
@@ -72,13 +86,19 @@ def materialize_on_spark(
         "generation": generation,
         "timeout": settings.timeout,
     }
-    # A typo'd topic or a dead broker fails now, not after Spark's start-up.
+    # A typo'd topic, settings librdkafka refuses or a dead broker fail now, not after Spark's start-up.
+    table_options(settings.bootstrap_servers, topic, dict(settings.config), settings.timeout)
     KafkaAdmin(settings).partitions(topic)
     spark = spark_session(spark_conf, quiet=quiet)
     try:
         if not follow:
             previous = _newest_generation(checkpoints, storage_options, table)
-            manifest = bootstrap(spark, **common)
+            try:
+                manifest = bootstrap(spark, **common)
+            except Exception as e:
+                if _interrupted.is_set():  # the job we cancelled, not a failure of its own
+                    raise Interrupted("the Spark job was cancelled before its checkpoint") from e
+                raise
             written = manifest.generation != previous
             return _result(
                 spark, manifest, checkpoints, storage_options, topic, table, started, written=written

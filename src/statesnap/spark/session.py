@@ -75,6 +75,8 @@ def spark_session(
         builder = builder.config("spark.driver.host", "127.0.0.1").config(
             "spark.driver.bindAddress", "127.0.0.1"
         )
+    if local:  # workers out of the terminal's process group: Ctrl-C is the driver's to handle
+        settings.setdefault("spark.python.daemon.module", "statesnap.spark.daemon")
     if "spark.sql.shuffle.partitions" not in settings and local:
         settings["spark.sql.shuffle.partitions"] = str(max(2, os.cpu_count() or 2))
     for key, value in settings.items():

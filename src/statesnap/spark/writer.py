@@ -26,7 +26,8 @@ from statesnap.kafka.identity import topic_id
 from statesnap.snapshot.api import SnapshotApi
 from statesnap.snapshot.participant import Participant
 from statesnap.snapshot.store import resolve_spec
-from statesnap.spark.kafka_io import OffsetOracle
+from statesnap.spark.java_settings import check_client_config
+from statesnap.spark.kafka_io import OffsetOracle, consumer_config
 from statesnap.spark.options import KafkaSourceOptions
 
 log = logging.getLogger(__name__)
@@ -47,9 +48,12 @@ def table_options(
     *timeout* bounds every wait for the cluster's metadata."""
     config = {"isolation.level": "read_committed"}
     config.update({k: str(v) for k, v in (kafka_config or {}).items() if k != "bootstrap.servers"})
-    return KafkaSourceOptions(
+    opts = KafkaSourceOptions(
         bootstrap_servers, topic, kafka_config=config, metadata_timeout_ms=max(1, int(timeout * 1000))
     )
+    # Settings librdkafka refuses fail here, in one line, not in every task after Spark started.
+    check_client_config(bootstrap_servers, {k: str(v) for k, v in consumer_config(opts).items()})
+    return opts
 
 
 @dataclass
