@@ -101,17 +101,25 @@ def list_cmd(url: str, table: str | None, storage_pairs: tuple[str, ...], as_jso
 def show(
     url: str, table: str | None, storage_pairs: tuple[str, ...], as_json: bool, generation: int | None
 ) -> None:
-    """Show one checkpoint's manifest (default: the newest), including how it was written."""
+    """Show one checkpoint's manifest (default: the newest that verifies, files present with
+    their sizes), including how it was written. --json adds the table's ``location`` and each
+    file's ``url``: the file list any engine reads the checkpoint from."""
     repos = _locations(url, table, storage_pairs)
     if len(repos) > 1:
         raise click.UsageError("several tables under URL; pick one with --table")
     repo = repos[0]
-    gen = generation if generation is not None else next(iter(repo.generations()), None)
+    if generation is None:
+        generation = next((g for g in repo.generations() if repo.verify(g, deep=False).ok), None)
+    gen = generation
     if gen is None:
-        raise CheckpointError(f"no checkpoints in {repo.url}")
+        raise CheckpointError(f"no usable checkpoint in {repo.url}")
     manifest = repo.read_manifest(gen)
     if as_json:
-        emit_json(manifest.to_json())
+        obj = manifest.to_json()
+        for part in obj["partitions"].values():
+            for f in part["files"]:
+                f["url"] = f"{repo.url}/{f['path']}"
+        emit_json({"location": repo.url, **obj})
         return
     click.echo(
         f"{repo.url} generation {gen}: {manifest.state.value}, created {manifest.created_at.isoformat()}"
