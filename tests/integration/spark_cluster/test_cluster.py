@@ -184,8 +184,9 @@ def test_spark_submit_runs_the_pipeline_on_the_cluster(
     spark_cluster: StandaloneCluster, kafka: Any, topic_name: str, s3_location: Any, tmp_path: Path
 ) -> None:
     """``spark-submit --master spark://… statesnap/spark/__main__.py <materialize options>``: the
-    submitted master is used (not local[*]), storage options reach the executors, and the
-    checkpoint a Python Table restores equals a full replay; ``--json`` has the CLI's keys."""
+    submitted master is used (not local[*]); S3 settings given only as the driver's environment
+    (``AWS_*``, as a user's shell has them) reach the executors, whose own environment has none;
+    the checkpoint a Python Table restores equals a full replay; ``--json`` has the CLI's keys."""
     kafka.create_topic(topic_name, PARTITIONS)
     records = kafka.produce(topic_name, changelog(4000, keys=300, seed=3))
     import statesnap.spark.__main__ as entry
@@ -194,7 +195,13 @@ def test_spark_submit_runs_the_pipeline_on_the_cluster(
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["SPARK_HOME"] = str(spark_home())
     env["SPARK_LOCAL_IP"] = "127.0.0.1"
-    storage = [f"--storage-option={k}={v}" for k, v in s3_location.options.items()]
+    env.update(  # the driver's environment only: no --storage-option
+        AWS_ENDPOINT_URL=s3_location.options["endpoint_url"],
+        AWS_DEFAULT_REGION=s3_location.options["region"],
+        AWS_ACCESS_KEY_ID=s3_location.options["aws_access_key_id"],
+        AWS_SECRET_ACCESS_KEY=s3_location.options["aws_secret_access_key"],
+    )
+    assert not any(k.startswith("AWS_") for k in spark_cluster._env()), "the workers must not have them"
     confs = {
         "spark.pyspark.python": sys.executable,
         "spark.executor.memory": "512m",
@@ -216,7 +223,6 @@ def test_spark_submit_runs_the_pipeline_on_the_cluster(
         "submitted",
         "--checkpoints",
         s3_location.url,
-        *storage,
         "--json",
     ]
     before = {a["id"] for a in _apps(spark_cluster)}
