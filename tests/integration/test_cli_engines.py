@@ -476,6 +476,10 @@ def test_ctrl_c_during_a_spark_batch_run_is_one_line(kafka: Any, tmp_path: Path)
         assert line or proc.poll() is None, "".join(lines)
         assert time.monotonic() < deadline, "".join(lines)
         lines.append(line)
+    # Quiet by default: no log4j banner, no loopback or incubator-module warnings, one line
+    # naming the master.
+    assert [line.split(" ")[0] for line in lines if line.strip()] == ["engine:", "spark:"], lines
+    assert "master local[" in lines[-1], lines
     os.killpg(proc.pid, signal.SIGINT)
     _out, err = proc.communicate(timeout=60)
     err = "".join(lines) + err

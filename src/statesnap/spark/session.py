@@ -10,6 +10,7 @@ session — local or a cluster — can import statesnap, or fails with one line 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -18,6 +19,7 @@ from importlib import resources
 from typing import Any
 
 from statesnap.errors import ConfigError
+from statesnap.spark.jvm_stderr import without_jvm_notices
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +83,11 @@ def spark_session(
         settings["spark.sql.shuffle.partitions"] = str(max(2, os.cpu_count() or 2))
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    from pyspark import SparkContext
+
+    launching = SparkContext._gateway is None and not os.environ.get("PYSPARK_GATEWAY_PORT")
+    with without_jvm_notices() if launching and not verbose else contextlib.nullcontext():
+        spark = builder.getOrCreate()
     if not verbose:
         spark.sparkContext.setLogLevel("ERROR")
     if "spark.sql.shuffle.partitions" not in (conf or {}) and not local:
