@@ -37,15 +37,13 @@ from statesnap.blob import BlobStore, open_blob_store
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, datafile, locate_table
 from statesnap.checkpoint.manifest import DataFile
 from statesnap.checkpoint.restore import CheckpointSelector
-from statesnap.checkpoint.selection import TopicState
 from statesnap.errors import ConfigError
 from statesnap.kafka.admin import KafkaAdmin
-from statesnap.kafka.identity import topic_id
 from statesnap.spark.changes import ChangeFolder
-from statesnap.spark.kafka_io import OffsetOracle, change_table, iter_range
+from statesnap.spark.kafka_io import change_table, iter_range
 from statesnap.spark.options import KafkaSourceOptions
 from statesnap.spark.session import is_local
-from statesnap.spark.writer import table_options
+from statesnap.spark.writer import table_options, topic_state
 
 log = logging.getLogger(__name__)
 
@@ -308,22 +306,8 @@ def _as_of_now(
         topic = str(known.get("topic") or (latest.topic if latest is not None else table))
     opts = table_options(kafka["bootstrap_servers"], topic, config, timeout)
     info = admin.describe_topic(topic)
-    oracle = OffsetOracle(opts)
-    try:
-        earliest = oracle.earliest(info.partitions)
-        ends = oracle.latest(info.partitions)
-    finally:
-        oracle.close()
-    state = TopicState(
-        topic,
-        actual,
-        info.partitions,
-        earliest,
-        info.compacted,
-        info.delete_retention_ms,
-        ends,
-        topic_id(opts.settings(), topic),
-    )
+    state = topic_state(opts, actual, info)
+    earliest, ends = dict(state.log_start), dict(state.log_end or {})
     manifest = CheckpointSelector(repo, table).newest_verified(state, datetime.now(UTC))
     prior = manifest.partitions if manifest is not None else {}
     starts = {p: prior[p].next_offset if p in prior else earliest[p] for p in info.partitions}

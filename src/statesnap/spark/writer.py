@@ -21,7 +21,7 @@ from statesnap.checkpoint.layout import valid_table_name
 from statesnap.checkpoint.restore import CheckpointSelector
 from statesnap.checkpoint.selection import TopicState
 from statesnap.errors import ConfigError
-from statesnap.kafka.admin import KafkaAdmin
+from statesnap.kafka.admin import KafkaAdmin, TopicInfo
 from statesnap.kafka.identity import topic_id
 from statesnap.snapshot.api import SnapshotApi
 from statesnap.snapshot.participant import Participant
@@ -54,6 +54,27 @@ def table_options(
     # Settings librdkafka refuses fail here, in one line, not in every task after Spark started.
     check_client_config(bootstrap_servers, {k: str(v) for k, v in consumer_config(opts).items()})
     return opts
+
+
+def topic_state(opts: KafkaSourceOptions, cluster_id: str, info: TopicInfo) -> TopicState:
+    """The topic as it is now, for checkpoint selection: start offsets, ends by partition EOF
+    (the dev broker's watermarks under-report), compaction settings and topic ID."""
+    oracle = OffsetOracle(opts)
+    try:
+        earliest = oracle.earliest(info.partitions)
+        ends = oracle.latest(info.partitions)
+    finally:
+        oracle.close()
+    return TopicState(
+        opts.topic,
+        cluster_id,
+        info.partitions,
+        earliest,
+        info.compacted,
+        info.delete_retention_ms,
+        ends,
+        topic_id(opts.settings(), opts.topic),
+    )
 
 
 @dataclass
@@ -106,22 +127,7 @@ class SparkTableWriter:
             store = for_executors(store)
         store.check(writable=True)
         repo = CheckpointRepository.for_table(store, cluster_id, table)
-        oracle = OffsetOracle(opts)
-        try:
-            earliest = oracle.earliest(info.partitions)
-            ends = oracle.latest(info.partitions)
-        finally:
-            oracle.close()
-        state = TopicState(
-            topic,
-            cluster_id,
-            info.partitions,
-            earliest,
-            info.compacted,
-            info.delete_retention_ms,
-            ends,
-            topic_id(opts.settings(), topic),
-        )
+        state = topic_state(opts, cluster_id, info)
         spec = resolve_spec(snapshot_store, (repo.descriptor() or {}).get("snapshot_store"), table)
         repo.ensure_descriptor(table, topic, cluster_id, len(info.partitions), str(spec))
         selector = CheckpointSelector(repo, table, generation, require_checkpoint)
