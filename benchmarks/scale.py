@@ -63,7 +63,7 @@ def partition_table(p: int, partitions: int, n: int) -> pa.Table:
     values = pc.utf8_slice_codeunits(
         pc.binary_join_element_wise(pc.cast(ids, pa.string()), pa.scalar(":" + pad), ""), 0, VALUE_BYTES
     ).cast(pa.binary())
-    ts = pa.array(np.full(len(ids), 1_700_000_000_000, dtype=np.int64)).cast(pa.timestamp("ms"))
+    ts = pa.array(np.full(len(ids), 1_700_000_000_000, dtype=np.int64)).cast(pa.timestamp("ms", tz="UTC"))
     table = pa.table({"key": keys, "value": values, "offset": ids, "timestamp": ts})
     return table.sort_by("key")
 

@@ -121,3 +121,57 @@ def test_rocksdb_load_memory_is_bounded_by_the_batch_not_the_table(tmp_path: Pat
     assert result["ok"]
     assert result["raw"] > 200_000_000
     assert result["growth"] < result["raw"] / 3, result
+
+
+def test_a_restore_reads_a_bounded_number_of_partitions_ahead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``iter_partitions`` keeps at most READ_AHEAD partition decodes ahead of its consumer, so a
+    RocksDB restore (which does not keep the decoded tables) holds a few partitions at a time,
+    not the whole table; every partition still arrives, in order, with its rows."""
+    import threading
+    import time
+
+    import pyarrow as pa
+
+    from statesnap.blob import open_blob_store
+    from statesnap.checkpoint import repository as repository_module
+    from statesnap.checkpoint.repository import CheckpointRepository
+    from statesnap.checkpoint.writer import PartitionUpdate
+    from statesnap.snapshot.writer import write_checkpoint
+
+    monkeypatch.setattr(repository_module, "READ_AHEAD", 2)
+    repo = CheckpointRepository.for_table(open_blob_store(tmp_path.as_uri()), "c", "t")
+    updates = {}
+    for p in range(8):
+        keys = [b"p%d-%03d" % (p, i) for i in range(50)]
+        table = pa.table(
+            {
+                "key": pa.array(keys, pa.binary()),
+                "value": pa.array([b"v" + k for k in keys], pa.binary()),
+                "offset": pa.array(range(50), pa.int64()),
+                "timestamp": pa.array([1] * 50, pa.int64()).cast(pa.timestamp("ms", tz="UTC")),
+            }
+        )
+        updates[p] = PartitionUpdate(p, 50, base=table)
+    manifest = write_checkpoint(repo, table="t", topic="t", cluster_id="c", updates=updates)
+    started: list[int] = []
+    lock = threading.Lock()
+    decode = repo.decode_partition
+
+    def slow_decode(m: Any, p: int, downloads: Any) -> pa.Table:
+        with lock:
+            started.append(p)
+        time.sleep(0.05)  # decodes take a while: an unbounded reader would start them all at once
+        return decode(m, p, downloads)
+
+    monkeypatch.setattr(repo, "decode_partition", slow_decode)
+    seen = []
+    for i, (p, rows) in enumerate(repo.iter_partitions(manifest)):
+        with lock:
+            assert len(started) <= i + 1 + 2, started  # the one taken + READ_AHEAD in flight
+        assert rows.num_rows == 50
+        assert rows.column("key")[0].as_py() == b"p%d-000" % p
+        seen.append(p)
+        time.sleep(0.02)
+    assert seen == list(range(8))

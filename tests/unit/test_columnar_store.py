@@ -18,8 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from statesnap.checkpoint import datafile
-from statesnap.stores import StateStore, open_state_store
+from statesnap.stores import StateStore, columnar_base, open_state_store
 from statesnap.stores import columnar as columnar_module
+from statesnap.stores import keyindex as keyindex_module
 from statesnap.stores.base import NO_TIMESTAMP
 from statesnap.stores.columnar import ColumnarStore
 from statesnap.stores.keyindex import KeyIndex, array_hashes, key_hash
@@ -323,10 +324,10 @@ def test_many_chunks_and_large_partitions_are_found(monkeypatch: pytest.MonkeyPa
     """Rows spread over many Arrow chunks (Parquet row groups; here at most 64 rows a chunk,
     as 2**20 rows are at full size) are all reachable, by get and by scan."""
     bits = 6
-    monkeypatch.setattr(columnar_module, "_LOCAL_BITS", bits)
-    monkeypatch.setattr(columnar_module, "_LOCAL_MASK", (1 << bits) - 1)
-    monkeypatch.setattr(columnar_module, "_MAX_SEGMENTS", 1 << (32 - bits))
-    monkeypatch.setattr(columnar_module, "_SEGMENT_MASK", (1 << (32 - bits)) - 1)
+    monkeypatch.setattr(columnar_base, "_LOCAL_BITS", bits)
+    monkeypatch.setattr(columnar_base, "_LOCAL_MASK", (1 << bits) - 1)
+    monkeypatch.setattr(columnar_base, "_MAX_SEGMENTS", 1 << (32 - bits))
+    monkeypatch.setattr(columnar_base, "_SEGMENT_MASK", (1 << (32 - bits)) - 1)
     rows = {b"key-%d" % i: b"v%d" % i for i in range(5000)}
     s = ColumnarStore()
     for p, t in base_tables(rows).items():
@@ -356,8 +357,8 @@ def test_vectorized_hash_equals_the_scalar_hash() -> None:
 
 
 def test_hash_collisions_are_resolved_by_comparing_keys() -> None:
-    """Keys equal modulo 2**61-1 (and b"a" vs b"a\\x00") share a hash: all must stay distinct."""
-    prime = (1 << 61) - 1
+    """Keys equal modulo the hash prime (and b"a" vs b"a\\x00") share a hash: all must stay distinct."""
+    prime = keyindex_module.P
     colliding = [(12345 + i * prime).to_bytes(8, "little") for i in range(8)]
     colliding += [b"a", b"a\x00", b"a\x00\x00"]
     assert len({key_hash(k) for k in colliding[:8]}) == 1
@@ -418,3 +419,59 @@ def test_readers_see_a_consistent_store_while_the_writer_applies_and_merges(
     assert s._over == {}  # the last export merged everything
     assert s.get(live[0]) == b"29"
     assert len(s) == 250
+
+
+_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("write"), _keys, st.one_of(st.none(), st.binary(max_size=4))),
+        st.tuples(st.just("changes"), st.none(), st.none()),
+        st.tuples(st.just("export"), st.none(), st.none()),
+        st.tuples(st.just("mark"), st.none(), st.none()),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(base=st.dictionaries(_keys, st.binary(max_size=4), max_size=6), steps=_steps)
+def test_change_set_is_relative_to_the_last_marked_hand_out(
+    base: dict[bytes, bytes], steps: list[tuple[str, bytes | None, bytes | None]]
+) -> None:
+    """Checkpoints that fail (changes taken, never marked), writes racing a checkpoint (between
+    the hand-out and the mark), several hand-outs before one mark, marks without a hand-out: the
+    change set always turns the contents of the last *marked* hand-out into the current ones.
+    (The change set hands its dict out whole and marks in O(1); this pins that semantics.)"""
+    for kind in ["memory", *OTHER_KINDS]:
+        s, mirror = open_state_store(kind), open_state_store("memory")  # mirror: contents only
+        try:
+            for p, t in base_tables(base).items():
+                s.load(p, t)
+                mirror.load(p, t)
+
+            def contents(mirror: StateStore = mirror) -> dict[int, pa.Table]:
+                return {p: t.combine_chunks() for p, t in mirror.export().items()}
+
+            durable = contents()
+            s.mark_checkpointed()
+            handed: dict[int, pa.Table] | None = None
+            offset = 100
+            for op, key, value in steps:
+                if op == "write":
+                    assert key is not None
+                    for store in (s, mirror):
+                        store.apply(part_of(key), [(key, value, offset, 7)])
+                    offset += 1
+                elif op == "changes":
+                    assert apply_changes(durable, s.changes()) == contents(), kind
+                    handed = contents()
+                elif op == "export":
+                    assert {p: t.combine_chunks() for p, t in s.export().items()} == contents(), kind
+                    handed = contents()
+                else:
+                    s.mark_checkpointed()
+                    # Without a hand-out since the last mark, everything counts as checkpointed.
+                    durable, handed = (handed if handed is not None else contents()), None
+            assert apply_changes(durable, s.changes()) == contents(), kind
+        finally:
+            s.close()
+            mirror.close()

@@ -9,8 +9,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
+from collections import deque
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +34,9 @@ log = logging.getLogger(__name__)
 
 #: Parallel downloads/uploads; S3 latency dominates small files, so a few in flight pay off.
 IO_THREADS = 8
+#: Partitions a restore decodes ahead of its consumer: decoding is CPU-bound, so one per core (at
+#: least two); each decoded partition is held until taken. Downloads run IO_THREADS ahead.
+READ_AHEAD = min(IO_THREADS, max(2, os.cpu_count() or 2))
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +117,10 @@ class CheckpointRepository:
 
     def read_file(self, f: DataFile) -> pa.Table:
         """Download one data file and check size and checksum before trusting it."""
+        return self.decode_file(f, self.fetch_file(f))
+
+    def fetch_file(self, f: DataFile) -> bytes:
+        """Download one data file's bytes, checking they are all there."""
         try:
             data = self.store.read(self.key(f.path))
         except BlobNotFoundError as e:
@@ -120,6 +129,10 @@ class CheckpointRepository:
             raise CorruptCheckpointError(
                 f"{self.url}/{f.path}: size {len(data)} != {f.bytes} recorded in the manifest"
             )
+        return data
+
+    def decode_file(self, f: DataFile, data: bytes) -> pa.Table:
+        """A downloaded data file's rows, once its checksum matches the manifest's."""
         return datafile.decode(data, expected_sha256=f.sha256, source=f"{self.url}/{f.path}")
 
     def load_partition(self, manifest: CheckpointManifest, partition: int) -> pa.Table:
@@ -127,19 +140,57 @@ class CheckpointRepository:
         pc = manifest.partitions[partition]
         return datafile.merge([self.read_file(f) for f in pc.files])
 
+    def decode_partition(
+        self, manifest: CheckpointManifest, partition: int, downloads: list[Future[bytes]]
+    ) -> pa.Table:
+        """:meth:`load_partition` for files whose downloads are under way (one future per file)."""
+        files = manifest.partitions[partition].files
+        pairs = zip(files, downloads, strict=True)
+        return datafile.merge([self.decode_file(f, d.result()) for f, d in pairs])
+
     def iter_partitions(
         self, manifest: CheckpointManifest, partitions: list[int] | None = None
     ) -> Iterator[tuple[int, pa.Table]]:
-        """Load partitions with downloads overlapped in a thread pool, yielding in order."""
-        wanted = sorted(manifest.partitions) if partitions is None else partitions
-        with ThreadPoolExecutor(IO_THREADS, thread_name_prefix="statesnap-load") as pool:
-            futures = [(p, pool.submit(self.load_partition, manifest, p)) for p in wanted]
+        """Load partitions, yielding in order. Two windows ahead of the caller: downloads of the
+        next :data:`IO_THREADS` partitions (S3 latency hides behind them; compressed bytes are
+        small) and decodes of the next :data:`READ_AHEAD` (CPU-bound; a decoded partition is
+        held until taken). A restore into a store that does not keep the decoded tables (RocksDB)
+        so holds a few partitions at a time, not the whole table (issue 9: bounded memory)."""
+        wanted = iter(sorted(manifest.partitions) if partitions is None else partitions)
+        fetching: deque[tuple[int, list[Future[bytes]]]] = deque()
+        decoding: deque[tuple[int, Future[pa.Table]]] = deque()
+        with (
+            ThreadPoolExecutor(IO_THREADS, thread_name_prefix="statesnap-fetch") as fetch_pool,
+            ThreadPoolExecutor(READ_AHEAD, thread_name_prefix="statesnap-load") as decode_pool,
+        ):
+
+            def fetch_next() -> None:
+                p = next(wanted, None)
+                if p is not None:
+                    files = manifest.partitions[p].files
+                    fetching.append((p, [fetch_pool.submit(self.fetch_file, f) for f in files]))
+
+            def decode_next() -> None:
+                if fetching:
+                    p, downloads = fetching.popleft()
+                    decoding.append((p, decode_pool.submit(self.decode_partition, manifest, p, downloads)))
+                    fetch_next()
+
+            for _ in range(IO_THREADS):
+                fetch_next()
+            for _ in range(READ_AHEAD):
+                decode_next()
             try:
-                for p, fut in futures:
-                    yield p, fut.result()
+                while decoding:
+                    p, table = decoding.popleft()
+                    decode_next()  # keep both windows full while the caller takes this one
+                    yield p, table.result()
             finally:
-                for _, fut in futures:
-                    fut.cancel()
+                for _, table in decoding:
+                    table.cancel()
+                for _, downloads in fetching:
+                    for d in downloads:
+                        d.cancel()
 
     def verify(self, generation: int, *, deep: bool = True) -> VerifyResult:
         """Check a generation as a restore would: manifest readable, COMPLETED, of this table

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statesnap.checkpoint import datafile
+from statesnap.stores.keyindex import binary_parts
 
 HEADER = np.dtype([("partition", ">i4"), ("offset", ">i8"), ("timestamp", ">i8")])
 HEADER_SIZE = HEADER.itemsize  # 20
@@ -132,35 +133,57 @@ def encode_rows(partition: int, rows: pa.Table) -> pa.Array:
 def decode_rows(keys: pa.Array, blobs: pa.Array) -> dict[int, pa.Table]:
     """Split header + value blobs back into per-partition data-file tables sorted by key.
 
-    Tombstone blobs become rows with a null value in their partition.
+    Tombstone blobs become rows with a null value in their partition. The header fields are
+    gathered by numpy straight from the blobs' buffer; rows are grouped by partition (a stable
+    integer sort) and each partition's keys sorted on their own (small sorts stay in cache), so
+    the whole table is reordered by one ``take`` and each partition is a zero-copy slice.
     """
-    if len(keys) == 0:
+    n = len(keys)
+    if n == 0:
         return {}
-    fixed = pc.binary_slice(blobs, 0, HEADER_SIZE).cast(pa.binary(HEADER_SIZE))
-    header = np.frombuffer(
-        fixed.buffers()[1], dtype=HEADER, count=len(fixed), offset=fixed.offset * HEADER_SIZE
-    )
-    ts = header["timestamp"].astype(np.int64)
-    raw_part = header["partition"].astype(np.int32)
+    raw_part, offsets, ts = _header_fields(blobs)
     dead = raw_part < 0
-    values = pc.binary_slice(blobs, HEADER_SIZE, (1 << 31) - 1)
-    if dead.any():
-        values = pc.if_else(pa.array(dead), pa.scalar(None, pa.binary()), values)
     partitions = np.where(dead, ~raw_part, raw_part)
+    grouped = np.argsort(partitions, kind="stable")
+    by_part = partitions[grouped]
+    cuts = (np.flatnonzero(np.diff(by_part)) + 1).tolist()
+    bounds = list(zip([0, *cuts], [*cuts, n], strict=True))
+    if len(bounds) == 1:
+        order = pc.sort_indices(keys).to_numpy()
+    else:
+        grouped_keys = keys.take(pa.array(grouped))
+        order = grouped[
+            np.concatenate(
+                [pc.sort_indices(grouped_keys.slice(lo, hi - lo)).to_numpy() + lo for lo, hi in bounds]
+            )
+        ]
+    take = pa.array(order)
+    values = pc.binary_slice(blobs.take(take), HEADER_SIZE, (1 << 31) - 1)
+    dead_sorted = dead[order]
+    if dead_sorted.any():
+        values = pc.if_else(pa.array(dead_sorted), pa.scalar(None, pa.binary()), values)
+    ts_sorted = ts[order]
     table = pa.table(
         {
-            "key": keys,
+            "key": keys.take(take),
             "value": values,
-            "offset": pa.array(header["offset"].astype(np.int64)),
-            "timestamp": pa.array(ts, mask=ts < 0).cast(datafile.TIMESTAMP),
-            "_partition": pa.array(partitions),
-        }
+            "offset": pa.array(offsets[order]),
+            "timestamp": pa.array(ts_sorted, mask=ts_sorted < 0).cast(datafile.TIMESTAMP),
+        },
+        schema=datafile.SCHEMA,
     )
-    out = {}
-    for p in np.unique(partitions):
-        part = table.filter(pc.equal(table.column("_partition"), int(p))).drop_columns(["_partition"])
-        out[int(p)] = part.sort_by("key").cast(datafile.SCHEMA)
-    return out
+    return {int(by_part[lo]): table.slice(lo, hi - lo) for lo, hi in bounds}
+
+
+def _header_fields(blobs: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(partition, offset, timestamp) of every blob, read from unaligned views of its buffer."""
+    offs, data = binary_parts(blobs)
+    starts = offs[:-1].astype(np.int64)
+    raw = np.frombuffer(data, np.uint8)
+    size = raw.size  # >= HEADER_SIZE: every blob starts with a header
+    part = np.ndarray(shape=(size - 3,), dtype=">i4", buffer=raw, strides=(1,))[starts]
+    wide = np.ndarray(shape=(size - 7,), dtype=">i8", buffer=raw, strides=(1,))
+    return part.astype(np.int32), wide[starts + 4].astype(np.int64), wide[starts + 12].astype(np.int64)
 
 
 #: ``HEADER_STRUCT.pack(partition, offset, timestamp)``: the per-record header on the hot path.
@@ -188,9 +211,11 @@ def decode_changes(changed: Mapping[bytes, bytes]) -> dict[int, pa.Table]:
 class ChangeSet:
     """Keys written since the last checkpoint, with their newest blob: one dict store per record.
 
-    ``snapshot()`` remembers what it handed out; ``mark_checkpointed()`` then drops exactly those
-    entries whose blob is still the same object, so writes racing a checkpoint are never lost.
-    Writers hold ``lock`` for each batch they apply (once per batch, not per record).
+    Writers store into ``rows`` and hold ``lock`` for each batch they apply (once per batch, not
+    per record). ``snapshot()`` hands ``rows`` out whole and starts a fresh dict for later writes;
+    ``mark_checkpointed()`` then drops the handed-out dict: O(1) whatever the change set's size,
+    and writes racing a checkpoint are never lost (they went to the fresh dict). A checkpoint that
+    fails never marks, and the next ``snapshot()`` folds the newer writes into the handed-out rows.
     """
 
     __slots__ = ("_handed_out", "lock", "rows")
@@ -201,26 +226,31 @@ class ChangeSet:
         self.lock = threading.Lock()
 
     def snapshot(self) -> dict[bytes, bytes]:
-        copy = self.rows.copy()  # C-level copy: consistent even while a writer thread runs
-        self._handed_out = copy
-        return copy
+        """Every change not yet marked as checkpointed. Read it before the next call: that call
+        may add newer writes to the same dict."""
+        with self.lock:
+            handed = self._handed_out
+            if handed is None:
+                handed = self.rows
+            elif self.rows:
+                handed.update(self.rows)  # newer writes win
+            self._handed_out = handed
+            self.rows = {}
+        return handed
 
     def mark_checkpointed(self) -> None:
         with self.lock:
-            handed, self._handed_out = self._handed_out, None
-            if handed is None:
-                self.rows = {}
-                return
-            rows = self.rows
-            for key, blob in handed.items():
-                if rows.get(key) is blob:
-                    del rows[key]
+            if self._handed_out is None:
+                self.rows = {}  # no snapshot was taken: everything is forgotten
+            self._handed_out = None
 
     def drop_partitions(self, partitions: Collection[int]) -> None:
         """Forget the entries of *partitions* (their rows left the store)."""
         prefixes = partition_prefixes(partitions)
         with self.lock:
             self.rows = {k: b for k, b in self.rows.items() if not b.startswith(prefixes)}
+            if self._handed_out is not None:
+                self._handed_out = {k: b for k, b in self._handed_out.items() if not b.startswith(prefixes)}
 
     def clear(self) -> None:
         with self.lock:

@@ -15,13 +15,9 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import threading
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from statesnap.checkpoint import datafile
 from statesnap.stores.base import (
@@ -32,168 +28,18 @@ from statesnap.stores.base import (
     KafkaMessage,
     Record,
     decode_changes,
-    decode_rows,
 )
-from statesnap.stores.keyindex import _M64, ROW_BITS, KeyIndex, array_hashes, binary_parts
+from statesnap.stores.columnar_base import BATCH, Base, PartitionKeys, merge
+from statesnap.stores.keyindex import P
+
+_from_bytes = int.from_bytes
+_bisect_left = bisect.bisect_left
 
 #: The overlay is merged into the base at export when it holds more than this share of the base
 #: rows (or more than _MIN_MERGE rows over an empty base): below it, rebuilding the index costs
 #: more than the overlay's dict entries do.
 _MERGE_SHARE = 8
 _MIN_MERGE = 1 << 16
-#: Rows converted to Python objects at once by items() and scan().
-_BATCH = 4096
-
-
-#: Row ids are ``segment << _LOCAL_BITS | index``, so a probe finds its segment by a shift.
-_LOCAL_BITS = 20
-_LOCAL_MASK = (1 << _LOCAL_BITS) - 1
-_MAX_SEGMENTS = 1 << (ROW_BITS - _LOCAL_BITS)
-_SEGMENT_MASK = _MAX_SEGMENTS - 1
-_from_bytes = int.from_bytes
-_bisect_left = bisect.bisect_left
-
-
-@dataclass(slots=True)
-class _Segment:
-    """One Arrow chunk (at most 2**20 rows) of one partition's base rows, sorted by key."""
-
-    partition: int
-    number: int  # its place in the base; row ids are number << _LOCAL_BITS | index
-    table: pa.Table  # data-file schema, one chunk
-    key_offsets: memoryview
-    key_data: memoryview
-    value_offsets: memoryview
-    value_data: memoryview
-    hashes: np.ndarray | None  # key hashes until the index is built
-
-    @classmethod
-    def of(cls, partition: int, number: int, table: pa.Table) -> _Segment:
-        keys = table.column("key").chunk(0)
-        values = table.column("value").chunk(0)
-        ko, kd = binary_parts(keys)
-        vo, vd = binary_parts(values)
-        return cls(
-            partition,
-            number,
-            table,
-            ko.data,
-            memoryview(kd).cast("B"),
-            vo.data,
-            memoryview(vd).cast("B"),
-            array_hashes(keys),
-        )
-
-    def key(self, i: int) -> bytes:
-        return bytes(self.key_data[self.key_offsets[i] : self.key_offsets[i + 1]])
-
-    def value(self, i: int) -> bytes:
-        return bytes(self.value_data[self.value_offsets[i] : self.value_offsets[i + 1]])
-
-
-class _Base:
-    """Columnar rows of all partitions (immutable once built), with their key index."""
-
-    def __init__(self, segments: list[_Segment]) -> None:
-        self.segments = segments
-        self.rows = sum(s.table.num_rows for s in segments)
-        self.partitions: dict[int, list[_Segment]] = {}
-        for s in segments:
-            self.partitions.setdefault(s.partition, []).append(s)
-        self._index: KeyIndex | None = None
-        self._lock = threading.Lock()
-
-    @classmethod
-    def empty(cls) -> _Base:
-        return cls([])
-
-    def with_partition(self, partition: int, table: pa.Table) -> _Base:
-        """A base with *table*'s chunks added, zero-copy (small partitions are made one chunk)."""
-        if table.num_rows <= _LOCAL_MASK:
-            table = table.combine_chunks()
-        added: list[_Segment] = []
-        for batch in table.to_batches(max_chunksize=_LOCAL_MASK + 1):
-            if batch.num_rows:
-                number = len(self.segments) + len(added)
-                if number >= _MAX_SEGMENTS:
-                    raise ValueError(f"columnar store holds at most {_MAX_SEGMENTS} chunks")
-                added.append(_Segment.of(partition, number, pa.Table.from_batches([batch])))
-        return _Base([*self.segments, *added])
-
-    @property
-    def index(self) -> KeyIndex:
-        index = self._index
-        if index is None:
-            with self._lock:  # built once, by whichever reader or writer needs it first
-                index = self._index
-                if index is None:
-                    hashes = [
-                        s.hashes if s.hashes is not None else array_hashes(s.table.column("key").chunk(0))
-                        for s in self.segments
-                    ]
-                    index = KeyIndex(hashes, [s.number << _LOCAL_BITS for s in self.segments])
-                    self._index = index
-                    for s in self.segments:
-                        s.hashes = None
-        return index
-
-    def locate(self, key: bytes) -> tuple[_Segment, int] | None:
-        """The segment and index holding *key*, or None."""
-        if not self.rows:
-            return None
-        segments = self.segments
-        for row in self.index.candidates(key):
-            s = segments[row >> _LOCAL_BITS]
-            i = row & _LOCAL_MASK
-            ko = s.key_offsets
-            if s.key_data[ko[i] : ko[i + 1]] == key:
-                return s, i
-        return None
-
-    def find(self, key: bytes) -> int:
-        """Row id of *key*, or -1."""
-        found = self.locate(key)
-        return -1 if found is None else found[0].number << _LOCAL_BITS | found[1]
-
-    @property
-    def nbytes(self) -> int:
-        index = self._index.nbytes if self._index is not None else 0
-        return index + sum(int(s.table.nbytes) for s in self.segments)
-
-
-class _PartitionKeys:
-    """A partition's base keys as a sequence, for :func:`bisect.bisect_left` (O(log n) reads)."""
-
-    def __init__(self, segments: list[_Segment]) -> None:
-        self.segments = segments
-        self.starts: list[int] = []
-        size = 0
-        for s in segments:
-            self.starts.append(size)
-            size += s.table.num_rows
-        self.size = size
-
-    def __len__(self) -> int:
-        return self.size
-
-    def locate(self, i: int) -> tuple[_Segment, int]:
-        k = bisect.bisect_right(self.starts, i) - 1
-        return self.segments[k], i - self.starts[k]
-
-    def __getitem__(self, i: int) -> bytes:
-        seg, j = self.locate(i)
-        return seg.key(j)
-
-    def keys_from(self, i: int) -> Iterator[tuple[bytes, int]]:
-        """(key, position) from position *i* on, converting a batch at a time; batches start
-        small and double, so a page of a scan costs about its own size."""
-        size = 32
-        while i < self.size:
-            seg, j = self.locate(i)
-            batch = seg.table.column("key").slice(j, size).to_pylist()
-            yield from zip(batch, range(i, i + len(batch)), strict=True)
-            i += len(batch)
-            size = min(2 * size, _BATCH)
 
 
 class ColumnarStore:
@@ -202,7 +48,7 @@ class ColumnarStore:
     kind = "columnar"
 
     def __init__(self) -> None:
-        self._base = _Base.empty()
+        self._base = Base.empty()
         # key → header+value blob, or a tombstone blob hiding a base row (base.tombstone_blob).
         self._over: dict[bytes, bytes] = {}
         self._count = 0
@@ -213,36 +59,34 @@ class ColumnarStore:
     # --- reads ---------------------------------------------------------------------------------
 
     def get(self, key: bytes) -> bytes | None:
-        """The lookup hot path (>= 500 k/s): the index probe is inlined, no call per step."""
+        """The lookup hot path (>= 500 k/s): one tuple holds all the probe reads, the hash is
+        inlined (keyindex.key_hash), the bucket is searched by C bisect."""
         blob = self._over.get(key)
         if blob is not None:
             return None if blob[0] >= 0x80 else blob[HEADER_SIZE:]
         base = self._base
-        index = base._index
-        if index is None:
+        probe = base.probe
+        if probe is None:
             if not base.rows:
                 return None
-            index = base.index
-        # keyindex.key_hash, inlined: a call costs as much as the arithmetic.
-        h = (((_from_bytes(key, "little") % 0x1FFFFFFFFFFFFFFF) * 0x9E3779B97F4A7C15) & _M64) >> 32
-        entries = index.entries_view
-        directory = index.directory_view
-        top = h << 32
-        b = top >> index.shift
+            base.index  # noqa: B018 - builds the probe
+            probe = base.probe
+            assert probe is not None
+        entries, directory, shift, views, local_bits, local_mask, segment_mask = probe
+        h = _from_bytes(key, "little") % P
+        b = h >> shift
         end = directory[b + 1]
+        top = h << 32
         i = _bisect_left(entries, top, directory[b], end)
         top += 0x100000000
-        segments = base.segments
         while i < end:
             e = entries[i]
             if e >= top:
                 return None
-            s = segments[(e >> _LOCAL_BITS) & _SEGMENT_MASK]
-            j = e & _LOCAL_MASK
-            ko = s.key_offsets
-            if s.key_data[ko[j] : ko[j + 1]] == key:
-                vo = s.value_offsets
-                return s.value_data[vo[j] : vo[j + 1]].tobytes()
+            ko, kd, vo, vd = views[(e >> local_bits) & segment_mask]
+            j = e & local_mask
+            if kd[ko[j] : ko[j + 1]] == key:
+                return vd[vo[j] : vo[j + 1]].tobytes()
             i += 1
         return None
 
@@ -252,7 +96,7 @@ class ColumnarStore:
         blob = self._over.get(key)
         if blob is not None:
             return blob[0] < 0x80
-        return self._base.locate(key) is not None
+        return self._base.contains(key)
 
     def __len__(self) -> int:
         return self._count
@@ -263,9 +107,9 @@ class ColumnarStore:
         for seg in base.segments:
             keys = seg.table.column("key")
             values = seg.table.column("value")
-            for lo in range(0, seg.table.num_rows, _BATCH):
-                ks = keys.slice(lo, _BATCH).to_pylist()
-                vs = values.slice(lo, _BATCH).to_pylist()
+            for lo in range(0, seg.table.num_rows, BATCH):
+                ks = keys.slice(lo, BATCH).to_pylist()
+                vs = values.slice(lo, BATCH).to_pylist()
                 if over:
                     yield from ((k, v) for k, v in zip(ks, vs, strict=True) if k not in over)
                 else:
@@ -284,12 +128,12 @@ class ColumnarStore:
         if ordered is None:
             ordered = self._over_sorted = sorted(over)
 
-        def start(seq: _PartitionKeys | list[bytes]) -> int:
+        def start(seq: PartitionKeys | list[bytes]) -> int:
             if after is not None and (prefix is None or after >= prefix):
                 return bisect.bisect_right(seq, after)
             return bisect.bisect_left(seq, prefix) if prefix is not None else 0
 
-        def base_rows(src: int, keys: _PartitionKeys) -> Iterator[tuple[bytes, int, int]]:
+        def base_rows(src: int, keys: PartitionKeys) -> Iterator[tuple[bytes, int, int]]:
             for key, i in keys.keys_from(start(keys)):
                 yield key, src, i
 
@@ -297,7 +141,7 @@ class ColumnarStore:
             for i in range(start(ordered), len(ordered)):
                 yield ordered[i], 0, i
 
-        parts = [_PartitionKeys(segs) for segs in base.partitions.values()]
+        parts = [PartitionKeys(segs) for segs in base.partitions.values()]
         sources = [base_rows(src, keys) for src, keys in enumerate(parts, start=1)]
         left = limit
         last: bytes | None = None
@@ -335,7 +179,7 @@ class ColumnarStore:
         only the first time a key is written after a restore (to keep ``len`` exact)."""
         over = self._over
         base = self._base
-        find = base.find if base.rows else None
+        find = base.contains if base.rows else None
         pack = HEADER_STRUCT.pack
         count = self._count
         new_keys = False
@@ -351,7 +195,7 @@ class ColumnarStore:
                     ts = NO_TIMESTAMP
                 prev = over.get(key)
                 if prev is None:
-                    in_base = find is not None and find(key) >= 0
+                    in_base = find is not None and find(key)
                     was = in_base
                     new_keys = True
                 else:
@@ -361,7 +205,7 @@ class ColumnarStore:
                     blob = pack(~partition, msg.offset(), ts)
                     count -= was
                     if in_base is None:
-                        in_base = find is not None and find(key) >= 0
+                        in_base = find is not None and find(key)
                     if in_base:
                         over[key] = blob
                     elif prev is not None:
@@ -379,20 +223,20 @@ class ColumnarStore:
     def _write(self, rows: Iterator[tuple[bytes, bytes | None, bytes, bytes]]) -> None:
         over = self._over
         base = self._base
-        find = base.find if base.rows else None
+        find = base.contains if base.rows else None
         count = self._count
         new_keys = False
         with self._changes.lock:
             changed = self._changes.rows
             for key, value, header, dead in rows:
                 prev = over.get(key)
-                in_base = find is not None and find(key) >= 0 if prev is None else None
+                in_base = find is not None and find(key) if prev is None else None
                 was = in_base if prev is None else prev[0] < 0x80
                 new_keys = new_keys or prev is None
                 if value is None:
                     count -= bool(was)
                     if in_base is None:
-                        in_base = find is not None and find(key) >= 0
+                        in_base = find is not None and find(key)
                     if in_base:
                         over[key] = dead
                     elif prev is not None:
@@ -411,7 +255,9 @@ class ColumnarStore:
         """Keep the rows' Arrow chunks as the partition's base (partitions hold disjoint keys)."""
         if rows.num_rows == 0:
             return
-        self._base = self._base.with_partition(partition, rows.select(datafile.SCHEMA.names))
+        self._base = self._base.with_partition(
+            partition, rows.select(datafile.SCHEMA.names).cast(datafile.SCHEMA)
+        )
         self._count += rows.num_rows
         self._version += 1
 
@@ -421,9 +267,9 @@ class ColumnarStore:
         self._changes.snapshot()  # what mark_checkpointed() may forget once this is written
         version = self._version
         base, over = self._base, self._over.copy()
-        out = _merge(base, over)
+        out = merge(base, over)
         if len(over) > max(_MIN_MERGE, base.rows // _MERGE_SHARE):
-            merged = _Base.empty()
+            merged = Base.empty()
             for p, table in out.items():
                 merged = merged.with_partition(p, table)
             merged.index  # noqa: B018 - build it here, on the checkpoint's time, not a reader's
@@ -445,8 +291,8 @@ class ColumnarStore:
         a rebalance pays one pass over the store, as an export does)."""
         gone = set(partitions)
         with self._changes.lock:  # no write batch in between (writers hold it per batch)
-            merged = _merge(self._base, self._over)
-            base = _Base.empty()
+            merged = merge(self._base, self._over)
+            base = Base.empty()
             kept = 0
             for p, table in merged.items():
                 if p not in gone and table.num_rows:
@@ -462,7 +308,7 @@ class ColumnarStore:
         return dropped
 
     def clear(self) -> None:
-        self._base = _Base.empty()
+        self._base = Base.empty()
         self._over = {}
         self._over_sorted = None
         self._count = 0
@@ -479,51 +325,3 @@ class ColumnarStore:
     def nbytes(self) -> int:
         """Bytes held by the base (Arrow buffers and index); the overlay is not counted."""
         return self._base.nbytes
-
-
-def _merge(base: _Base, over: dict[bytes, bytes]) -> dict[int, pa.Table]:
-    """Base rows not overridden, plus the overlay's live rows, per partition sorted by key."""
-    hidden: dict[int, list[int]] = {}
-    if over and base.rows:
-        if len(over) * 16 < base.rows:
-            for key in over:
-                found = base.locate(key)
-                if found is not None:
-                    hidden.setdefault(found[0].number, []).append(found[1])
-        else:
-            value_set = pa.array(list(over), pa.binary())
-            for k, seg in enumerate(base.segments):
-                mask = pc.is_in(seg.table.column("key"), value_set=value_set).to_numpy(zero_copy_only=False)
-                if mask.any():
-                    hidden[k] = np.flatnonzero(mask).tolist()
-    live = {k: b for k, b in over.items() if b[0] < 0x80}
-    overlay = decode_rows(pa.array(list(live), pa.binary()), pa.array(list(live.values()), pa.binary()))
-    out: dict[int, pa.Table] = {}
-    parts: dict[int, list[pa.Table]] = {}
-    for k, seg in enumerate(base.segments):
-        table = seg.table
-        if k in hidden:
-            keep = np.ones(table.num_rows, bool)
-            keep[np.asarray(hidden[k])] = False
-            table = table.filter(pa.array(keep))
-        if table.num_rows:
-            parts.setdefault(seg.partition, []).append(table)
-    for p in sorted(set(parts) | set(overlay)):
-        tables = parts.get(p, [])
-        if p in overlay:
-            merged = pa.concat_tables([*tables, overlay[p]]).sort_by("key")
-        else:
-            merged = pa.concat_tables(tables)
-        out[p] = _no_negative_timestamps(merged.cast(datafile.SCHEMA))
-    return out
-
-
-def _no_negative_timestamps(table: pa.Table) -> pa.Table:
-    """Timestamps before 1970 become null, as the header's ``-1 = none`` makes them elsewhere."""
-    ts = table.column("timestamp")
-    low = pc.min(ts.cast(pa.int64())).as_py()
-    if low is None or low >= 0:
-        return table
-    ints = ts.cast(pa.int64())
-    fixed = pc.if_else(pc.less(ints, 0), pa.scalar(None, pa.int64()), ints).cast(datafile.TIMESTAMP)
-    return table.set_column(table.schema.get_field_index("timestamp"), "timestamp", fixed)

@@ -4,11 +4,14 @@ Why not a dict: a dict needs one Python bytes object per key (~50 bytes plus the
 building it is a pass of Python work per row — 5+ s for 10 M keys. This index costs 8 bytes per
 key plus a small directory and builds in a few numpy passes.
 
-The hash of a key is ``int.from_bytes(key, "little") mod (2**61 - 1)``, mixed to 32 bits: one C
-call from Python, and in numpy a Horner pass per 8-byte word (2**64 ≡ 8 modulo the Mersenne
-prime). The index is the sorted array of ``hash32 << 32 | row`` plus a directory of bucket starts
-on the hash's top bits, so a probe reads a handful of array slots; equal hashes are resolved by
-comparing the full key, so collisions cost time, never correctness.
+The hash of a key is ``int.from_bytes(key, "little") mod P`` for the prime P = 10**9 + 7: two
+cheap operations from Python (the divisor fits one machine digit of a Python int, so CPython takes
+its single-digit division path; a mod-2**61-1-and-multiply mix measured 2.5x dearer per lookup),
+and in numpy a Horner pass per 8-byte word. Powers of 256 modulo P are spread over the whole
+range, so keys that differ in any byte land in different buckets. The index is the sorted array
+of ``hash << 32 | row`` plus a directory of bucket starts on the hash's top bits, so a probe reads
+a handful of array slots; equal hashes are resolved by comparing the full key, so collisions cost
+time, never correctness.
 """
 
 from __future__ import annotations
@@ -19,19 +22,21 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
-_M61 = (1 << 61) - 1
-_MIX = 0x9E3779B97F4A7C15  # 2**64 / golden ratio: Fibonacci hashing spreads nearby integers
-_M64 = (1 << 64) - 1
-_MASKS = np.array([0] + [(1 << (8 * i)) - 1 for i in range(1, 8)] + [_M64], dtype=np.uint64)
-#: Directory buckets per key (a power of two near n/4): a probe scans ~4 sorted slots.
-_KEYS_PER_BUCKET = 4
+#: The hash modulus: a prime below 2**30 (one 30-bit digit of a Python int).
+P = 1_000_000_007
+HASH_BITS = 30
+_C64 = (1 << 64) % P  # one 8-byte word up in the Horner pass
+_MASKS = np.array([0] + [(1 << (8 * i)) - 1 for i in range(1, 8)] + [(1 << 64) - 1], dtype=np.uint64)
+#: Keys per directory bucket (a power of two of buckets near n/8): a probe bisects ~8 sorted
+#: slots, one or two cache lines; the directory costs 1 byte a key.
+_KEYS_PER_BUCKET = 8
 ROW_BITS = 32
 MAX_ROWS = 1 << ROW_BITS
 
 
 def key_hash(key: bytes) -> int:
-    """The 32-bit hash of one key, equal to :func:`array_hashes` of it."""
-    return (((int.from_bytes(key, "little") % _M61) * _MIX) & _M64) >> 32
+    """The hash of one key (below :data:`P`), equal to :func:`array_hashes` of it."""
+    return int.from_bytes(key, "little") % P
 
 
 def binary_parts(arr: pa.Array) -> tuple[np.ndarray, pa.Buffer]:
@@ -62,7 +67,7 @@ def array_hashes(arr: pa.Array) -> np.ndarray:
         raw = np.concatenate([raw, np.zeros(8, np.uint8)])
     size = raw.size
     words = np.ndarray(shape=(size - 7,), dtype="<u8", buffer=raw, strides=(1,))
-    m61, u3, u58, u61 = (np.uint64(x) for x in (_M61, 3, 58, 61))
+    p, c64, u3 = np.uint64(P), np.uint64(_C64), np.uint64(3)
     last = np.int64(size - 8)
     for lo in range(0, n, _CHUNK):
         hi = min(lo + _CHUNK, n)
@@ -72,8 +77,7 @@ def array_hashes(arr: pa.Array) -> np.ndarray:
         pos = np.empty_like(starts)
         safe = np.empty_like(starts)
         w = np.empty_like(h)
-        s = np.empty_like(h)
-        for j in range(int((lens.max() + 7) // 8) - 1, -1, -1):
+        for j in range(int((lens.max() + 7) // 8) - 1, -1, -1):  # the most significant word first
             np.add(starts, 8 * j, out=pos)
             np.minimum(pos, last, out=safe)
             w[:] = words[safe]
@@ -82,20 +86,10 @@ def array_hashes(arr: pa.Array) -> np.ndarray:
             np.left_shift(pos.view(np.uint64), u3, out=pos.view(np.uint64))
             np.right_shift(w, pos.view(np.uint64), out=w)
             np.bitwise_and(w, _MASKS[np.clip(lens - 8 * j, 0, 8)], out=w)
-            np.right_shift(w, u61, out=s)  # w mod M61, within +8
-            np.bitwise_and(w, m61, out=w)
-            w += s
-            np.left_shift(h, u3, out=s)  # h * 2**64 mod M61 = h * 8: a rotation in 61 bits
-            np.bitwise_and(s, m61, out=s)
-            np.right_shift(h, u58, out=h)
-            s |= h
-            s += w
-            np.right_shift(s, u61, out=h)
-            np.bitwise_and(s, m61, out=s)
-            h += s
-            h[h >= m61] -= m61
-        np.multiply(h, np.uint64(_MIX), out=h)
-        np.right_shift(h, np.uint64(32), out=h)
+            np.remainder(w, p, out=w)
+            np.multiply(h, c64, out=h)  # h, c64 < 2**30: no overflow, nor after adding w < 2**30
+            h += w
+            np.remainder(h, p, out=h)
         out[lo:hi] = h
     return out
 
@@ -105,28 +99,39 @@ class KeyIndex:
 
     __slots__ = ("directory_view", "entries", "entries_view", "shift")
 
-    # find() is the lookup hot path (>= 500 k/s from Python): everything is a local, the bucket
-    # is searched by C bisect, and the hash is inlined.
+    # The lookup hot path (ColumnarStore.get, >= 500 k/s from Python) inlines candidates():
+    # the bucket of hash h is ``h >> shift``, searched by C bisect.
 
-    def __init__(self, hashes: list[np.ndarray], first_rows: list[int]) -> None:
-        n = sum(len(h) for h in hashes)
+    def __init__(self, hashes: list[np.ndarray | None], first_rows: list[int]) -> None:
+        """*hashes*: per block of rows; each is dropped from the list once copied, so a restore's
+        peak memory holds the entries and at most one block's hashes, not both in full."""
+        n = sum(len(h) for h in hashes if h is not None)
         if n >= MAX_ROWS:
             raise ValueError(f"key index holds at most {MAX_ROWS - 1} rows, got {n}")
         packed = np.empty(n, np.uint64)
         at = 0
-        for h, first in zip(hashes, first_rows, strict=True):
+        for k, first in enumerate(first_rows):
+            h = hashes[k]
+            assert h is not None
+            hashes[k] = None
             for lo in range(0, len(h), _CHUNK):
                 part = packed[at + lo : at + min(lo + _CHUNK, len(h))]
                 part[:] = h[lo : lo + len(part)]
                 part <<= np.uint64(32)
                 part |= np.arange(first + lo, first + lo + len(part), dtype=np.uint64)
             at += len(h)
-        packed.sort()  # numpy's SIMD sort: ~0.2 s for 10 M entries
-        bits = max(1, min(ROW_BITS, int(max(n // _KEYS_PER_BUCKET, 1)).bit_length()))
-        self.shift = 64 - bits
-        counts = np.bincount((packed >> np.uint64(self.shift)).astype(np.intp), minlength=1 << bits)
+            del h
+        packed.sort()  # numpy's SIMD sort, in place: ~0.2 s for 10 M entries
+        bits = max(1, min(HASH_BITS, int(max(n // _KEYS_PER_BUCKET, 1)).bit_length()))
+        self.shift = HASH_BITS - bits
+        # Bucket counts a slice at a time: whole-array temporaries would cost 2 x 8 bytes a key
+        # at the restore's peak.
         directory = np.zeros((1 << bits) + 1, np.int64)
-        np.cumsum(counts, out=directory[1:])
+        top = np.uint64(32 + self.shift)
+        for lo in range(0, n, _CHUNK * 32):
+            chunk = (packed[lo : lo + _CHUNK * 32] >> top).astype(np.intp)
+            directory[1:] += np.bincount(chunk, minlength=1 << bits)
+        np.cumsum(directory, out=directory)
         self.entries = packed
         self.entries_view = packed.data
         self.directory_view = directory.data
@@ -144,10 +149,10 @@ class KeyIndex:
 
     def candidates(self, key: bytes) -> list[int]:
         """Rows whose key hashes like *key* (usually one, or none)."""
-        h = (((int.from_bytes(key, "little") % _M61) * _MIX) & _M64) >> 32
+        h = int.from_bytes(key, "little") % P
         entries = self.entries_view
         top = h << 32
-        b = top >> self.shift
+        b = h >> self.shift
         end = self.directory_view[b + 1]
         i = bisect_left(entries, top, self.directory_view[b], end)
         if i >= end:

@@ -1,0 +1,284 @@
+"""The columnar store's base: restored rows kept in their Arrow chunks, with a key index.
+
+A :class:`Base` holds every partition's sorted rows as :class:`Segment` s (one Arrow chunk of at
+most 2**20 rows each) and, built on first use, a :class:`~statesnap.stores.keyindex.KeyIndex`
+over them plus the one tuple a lookup reads (:attr:`Base.probe`). :func:`merge` folds an overlay
+of header+value blobs into per-partition data-file tables. See :mod:`statesnap.stores.columnar`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statesnap.checkpoint import datafile
+from statesnap.stores.base import decode_rows
+from statesnap.stores.keyindex import ROW_BITS, KeyIndex, P, array_hashes, binary_parts
+
+#: Rows converted to Python objects at once by scans.
+BATCH = 4096
+
+#: Row ids are ``segment << _LOCAL_BITS | index``, so a probe finds its segment by a shift.
+_LOCAL_BITS = 20
+_LOCAL_MASK = (1 << _LOCAL_BITS) - 1
+_MAX_SEGMENTS = 1 << (ROW_BITS - _LOCAL_BITS)
+_SEGMENT_MASK = _MAX_SEGMENTS - 1
+_from_bytes = int.from_bytes
+_bisect_left = bisect.bisect_left
+
+
+#: See Base.probe.
+Probe = tuple[
+    memoryview, memoryview, int, list[tuple[memoryview, memoryview, memoryview, memoryview]], int, int, int
+]
+
+
+@dataclass(slots=True)
+class Segment:
+    """One Arrow chunk (at most 2**20 rows) of one partition's base rows, sorted by key."""
+
+    partition: int
+    number: int  # its place in the base; row ids are number << _LOCAL_BITS | index
+    table: pa.Table  # data-file schema, one chunk
+    key_offsets: memoryview
+    key_data: memoryview
+    value_offsets: memoryview
+    value_data: memoryview
+    hashes: np.ndarray | None  # key hashes until the index is built
+
+    @classmethod
+    def of(cls, partition: int, number: int, table: pa.Table) -> Segment:
+        keys = table.column("key").chunk(0)
+        values = table.column("value").chunk(0)
+        ko, kd = binary_parts(keys)
+        vo, vd = binary_parts(values)
+        return cls(
+            partition,
+            number,
+            table,
+            ko.data,
+            memoryview(kd).cast("B"),
+            vo.data,
+            memoryview(vd).cast("B"),
+            array_hashes(keys),
+        )
+
+    def key(self, i: int) -> bytes:
+        return bytes(self.key_data[self.key_offsets[i] : self.key_offsets[i + 1]])
+
+    def value(self, i: int) -> bytes:
+        return bytes(self.value_data[self.value_offsets[i] : self.value_offsets[i + 1]])
+
+
+class Base:
+    """Columnar rows of all partitions (immutable once built), with their key index."""
+
+    def __init__(self, segments: list[Segment]) -> None:
+        self.segments = segments
+        self.rows = sum(s.table.num_rows for s in segments)
+        self.partitions: dict[int, list[Segment]] = {}
+        for s in segments:
+            self.partitions.setdefault(s.partition, []).append(s)
+        self._index: KeyIndex | None = None
+        #: Everything a lookup reads, in one tuple (set with the index): ``entries, directory,
+        #: shift, views, local bits, local mask, segment mask``, where ``views[segment]`` is that
+        #: segment's ``key offsets, key data, value offsets, value data``.
+        self.probe: Probe | None = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def empty(cls) -> Base:
+        return cls([])
+
+    def with_partition(self, partition: int, table: pa.Table) -> Base:
+        """A base with *table*'s chunks added, zero-copy (small partitions are made one chunk)."""
+        if table.num_rows <= _LOCAL_MASK:
+            table = table.combine_chunks()
+        added: list[Segment] = []
+        for batch in table.to_batches(max_chunksize=_LOCAL_MASK + 1):
+            if batch.num_rows:
+                number = len(self.segments) + len(added)
+                if number >= _MAX_SEGMENTS:
+                    raise ValueError(f"columnar store holds at most {_MAX_SEGMENTS} chunks")
+                added.append(Segment.of(partition, number, pa.Table.from_batches([batch])))
+        return Base([*self.segments, *added])
+
+    @property
+    def index(self) -> KeyIndex:
+        index = self._index
+        if index is None:
+            with self._lock:  # built once, by whichever reader or writer needs it first
+                index = self._index
+                if index is None:
+                    # The restore's decode buffers go back to the OS before the index is built:
+                    # the peak memory of a restore is then about its final size.
+                    pa.default_memory_pool().release_unused()
+                    hashes: list[np.ndarray | None] = []
+                    for s in self.segments:
+                        h = s.hashes if s.hashes is not None else array_hashes(s.table.column("key").chunk(0))
+                        s.hashes = None  # KeyIndex drops each from the list once copied
+                        hashes.append(h)
+                    index = KeyIndex(hashes, [s.number << _LOCAL_BITS for s in self.segments])
+                    self._index = index
+                    self.probe = (
+                        index.entries_view,
+                        index.directory_view,
+                        index.shift,
+                        [(s.key_offsets, s.key_data, s.value_offsets, s.value_data) for s in self.segments],
+                        _LOCAL_BITS,
+                        _LOCAL_MASK,
+                        _SEGMENT_MASK,
+                    )
+        return index
+
+    def contains(self, key: bytes) -> bool:
+        """Whether *key* is a base row: :meth:`ColumnarStore.get`'s probe without the value."""
+        probe = self.probe
+        if probe is None:
+            if not self.rows:
+                return False
+            self.index  # noqa: B018 - builds the probe
+            probe = self.probe
+            assert probe is not None
+        entries, directory, shift, views, local_bits, local_mask, segment_mask = probe
+        h = _from_bytes(key, "little") % P
+        b = h >> shift
+        end = directory[b + 1]
+        top = h << 32
+        i = _bisect_left(entries, top, directory[b], end)
+        top += 0x100000000
+        while i < end:
+            e = entries[i]
+            if e >= top:
+                return False
+            ko, kd, _, _ = views[(e >> local_bits) & segment_mask]
+            j = e & local_mask
+            if kd[ko[j] : ko[j + 1]] == key:
+                return True
+            i += 1
+        return False
+
+    def locate(self, key: bytes) -> tuple[Segment, int] | None:
+        """The segment and index holding *key*, or None."""
+        if not self.rows:
+            return None
+        segments = self.segments
+        for row in self.index.candidates(key):
+            s = segments[row >> _LOCAL_BITS]
+            i = row & _LOCAL_MASK
+            ko = s.key_offsets
+            if s.key_data[ko[i] : ko[i + 1]] == key:
+                return s, i
+        return None
+
+    @property
+    def nbytes(self) -> int:
+        index = self._index.nbytes if self._index is not None else 0
+        return index + sum(int(s.table.nbytes) for s in self.segments)
+
+
+class PartitionKeys:
+    """A partition's base keys as a sequence, for :func:`bisect.bisect_left` (O(log n) reads)."""
+
+    def __init__(self, segments: list[Segment]) -> None:
+        self.segments = segments
+        self.starts: list[int] = []
+        size = 0
+        for s in segments:
+            self.starts.append(size)
+            size += s.table.num_rows
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def locate(self, i: int) -> tuple[Segment, int]:
+        k = bisect.bisect_right(self.starts, i) - 1
+        return self.segments[k], i - self.starts[k]
+
+    def __getitem__(self, i: int) -> bytes:
+        seg, j = self.locate(i)
+        return seg.key(j)
+
+    def keys_from(self, i: int) -> Iterator[tuple[bytes, int]]:
+        """(key, position) from position *i* on, converting a batch at a time; batches start
+        small and double, so a page of a scan costs about its own size."""
+        size = 32
+        while i < self.size:
+            seg, j = self.locate(i)
+            batch = seg.table.column("key").slice(j, size).to_pylist()
+            yield from zip(batch, range(i, i + len(batch)), strict=True)
+            i += len(batch)
+            size = min(2 * size, BATCH)
+
+
+def merge(base: Base, over: dict[bytes, bytes]) -> dict[int, pa.Table]:
+    """Base rows not overridden, plus the overlay's live rows, per partition sorted by key.
+
+    The overlay becomes Arrow arrays in one pass over its dict (its tombstones decode as null
+    values and are dropped per partition); a large overlay hides base rows by one ``is_in`` over
+    every base chunk (its hash set is built once), a small one by index probes."""
+    hidden: dict[int, np.ndarray] = {}
+    keys = pa.array(list(over), pa.binary())
+    if over and base.rows:
+        if len(over) * 16 < base.rows:
+            found: dict[int, list[int]] = {}
+            for key in over:
+                located = base.locate(key)
+                if located is not None:
+                    found.setdefault(located[0].number, []).append(located[1])
+            hidden = {k: np.asarray(rows) for k, rows in found.items()}
+        else:
+            chunks = [seg.table.column("key").chunk(0) for seg in base.segments]
+            flags = pc.is_in(pa.chunked_array(chunks, pa.binary()), value_set=keys).to_numpy()
+            start = 0
+            for k, chunk in enumerate(chunks):
+                hit = np.flatnonzero(flags[start : start + len(chunk)])
+                start += len(chunk)
+                if hit.size:
+                    hidden[k] = hit
+    overlay = decode_rows(keys, pa.array(list(over.values()), pa.binary())) if over else {}
+    del keys
+    out: dict[int, pa.Table] = {}
+    parts: dict[int, list[pa.Table]] = {}
+    for k, seg in enumerate(base.segments):
+        table = seg.table
+        if k in hidden:
+            keep = np.ones(table.num_rows, bool)
+            keep[hidden[k]] = False
+            table = table.filter(pa.array(keep))
+        if table.num_rows:
+            parts.setdefault(seg.partition, []).append(table)
+    live: dict[int, pa.Table] = {}
+    for p, changes in overlay.items():
+        values = changes.column("value")
+        upserts = changes.filter(pc.is_valid(values)) if values.null_count else changes
+        if upserts.num_rows:
+            live[p] = upserts
+    overlay = live
+    for p in sorted(set(parts) | set(overlay)):
+        tables = parts.get(p, [])
+        if p in overlay:
+            # Two sorted runs: Arrow's sort handles them in about linear time.
+            merged = pa.concat_tables([*tables, overlay[p]]).sort_by("key")
+        else:
+            merged = pa.concat_tables(tables)
+        out[p] = no_negative_timestamps(merged.cast(datafile.SCHEMA))
+    return out
+
+
+def no_negative_timestamps(table: pa.Table) -> pa.Table:
+    """Timestamps before 1970 become null, as the header's ``-1 = none`` makes them elsewhere."""
+    ts = table.column("timestamp")
+    low = pc.min(ts.cast(pa.int64())).as_py()
+    if low is None or low >= 0:
+        return table
+    ints = ts.cast(pa.int64())
+    fixed = pc.if_else(pc.less(ints, 0), pa.scalar(None, pa.int64()), ints).cast(datafile.TIMESTAMP)
+    return table.set_column(table.schema.get_field_index("timestamp"), "timestamp", fixed)
