@@ -57,7 +57,7 @@ def encode(table: pa.Table, *, sort: bool = True) -> EncodedFile:
         sink,
         compression="zstd",
         row_group_size=ROW_GROUP_SIZE,
-        use_dictionary=["offset"],
+        use_dictionary=False,  # offsets are unique, keys and values mostly are: a dictionary only costs
         write_statistics=["key"],
     )
     data = sink.getvalue().to_pybytes()
