@@ -475,3 +475,27 @@ def test_change_set_is_relative_to_the_last_marked_hand_out(
         finally:
             s.close()
             mirror.close()
+
+
+def test_the_key_hash_modulus_is_a_random_prime_per_process() -> None:
+    """Keys crafted to collide under a known modulus (differing by multiples of it) must not all
+    land in one bucket: the modulus is drawn at start-up, and the primality test is exact."""
+    import subprocess
+    import sys
+
+    from statesnap.stores import keyindex
+
+    sieve = [True] * 10_000
+    sieve[0] = sieve[1] = False
+    for i in range(2, 100):
+        if sieve[i]:
+            sieve[i * i :: i] = [False] * len(sieve[i * i :: i])
+    assert [n for n in range(10_000) if keyindex._is_prime(n)] == [n for n in range(10_000) if sieve[n]]
+    assert keyindex._is_prime(1_000_000_007)
+    assert not keyindex._is_prime(1_000_000_007 * 3)
+    assert 1 << 29 <= keyindex.P < 1 << 30
+    assert keyindex._is_prime(keyindex.P)
+    code = "from statesnap.stores.keyindex import P; print(P)"
+    run = [sys.executable, "-c", code]
+    drawn = {int(subprocess.run(run, check=True, capture_output=True, text=True).stdout) for _ in range(2)}
+    assert len(drawn | {keyindex.P}) > 1, drawn

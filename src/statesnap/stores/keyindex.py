@@ -4,27 +4,61 @@ Why not a dict: a dict needs one Python bytes object per key (~50 bytes plus the
 building it is a pass of Python work per row — 5+ s for 10 M keys. This index costs 8 bytes per
 key plus a small directory and builds in a few numpy passes.
 
-The hash of a key is ``int.from_bytes(key, "little") mod P`` for the prime P = 10**9 + 7: two
-cheap operations from Python (the divisor fits one machine digit of a Python int, so CPython takes
-its single-digit division path; a mod-2**61-1-and-multiply mix measured 2.5x dearer per lookup),
-and in numpy a Horner pass per 8-byte word. Powers of 256 modulo P are spread over the whole
-range, so keys that differ in any byte land in different buckets. The index is the sorted array
-of ``hash << 32 | row`` plus a directory of bucket starts on the hash's top bits, so a probe reads
-a handful of array slots; equal hashes are resolved by comparing the full key, so collisions cost
+The hash of a key is ``int.from_bytes(key, "little") mod P``, for a prime P below 2**30 drawn at
+random when the process starts: keys cannot be crafted to collide (Python's dict seeds its hash
+for the same reason), and the index lives in memory only, never in a file. That is two cheap
+operations from Python (the divisor fits one machine digit of a Python int, so CPython takes its
+single-digit division path; a mod-2**61-1-and-multiply mix measured 2.5x dearer per lookup), and
+in numpy a Horner pass per 8-byte word. The index is the sorted array of ``hash << 32 | row``
+plus a directory of bucket starts on the hash's top bits, so a probe reads a handful of array
+slots; equal hashes are resolved by comparing the full key, so collisions cost
 time, never correctness.
 """
 
 from __future__ import annotations
 
+import secrets
 from bisect import bisect_left
 from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
 
-#: The hash modulus: a prime below 2**30 (one 30-bit digit of a Python int).
-P = 1_000_000_007
 HASH_BITS = 30
+
+
+def _is_prime(n: int) -> bool:
+    """Deterministic Miller-Rabin: bases 2, 3, 5, 7 decide every n below 3,215,031,751."""
+    if n < 2 or n % 2 == 0:
+        return n == 2
+    d, r = n - 1, 0
+    while d % 2 == 0:
+        d, r = d // 2, r + 1
+    for a in (2, 3, 5, 7):
+        if a % n == 0:
+            continue
+        x = pow(a, d, n)
+        if x in (1, n - 1):
+            continue
+        for _ in range(r - 1):
+            x = x * x % n
+            if x == n - 1:
+                break
+        else:
+            return False
+    return True
+
+
+def _random_prime() -> int:
+    rng = secrets.SystemRandom()
+    while True:
+        n = rng.randrange(1 << (HASH_BITS - 1), 1 << HASH_BITS) | 1
+        if _is_prime(n):
+            return n
+
+
+#: The hash modulus: a random prime in [2**29, 2**30) (one 30-bit digit of a Python int).
+P = _random_prime()
 _C64 = (1 << 64) % P  # one 8-byte word up in the Horner pass
 _MASKS = np.array([0] + [(1 << (8 * i)) - 1 for i in range(1, 8)] + [(1 << 64) - 1], dtype=np.uint64)
 #: Keys per directory bucket (a power of two of buckets near n/8): a probe bisects ~8 sorted
