@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -27,19 +28,27 @@ shutdown_timeout_option = click.option(
 )
 
 
-def stop_on_signals() -> threading.Event:
-    """An event set by the first SIGINT/SIGTERM; the second ends the process (exit 130)."""
-    stop = threading.Event()
+def _on_signals(event: threading.Event, again: str, first: Callable[[], None] | None = None) -> None:
+    """SIGINT/SIGTERM: the first sets *event* (and runs *first*); the second prints *again* and
+    ends the process (exit 130)."""
 
     def handle(signum: int, _frame: object) -> None:
-        if stop.is_set():
-            sys.stderr.write("Aborted: stopped again before the final checkpoint finished\n")
+        if event.is_set():
+            sys.stderr.write(f"Aborted: {again}\n")
             sys.stderr.flush()
             os._exit(130)
-        stop.set()
+        event.set()
+        if first is not None:
+            first()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, handle)
+
+
+def stop_on_signals() -> threading.Event:
+    """An event set by the first SIGINT/SIGTERM; the second ends the process (exit 130)."""
+    stop = threading.Event()
+    _on_signals(stop, "stopped again before the final checkpoint finished")
     return stop
 
 
@@ -58,16 +67,10 @@ def cancel_spark_jobs_on_signals(spark: Any, interrupted: threading.Event) -> No
                 return
             time.sleep(0.2)
 
-    def handle(signum: int, _frame: object) -> None:
-        if interrupted.is_set():
-            sys.stderr.write("Aborted: stopped again while Spark was cancelling\n")
-            sys.stderr.flush()
-            os._exit(130)
-        interrupted.set()
+    def start_cancelling() -> None:
         threading.Thread(target=keep_cancelling, name="statesnap-cancel", daemon=True).start()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, handle)
+    _on_signals(interrupted, "stopped again while Spark was cancelling", start_cancelling)
 
 
 class Interrupted(click.ClickException):

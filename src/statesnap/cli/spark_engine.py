@@ -70,7 +70,7 @@ def materialize_on_spark(
 ) -> dict[str, Any]:
     """Bootstrap (or, with ``follow``, continuously materialize) *topic* into checkpoints on Spark."""
     from statesnap.spark import bootstrap, materialize_stream
-    from statesnap.spark.writer import table_options
+    from statesnap.spark.writer import check_table_options, table_options
 
     started = time.monotonic()
     common: dict[str, Any] = {
@@ -87,7 +87,9 @@ def materialize_on_spark(
         "timeout": settings.timeout,
     }
     # A typo'd topic, settings librdkafka refuses or a dead broker fail now, not after Spark's start-up.
-    table_options(settings.bootstrap_servers, topic, dict(settings.config), settings.timeout)
+    check_table_options(
+        table_options(settings.bootstrap_servers, topic, dict(settings.config), settings.timeout)
+    )
     KafkaAdmin(settings).partitions(topic)
     spark = spark_session(spark_conf, quiet=quiet)
     try:

@@ -14,6 +14,7 @@ A key lives in one partition, so no shuffle is needed.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Iterator, Mapping
@@ -43,7 +44,7 @@ from statesnap.spark.changes import ChangeFolder
 from statesnap.spark.kafka_io import change_table, iter_range
 from statesnap.spark.options import KafkaSourceOptions
 from statesnap.spark.session import is_local
-from statesnap.spark.writer import table_options, topic_state
+from statesnap.spark.writer import check_table_options, table_options, topic_state
 
 log = logging.getLogger(__name__)
 
@@ -297,14 +298,15 @@ def _as_of_now(
     """Driver side of ``as_of="now"``: ask the cluster (ends by EOF), choose the checkpoint as a
     restore does, and fix per partition the tail ``[next offset, end)`` as source options."""
     config = {k: str(v) for k, v in kafka["kafka_config"].items()}
-    admin = KafkaAdmin(table_options(kafka["bootstrap_servers"], table, config, timeout).settings())
+    opts = check_table_options(table_options(kafka["bootstrap_servers"], table, config, timeout))
+    admin = KafkaAdmin(opts.settings())
     actual = admin.cluster_id()
     repo = CheckpointRepository.for_table(store, cluster_id or actual, table)
     if topic is None:
         known = repo.descriptor() or {}
         latest = repo.latest() if "topic" not in known else None
         topic = str(known.get("topic") or (latest.topic if latest is not None else table))
-    opts = table_options(kafka["bootstrap_servers"], topic, config, timeout)
+    opts = dataclasses.replace(opts, topic=topic)  # the same settings, for the table's topic
     info = admin.describe_topic(topic)
     state = topic_state(opts, actual, info)
     earliest, ends = dict(state.log_start), dict(state.log_end or {})

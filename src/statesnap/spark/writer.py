@@ -48,11 +48,15 @@ def table_options(
     *timeout* bounds every wait for the cluster's metadata."""
     config = {"isolation.level": "read_committed"}
     config.update({k: str(v) for k, v in (kafka_config or {}).items() if k != "bootstrap.servers"})
-    opts = KafkaSourceOptions(
+    return KafkaSourceOptions(
         bootstrap_servers, topic, kafka_config=config, metadata_timeout_ms=max(1, int(timeout * 1000))
     )
-    # Settings librdkafka refuses fail here, in one line, not in every task after Spark started.
-    check_client_config(bootstrap_servers, {k: str(v) for k, v in consumer_config(opts).items()})
+
+
+def check_table_options(opts: KafkaSourceOptions) -> KafkaSourceOptions:
+    """*opts*, once librdkafka accepts the consumer settings its tasks will use: on the driver,
+    settings it refuses fail in one line, not in every task after Spark started."""
+    check_client_config(opts.bootstrap_servers, {k: str(v) for k, v in consumer_config(opts).items()})
     return opts
 
 
@@ -118,7 +122,7 @@ class SparkTableWriter:
         write the descriptor, choose the base checkpoint (*generation*, or the newest usable)."""
         if not valid_table_name(table):
             raise ConfigError(f"invalid table name {table!r}: use letters, digits, '.', '_', '-'")
-        opts = table_options(bootstrap_servers, topic, kafka_config, timeout)
+        opts = check_table_options(table_options(bootstrap_servers, topic, kafka_config, timeout))
         admin = KafkaAdmin(opts.settings())
         cluster_id = admin.cluster_id()
         info = admin.describe_topic(topic)
