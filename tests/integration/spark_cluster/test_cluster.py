@@ -157,21 +157,27 @@ def test_bootstrap_stream_with_executor_killed_and_read_table_on_s3(
     for gen in generations:
         assert repo.verify(gen).ok, gen
         manifest = repo.read_manifest(gen)
-        t = Table(
-            topic_name,
-            bootstrap_servers=kafka.bootstrap,
-            name="clustered",
-            checkpoints=s3_location.url,
-            storage_options=s3_location.options,
-            generation=gen,
-            tail=False,
-            background=False,
-        )
-        t.start()
-        try:
-            assert table_digest(t.raw_items()) == truth_digest(everything, dict(manifest.offsets)), gen
-        finally:
-            t.close(checkpoint=False)
+        got = _checkpoint_digest(kafka.bootstrap, topic_name, "clustered", s3_location, gen)
+        assert got == truth_digest(everything, dict(manifest.offsets)), gen
+
+
+def _checkpoint_digest(bootstrap: str, topic: str, table: str, loc: Any, generation: int) -> tuple[str, int]:
+    """The digest of exactly what *generation* holds, read by a Python Table (not by Spark)."""
+    t = Table(
+        topic,
+        bootstrap_servers=bootstrap,
+        name=table,
+        checkpoints=loc.url,
+        storage_options=loc.options,
+        generation=generation,
+        tail=False,
+        background=False,
+    )
+    t.start()
+    try:
+        return table_digest(t.raw_items())
+    finally:
+        t.close(checkpoint=False)
 
 
 def _apps(cluster: StandaloneCluster) -> list[dict[str, Any]]:
@@ -244,21 +250,8 @@ def test_spark_submit_runs_the_pipeline_on_the_cluster(
     assert result["written"] is True
     assert result["keys"] == expected[1]
     assert {int(p): o for p, o in result["offsets"].items()} == ends
-    t = Table(
-        topic_name,
-        bootstrap_servers=kafka.bootstrap,
-        name="submitted",
-        checkpoints=s3_location.url,
-        storage_options=s3_location.options,
-        generation=result["checkpoint"],
-        tail=False,
-        background=False,
-    )
-    t.start()
-    try:
-        assert table_digest(t.raw_items()) == expected
-    finally:
-        t.close(checkpoint=False)
+    got = _checkpoint_digest(kafka.bootstrap, topic_name, "submitted", s3_location, result["checkpoint"])
+    assert got == expected
 
 
 def test_pyspark_ships_spark_class_for_the_daemons() -> None:
