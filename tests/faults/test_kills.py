@@ -29,6 +29,7 @@ import pytest
 
 from faults.harness import (
     STATESNAP,
+    CliResult,
     KafkaTool,
     Location,
     Producing,
@@ -107,6 +108,15 @@ def _orphans(loc: Location) -> None:
     if loc.kind == "file":
         assert loc.root is not None
         (loc.root / directory / "snapshots" / ".tmp-killed-writer").write_bytes(b"{")
+
+
+def _gc_everything(ledger: CaseLedger, loc: Location) -> CliResult:
+    """``checkpoints gc`` keeping only the newest checkpoint, with zero grace: every byte of
+    debris is due. Must exit 0; returns its result."""
+    args = ["checkpoints", "gc", loc.cli_url, "--min-count", "1", "--min-age", "0s", "--orphan-grace", "0s"]
+    gc = run_cli(ledger, [*args, "--json"], timeout=60, env=loc.cli_env)
+    assert gc.returncode == 0, gc.stderr[-2000:]
+    return gc
 
 
 def _describe(loc: Location, keys: list[str]) -> list[str]:
@@ -213,24 +223,7 @@ def test_sigkill_python_writer_mid_checkpoint(
     if kind == "s3":
         _stale_upload(loc)
     assert debris(loc), "the crashes and the planted orphans left no debris to collect"
-    gc = run_cli(
-        ledger,
-        [
-            "checkpoints",
-            "gc",
-            loc.cli_url,
-            "--min-count",
-            "1",
-            "--min-age",
-            "0s",
-            "--orphan-grace",
-            "0s",
-            "--json",
-        ],
-        timeout=60,
-        env=loc.cli_env,
-    )
-    assert gc.returncode == 0, gc.stderr[-2000:]
+    gc = _gc_everything(ledger, loc)
     # Data files, temp files, uploads and the records of deleted or dead generations: all gone.
     left = debris(loc)
     assert left == [], f"GC with zero grace left debris: {_describe(loc, left)}\nGC said {gc.stdout}"
@@ -311,24 +304,7 @@ def test_gc_collects_records_of_a_generation_whose_manifest_is_gone(
     only_1 = [repo.key(f.path) for f in oldest.files if f.path.startswith(f"data/{1:020d}/")]
     repo.store.delete([repo.key(layout.manifest_key(1)), *only_1])  # what the killed GC got to do
     ledger.tried("kills")
-    gc = run_cli(
-        ledger,
-        [
-            "checkpoints",
-            "gc",
-            loc.cli_url,
-            "--min-count",
-            "1",
-            "--min-age",
-            "0s",
-            "--orphan-grace",
-            "0s",
-            "--json",
-        ],
-        timeout=60,
-        env=loc.cli_env,
-    )
-    assert gc.returncode == 0, gc.stderr[-2000:]
+    gc = _gc_everything(ledger, loc)
     left = debris(loc)
     assert left == [], f"GC left a deleted generation's records: {_describe(loc, left)}\nGC said {gc.stdout}"
 
@@ -365,23 +341,6 @@ def test_gc_collects_a_killed_writers_snapshot_past_its_deadline(
     show = ["snapshot", "show", loc.cli_url, "--table", topic, str(gen), "--json"]
     shown = run_cli(ledger, show, timeout=60, env=loc.cli_env)
     assert shown.json()["state"] == "FAILED"  # every reader sees the deadline
-    gc = run_cli(
-        ledger,
-        [
-            "checkpoints",
-            "gc",
-            loc.cli_url,
-            "--min-count",
-            "1",
-            "--min-age",
-            "0s",
-            "--orphan-grace",
-            "0s",
-            "--json",
-        ],
-        timeout=60,
-        env=loc.cli_env,
-    )
-    assert gc.returncode == 0, gc.stderr[-2000:]
+    gc = _gc_everything(ledger, loc)
     left = debris(loc)
     assert left == [], f"GC kept a dead snapshot: {_describe(loc, left)}\nGC said {gc.stdout}"
