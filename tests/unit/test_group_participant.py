@@ -185,3 +185,32 @@ def test_a_snapshot_completes_when_the_dead_tasks_partitions_move(
     # A task owning nothing reports nothing and starts nothing.
     idle = Task(tmp_path, "idle", ())
     assert idle.checkpoint() is None
+
+
+def test_records_applied_after_an_idle_report_are_in_the_next_delta(
+    tmp_path: Path, log: dict[int, list[tuple[bytes, bytes | None]]]
+) -> None:
+    """A task whose offsets had not moved reports no file; it learns that the snapshot completed
+    only later, after it applied new records. Those records must stay in its change set (they were
+    once forgotten: the next checkpoint claimed their offsets without their rows)."""
+    a, b = Task(tmp_path, "a", (0, 1)), Task(tmp_path, "b", (2, 3))
+    for t, parts in ((a, (0, 1)), (b, (2, 3))):
+        for p in parts:
+            t.write(log, p, 10, "g1")
+    a.checkpoint()
+    assert b.checkpoint() is not None
+    assert a.task.pending(block=True) is None  # a adopts g1: its change set is empty now
+    b.write(log, 2, 3, "g2")
+    g2 = b.task.api.create()
+    assert a.checkpoint() is None  # a joins g2 with unmoved offsets: no file written
+    assert set(a.task.api.get(g2.generation).tasks) == {"a"}
+    assert b.checkpoint() is not None
+    a.write(log, 0, 7, "after")  # applied before a hears that g2 completed
+    assert a.task.pending(block=True) is None  # a adopts g2 here
+    assert a.task.last_checkpoint is not None
+    assert a.task.last_checkpoint.generation == g2.generation
+    a.checkpoint()
+    g3 = b.checkpoint()
+    assert g3 is not None
+    assert g3.offsets == {p: len(log[p]) for p in log}
+    assert restored(a.repo, g3) == model(log, {p: len(log[p]) for p in log})

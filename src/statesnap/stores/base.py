@@ -96,7 +96,8 @@ class StateStore(Protocol):
         """Forget the change set: the rows returned by the last :meth:`changes` or
         :meth:`export` are now in a checkpoint. Rows written after that call stay in the set
         (a background writer may keep applying while a checkpoint is written); without such a
-        call, everything is forgotten."""
+        call nothing is forgotten: a report that wrote no file of this store (its offsets had not
+        moved) may be marked long after, when later records are in the set."""
         ...
 
     def drop_partitions(self, partitions: Collection[int]) -> int:
@@ -240,9 +241,7 @@ class ChangeSet:
 
     def mark_checkpointed(self) -> None:
         with self.lock:
-            if self._handed_out is None:
-                self.rows = {}  # no snapshot was taken: everything is forgotten
-            self._handed_out = None
+            self._handed_out = None  # only what was handed out: later writes are in `rows`
 
     def drop_partitions(self, partitions: Collection[int]) -> None:
         """Forget the entries of *partitions* (their rows left the store)."""
