@@ -199,6 +199,33 @@ def cli_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def materialize_args(bootstrap: str, topic: str, loc: Location, *extra: str) -> list[str]:
+    """The writer every fault test runs: ``materialize`` on the Python engine into *loc*, quiet."""
+    return [
+        "materialize",
+        "--engine",
+        "python",
+        "-q",
+        "-b",
+        bootstrap,
+        "-t",
+        topic,
+        "--checkpoints",
+        loc.cli_url,
+        *extra,
+    ]
+
+
+def start_cli(args: Sequence[str], loc: Location, log: Path) -> subprocess.Popen[bytes]:
+    """``statesnap ARGS`` in the background, in its own process group (so a test can stop it as a
+    terminal would), its output appended to *log*."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [*STATESNAP, *args], stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=cli_env(loc.cli_env),
+            start_new_session=True,
+        )  # fmt: skip
+
+
 def run_cli_raw(
     args: Sequence[str],
     *,

@@ -35,10 +35,12 @@ from faults.harness import (
     dump_stacks,
     judge,
     kill_group,
+    materialize_args,
     repo_of,
     restore,
     run_cli,
     s3_location,
+    start_cli,
     table_digest_of,
     truth_at,
 )
@@ -64,16 +66,11 @@ def _sigkill(service: LoopbackService) -> None:
 
 
 def _follow(bootstrap: str, topic: str, loc: Location, log: Path, *extra: str) -> subprocess.Popen[bytes]:
-    args = [
-        "materialize", "--engine", "python", "-q", "-b", bootstrap, "-t", topic, "--checkpoints", loc.cli_url,
-        "--follow", "--checkpoint-interval", "0s", "--commit-interval", "50ms",
+    args = materialize_args(
+        bootstrap, topic, loc, "--follow", "--checkpoint-interval", "0s", "--commit-interval", "50ms",
         "--min-count", "5", "--min-age", "0s", *extra,
-    ]  # fmt: skip
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [*STATESNAP, *args], stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=cli_env(loc.cli_env),
-            start_new_session=True,
-        )  # fmt: skip
+    )  # fmt: skip
+    return start_cli(args, loc, log)
 
 
 def _ctrl_c(
@@ -263,18 +260,7 @@ def test_s3_endpoint_killed_and_restarted_empty_during_writes(
         _ctrl_c(ledger, writer, log, "writer")
     final = run_cli(
         ledger,
-        [
-            "materialize",
-            "--engine",
-            "python",
-            "-q",
-            "-b",
-            kafka.bootstrap,
-            "-t",
-            topic,
-            "--checkpoints",
-            loc.cli_url,
-        ],
+        materialize_args(kafka.bootstrap, topic, loc),
         timeout=DEADLINE,
         env=loc.cli_env,
     )

@@ -28,19 +28,19 @@ from typing import Any
 import pytest
 
 from faults.harness import (
-    STATESNAP,
     CliResult,
     KafkaTool,
     Location,
     Producing,
     check_secrets,
-    cli_env,
     debris,
     judge,
     kill_group,
+    materialize_args,
     repo_of,
     restore,
     run_cli,
+    start_cli,
     table_digest_of,
     truth_at,
 )
@@ -78,16 +78,11 @@ def _mid_write(loc: Location, baseline: int) -> bool:
 
 
 def _writer(kafka: KafkaTool, topic: str, loc: Location, log: Path) -> subprocess.Popen[bytes]:
-    args = [
-        "materialize", "--engine", "python", "-q", "-b", kafka.bootstrap, "-t", topic,
-        "--checkpoints", loc.cli_url, "--follow", "--checkpoint-interval", "0s", "--commit-interval", "20ms",
+    args = materialize_args(
+        kafka.bootstrap, topic, loc, "--follow", "--checkpoint-interval", "0s", "--commit-interval", "20ms",
         "--min-count", "3", "--min-age", "0s", "--snapshot-timeout", f"{SNAPSHOT_TIMEOUT}s",
-    ]  # fmt: skip
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [*STATESNAP, *args], stdout=out, stderr=out, stdin=subprocess.DEVNULL,
-            env=cli_env(loc.cli_env), start_new_session=True,
-        )  # fmt: skip
+    )  # fmt: skip
+    return start_cli(args, loc, log)
 
 
 def _stale_upload(loc: Location) -> None:
@@ -188,10 +183,7 @@ def test_sigkill_python_writer_mid_checkpoint(
     # The writer restarts once more after the last crash and exits: a checkpoint of everything.
     final = run_cli(
         ledger,
-        [
-            *["materialize", "--engine", "python", "-q", "-b", kafka.bootstrap, "-t", topic],
-            *["--checkpoints", loc.cli_url, "--min-count", "3", "--min-age", "0s"],
-        ],
+        materialize_args(kafka.bootstrap, topic, loc, "--min-count", "3", "--min-age", "0s"),
         timeout=60, env=loc.cli_env,
     )  # fmt: skip
     assert final.returncode == 0, final.stderr[-2000:]
@@ -294,10 +286,10 @@ def test_gc_collects_records_of_a_generation_whose_manifest_is_gone(
         pytest.skip("on S3 in long mode (STATESNAP_FAULTS=long)")
     topic = new_topic(1, "halfgc")
     loc: Location = new_location(kind)
-    base = ["materialize", "--engine", "python", "-q", "-b", kafka.bootstrap, "-t", topic, "--checkpoints"]
     for n in range(3):
         kafka.produce(topic, [(0, b"k%d" % n, b"v%d" % n)])
-        assert run_cli(ledger, [*base, loc.cli_url], timeout=60, env=loc.cli_env).returncode == 0
+        written = run_cli(ledger, materialize_args(kafka.bootstrap, topic, loc), timeout=60, env=loc.cli_env)
+        assert written.returncode == 0
     repo = repo_of(loc)
     assert repo.generations() == [3, 2, 1]
     oldest = repo.read_manifest(1)

@@ -17,21 +17,21 @@ from typing import Any
 import pytest
 
 from faults.harness import (
-    STATESNAP,
     CliResult,
     KafkaTool,
     Location,
     Producing,
     check_secrets,
-    cli_env,
     dump_stacks,
     judge,
     judge_cli,
     kill_group,
+    materialize_args,
     repo_of,
     restore,
     run_cli,
     run_cli_raw,
+    start_cli,
     truth_at,
 )
 from faults.ledger import CaseLedger
@@ -40,15 +40,18 @@ PARTITIONS = 3
 
 
 def _follow(kafka: KafkaTool, topic: str, loc: Location, log: Path, *extra: str) -> subprocess.Popen[bytes]:
-    args = [
-        "materialize", "--engine", "python", "-q", "-b", kafka.bootstrap, "-t", topic, "--checkpoints",
-        loc.cli_url, "--follow", "--checkpoint-interval", "0s", "--commit-interval", "50ms", *extra,
-    ]  # fmt: skip
-    with log.open("ab") as out:
-        return subprocess.Popen(
-            [*STATESNAP, *args], stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=cli_env(loc.cli_env),
-            start_new_session=True,
-        )  # fmt: skip
+    args = materialize_args(
+        kafka.bootstrap,
+        topic,
+        loc,
+        "--follow",
+        "--checkpoint-interval",
+        "0s",
+        "--commit-interval",
+        "50ms",
+        *extra,
+    )
+    return start_cli(args, loc, log)
 
 
 def _stop(ledger: CaseLedger, proc: subprocess.Popen[bytes], log: Path, what: str) -> None:
@@ -204,18 +207,7 @@ def test_concurrent_snapshot_create(
     topic = new_topic(PARTITIONS, "snaprace")
     loc: Location = new_location("file")
     kafka.produce(topic, [(i % PARTITIONS, b"k%d" % (i % 90), b"v%d" % i) for i in range(900)])
-    base = [
-        "materialize",
-        "--engine",
-        "python",
-        "-q",
-        "-b",
-        kafka.bootstrap,
-        "-t",
-        topic,
-        "--checkpoints",
-        loc.cli_url,
-    ]
+    base = materialize_args(kafka.bootstrap, topic, loc)
     assert run_cli(ledger, base, timeout=60).returncode == 0
     kafka.produce(topic, [(i % PARTITIONS, b"k%d" % (i % 50), b"w%d" % i) for i in range(300)])
     create = ["snapshot", "create", loc.cli_url, "--table", topic, "--timeout", "60s", "--json"]
@@ -273,18 +265,7 @@ def test_snapshot_records_deleted_by_gc_under_a_reader(
 
     topic = new_topic(1, "gcread")
     loc: Location = new_location("file")
-    base = [
-        "materialize",
-        "--engine",
-        "python",
-        "-q",
-        "-b",
-        kafka.bootstrap,
-        "-t",
-        topic,
-        "--checkpoints",
-        loc.cli_url,
-    ]
+    base = materialize_args(kafka.bootstrap, topic, loc)
     for n in range(3):
         kafka.produce(topic, [(0, b"k%d" % n, b"v")])
         assert run_cli(ledger, base, timeout=60).returncode == 0
