@@ -9,11 +9,9 @@ never a statesnap reader.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
-import struct
 import subprocess
 import sys
 import time
@@ -24,42 +22,13 @@ from typing import Any
 
 import pytest
 
+from integration.cli_runner import STATESNAP, digest, ok, statesnap
 from statesnap.cli.engine import spark_available
 
 pytestmark = pytest.mark.integration
 
-STATESNAP = [sys.executable, "-m", "statesnap.cli"]
 PARTITIONS = 4
 ENGINES = ["python", pytest.param("spark", marks=pytest.mark.spark)]
-
-
-def statesnap(
-    *args: str, timeout: float = 240, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*STATESNAP, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable, **(env or {})},
-    )
-
-
-def ok(result: subprocess.CompletedProcess[str]) -> Any:
-    assert result.returncode == 0, (
-        f"exit {result.returncode}\nstdout: {result.stdout}\nstderr: {result.stderr}"
-    )
-    return json.loads(result.stdout) if result.stdout.strip().startswith(("{", "[")) else result.stdout
-
-
-def digest(table: dict[bytes, bytes]) -> str:
-    """The README's digest, computed here independently of statesnap."""
-    h = hashlib.sha256()
-    for key in sorted(table):
-        value = table[key]
-        h.update(struct.pack(">I", len(key)) + key + struct.pack(">I", len(value)) + value)
-    return h.hexdigest()
 
 
 def records(n: int, seed: int, keys: int = 300) -> list[tuple[int, bytes | None, bytes | None]]:

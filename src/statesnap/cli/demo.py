@@ -138,7 +138,7 @@ def demo(
                 digest, n = table_digest(t.raw_items())
                 t.close(checkpoint=False)
                 results[mode] = {
-                    "seconds": report.restore_seconds,
+                    "seconds": round(report.restore_seconds, 3),
                     "replayed": report.replayed_records,
                     "checkpoint": report.checkpoint,
                     "keys": n,
