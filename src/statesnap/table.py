@@ -533,21 +533,30 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
         hook = self.on_update if self._state == "running" else None
         updates: list[Change] = []
         with self._lock:
-            for partition, messages in self._reader.poll(timeout).items():
-                if hook is not None:
-                    records = (self.row_filter or RowFilter()).records(messages)
-                    updates.extend(changes_of(self.store, records))
-                    self.store.apply(partition, records)
-                elif self.row_filter is None:
-                    self.store.apply_messages(partition, messages)
-                else:
-                    self.store.apply(partition, self.row_filter.records(messages))
-                applied += len(messages)
-                ts_type, ts = messages[-1].timestamp()
-                if ts_type:
-                    self._newest_ts = max(self._newest_ts, ts)
-                if self._tracker is not None:
-                    self._tracker.batch(partition, messages[-1].offset(), len(messages))
+            reader = self._reader
+            batches = reader.poll(timeout)
+            try:
+                for partition, messages in batches.items():
+                    if hook is not None:
+                        records = (self.row_filter or RowFilter()).records(messages)
+                        updates.extend(changes_of(self.store, records))
+                        self.store.apply(partition, records)
+                    elif self.row_filter is None:
+                        self.store.apply_messages(partition, messages)
+                    else:
+                        self.store.apply(partition, self.row_filter.records(messages))
+                    # Only now: offsets, wait_for and checkpoints never claim a record not in the store.
+                    reader.applied(partition, messages[-1].offset() + 1)
+                    applied += len(messages)
+                    ts_type, ts = messages[-1].timestamp()
+                    if ts_type:
+                        self._newest_ts = max(self._newest_ts, ts)
+                    if self._tracker is not None:
+                        self._tracker.batch(partition, messages[-1].offset(), len(messages))
+            except BaseException as e:
+                # The consumer has moved past this batch: the table can no longer equal a replay.
+                self._thread_error = e
+                raise
         if applied:
             self._last_applied = time.monotonic()
             with self._applied:
@@ -652,6 +661,8 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
 
     def _task_state(self) -> TaskState:
         assert self._reader is not None
+        if self._thread_error is not None:  # a batch it could not apply: no checkpoint may claim it
+            raise TableStateError("checkpoint", f"failed ({self._thread_error})", "running")
         return TaskState(
             dict(self._reader.positions),
             self.store.export,

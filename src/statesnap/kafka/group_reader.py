@@ -218,6 +218,12 @@ class GroupReader:
 
     # --- consuming -----------------------------------------------------------------------------
 
+    def applied(self, partition: int, next_offset: int) -> None:
+        """The caller applied a batch :meth:`poll` returned, up to *next_offset*. ``positions``
+        move only here, so they never claim a record that is not in the store yet (another
+        thread reads them for ``offsets`` and ``wait_for``; a checkpoint records them)."""
+        self.positions[partition] = next_offset
+
     def poll(self, timeout: float = 0.5) -> dict[int, list[Any]]:
         """The next batch of messages of owned partitions, grouped by partition, in offset order;
         rebalance callbacks run in here."""
@@ -237,7 +243,6 @@ class GroupReader:
                 continue
             batches.setdefault(p, []).append(msg)
         for p, msgs in batches.items():
-            self.positions[p] = msgs[-1].offset() + 1
             if msgs[-1].offset() >= self._eof_offset.get(p, -1):
                 self.at_eof.discard(p)
             self._note_high(p)

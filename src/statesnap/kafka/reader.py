@@ -107,6 +107,12 @@ class ChangelogReader:
     def caught_up(self) -> bool:
         return self.at_eof >= set(self.positions)
 
+    def applied(self, partition: int, next_offset: int) -> None:
+        """The caller applied a batch :meth:`poll` returned, up to *next_offset*. ``positions``
+        move only here, so they never claim a record that is not in the store yet (another
+        thread reads them for ``offsets`` and ``wait_for``; a checkpoint records them)."""
+        self.positions[partition] = next_offset
+
     def poll(self, timeout: float = 0.5) -> dict[int, list[Any]]:
         """The next batch of messages grouped by partition, in offset order.
 
@@ -133,7 +139,6 @@ class ChangelogReader:
                 current_p = p
             current.append(msg)
         for p, msgs in batches.items():
-            self.positions[p] = msgs[-1].offset() + 1
             if msgs[-1].offset() >= self._eof_offset.get(p, -1):
                 self.at_eof.discard(p)
             try:

@@ -168,10 +168,16 @@ class Participant:
         return None
 
     def write(
-        self, generation: int, updates: Mapping[int, PartitionUpdate]
+        self,
+        generation: int,
+        updates: Mapping[int, PartitionUpdate],
+        previous: CheckpointManifest | None = None,
     ) -> dict[int, PartitionCheckpoint]:
-        """Write *updates* into *generation*'s data directory, building on the last checkpoint."""
-        return write_partition_files(self.repo, generation, updates, self.last_checkpoint)
+        """Write *updates* into *generation*'s data directory, building on *previous* (default:
+        the last checkpoint). A caller that decided what changed against one manifest passes it:
+        the refresher thread may adopt another one meanwhile."""
+        base = previous if previous is not None else self.last_checkpoint
+        return write_partition_files(self.repo, generation, updates, base)
 
     def _adopt(self, generation: int) -> None:
         """A snapshot we reported to completed elsewhere: its files become our reuse base."""
@@ -179,8 +185,11 @@ class Participant:
             self.last_checkpoint = self.repo.read_manifest(generation)
 
     def _completed(self, manifest: CheckpointManifest) -> None:
-        """Called by the orchestrator in the process that finished a snapshot: adopt it, run GC."""
-        if set(manifest.partitions) >= set(self.owned):
+        """Called by the orchestrator in the process that finished a snapshot: adopt it, run GC.
+        Never an older one: the refresher thread may finish a snapshot late, after a newer one."""
+        last = self.last_checkpoint
+        newer = last is None or manifest.generation > last.generation
+        if newer and set(manifest.partitions) >= set(self.owned):
             self.last_checkpoint = manifest
         if self.retention is not None:
             self.api.gc(self.retention)
@@ -313,7 +322,7 @@ class SnapshotTask(Participant):
             )
             for p, off in state.offsets.items()
         }
-        refs = self.write(target.generation, updates)
+        refs = self.write(target.generation, updates, prev)  # what `changed` was judged against
         prefix = f"data/{target.generation:020d}/"
         written = [f for pc in refs.values() for f in pc.files if f.path.startswith(prefix)]
         self._mark = state.mark_checkpointed

@@ -1,0 +1,265 @@
+"""Checkpoints whose offsets could run ahead of (or behind) their rows: reorderings and races.
+
+Snapshot tasks (one or two) on a real file:// checkpoint store with memory stores, as
+tests/unit/test_group_participant.py does; a scenario that needs another thread's action at one
+exact point (the orchestrator's refresher finishing a snapshot late) injects it there, so every
+test is deterministic. A ``Table`` whose apply fails mid-batch is in
+tests/integration/test_table_apply_failures.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statesnap.blob import open_blob_store
+from statesnap.checkpoint import CheckpointManifest, CheckpointRepository
+from statesnap.snapshot.api import SnapshotApi
+from statesnap.snapshot.model import SnapshotState
+from statesnap.snapshot.participant import SnapshotTask, TaskState
+from statesnap.snapshot.store import BlobSnapshotStore
+from statesnap.stores import MemoryStore
+
+TOPIC = "orders"
+Log = dict[int, list[tuple[bytes, bytes | None]]]
+
+
+class Task:
+    """A table task: a memory store, its offsets and a snapshot task over a shared "topic"."""
+
+    def __init__(self, root: Path, name: str, owned: tuple[int, ...]) -> None:
+        blob = open_blob_store(str(root))
+        self.repo = CheckpointRepository.for_table(blob, "c1", TOPIC)
+        self.repo.ensure_descriptor(TOPIC, TOPIC, "c1", 4)
+        api = SnapshotApi(
+            BlobSnapshotStore(blob, self.repo.directory),
+            self.repo,
+            table=TOPIC,
+            topic=TOPIC,
+            cluster_id="c1",
+            partitions=range(4),
+        )
+        self.task = SnapshotTask(
+            api,
+            task_id=name,
+            owned=owned,
+            engine="python",
+            retention=None,
+            snapshot_timeout=timedelta(seconds=60),
+            previous=None,
+        )
+        self.store = MemoryStore()
+        self.offsets = dict.fromkeys(owned, 0)
+
+    def write(self, log: Log, p: int, n: int, tag: str) -> None:
+        """Append *n* records with keys unique to *tag* to partition *p* and apply them."""
+        log[p].extend((f"p{p}-{tag}-{i}".encode(), f"{tag}-{i}".encode()) for i in range(n))
+        self.catch_up(log, p)
+
+    def catch_up(self, log: Log, p: int) -> None:
+        start = self.offsets[p]
+        self.store.apply(p, [(k, v, off, 0) for off, (k, v) in enumerate(log[p]) if off >= start])
+        self.offsets[p] = len(log[p])
+
+    def state(self, before_changes: Callable[[], None] | None = None) -> TaskState:
+        """The commit point's state; *before_changes* runs when the task takes its change set."""
+
+        def changes() -> dict[int, Any]:
+            if before_changes is not None:
+                before_changes()
+            return self.store.changes()
+
+        return TaskState(dict(self.offsets), self.store.export, changes, self.store.mark_checkpointed)
+
+    def checkpoint(self, before_changes: Callable[[], None] | None = None) -> CheckpointManifest | None:
+        return self.task.checkpoint(self.state(before_changes))
+
+
+def model(log: Log, upto: dict[int, int]) -> dict[bytes, bytes]:
+    out: dict[bytes, bytes] = {}
+    for p, records in log.items():
+        for key, value in records[: upto.get(p, 0)]:
+            if value is None:
+                out.pop(key, None)
+            else:
+                out[key] = value
+    return out
+
+
+def restored(repo: CheckpointRepository, manifest: CheckpointManifest) -> dict[bytes, bytes]:
+    out: dict[bytes, bytes] = {}
+    for _p, rows in repo.iter_partitions(manifest):
+        out.update(zip(rows.column("key").to_pylist(), rows.column("value").to_pylist(), strict=True))
+    return out
+
+
+def exact(repo: CheckpointRepository, manifest: CheckpointManifest, log: Log) -> bool:
+    """Whether the checkpoint holds exactly the rows below the offsets it claims."""
+    return restored(repo, manifest) == model(log, manifest.offsets)
+
+
+@pytest.fixture
+def log() -> Log:
+    return {p: [] for p in range(4)}
+
+
+# --- the orchestrator's refresher finishing a snapshot late ----------------------------------
+
+
+def late_refresher(t: Task, generation: int) -> Callable[[], None]:
+    """What the refresher thread does when it read *generation* as complete but not yet
+    ``COMPLETED`` (the reporter was between its report and marking it) and runs ``_finish`` after
+    the table thread moved on: the manifest is there already, the record is not current any
+    more, and ``on_completed`` still gets the old manifest."""
+    done = t.task.api.get(generation)
+    as_read = replace(done, state=SnapshotState.CREATED)
+    assert as_read.complete
+    orchestrator = t.task.orchestrator
+
+    def finish() -> None:
+        orchestrator._finish(as_read)  # the refresher thread's own step
+
+    return finish
+
+
+def test_a_late_completion_never_moves_last_checkpoint_back(tmp_path: Path, log: Log) -> None:
+    a = Task(tmp_path, "a", (0, 1, 2, 3))
+    a.write(log, 0, 10, "g1")
+    g1 = a.checkpoint()
+    assert g1 is not None
+    finish_g1 = late_refresher(a, g1.generation)
+    a.write(log, 0, 5, "g2")
+    g2 = a.checkpoint()
+    assert g2 is not None
+    finish_g1()
+    assert a.task.last_checkpoint is not None
+    assert a.task.last_checkpoint.generation == g2.generation
+
+
+def test_a_completion_landing_mid_report_does_not_lose_rows(tmp_path: Path, log: Log) -> None:
+    a = Task(tmp_path, "a", (0, 1, 2, 3))
+    for p in range(4):
+        a.write(log, p, 10, "g1")
+    g1 = a.checkpoint()
+    assert g1 is not None
+    finish_g1 = late_refresher(a, g1.generation)
+    a.write(log, 0, 5, "g2")
+    a.write(log, 1, 5, "g2")
+    g2 = a.checkpoint()
+    assert g2 is not None
+    assert exact(a.repo, g2, log)
+    a.write(log, 0, 3, "g3")  # partition 0: a delta on top of g2; partition 1: unchanged since g2
+    g3 = a.checkpoint(before_changes=finish_g1)  # the refresher's late finish lands mid-report
+    assert g3 is not None
+    assert g3.offsets == {p: len(log[p]) for p in log}
+    assert exact(a.repo, g3, log), "g3 claims g2's records of partitions 0 and 1 without their rows"
+
+
+# --- questions of the review, answered (these hold today) ------------------------------------
+
+
+def test_a_failed_snapshot_keeps_the_change_set_for_the_next_delta(tmp_path: Path, log: Log) -> None:
+    """a reports g2, b never does, g2 fails (timeout): nothing a handed to g2 is forgotten."""
+    a, b = Task(tmp_path, "a", (0, 1)), Task(tmp_path, "b", (2, 3))
+    for t, parts in ((a, (0, 1)), (b, (2, 3))):
+        for p in parts:
+            t.write(log, p, 10, "g1")
+    a.checkpoint()
+    assert b.checkpoint() is not None
+    a.write(log, 0, 6, "g2")
+    assert a.checkpoint() is None  # g2: a reported, b has not
+    g2 = a.task.reported
+    failed = a.task.orchestrator.fail(g2, "b", "timed out")
+    assert failed.state is SnapshotState.FAILED
+    assert a.task.pending(block=True) is None
+    a.write(log, 0, 2, "g3")
+    a.checkpoint()
+    g3 = b.checkpoint()
+    assert g3 is not None
+    assert g3.generation > g2
+    assert exact(a.repo, g3, log)
+
+
+def test_a_task_that_never_adopted_its_snapshot_builds_on_the_older_one(tmp_path: Path, log: Log) -> None:
+    """a reports g2, b completes it, and b starts g3 before a looks: a never adopts g2, so its
+    g3 files are relative to g1 (its change set was never marked) — still exact."""
+    a, b = Task(tmp_path, "a", (0, 1)), Task(tmp_path, "b", (2, 3))
+    for t, parts in ((a, (0, 1)), (b, (2, 3))):
+        for p in parts:
+            t.write(log, p, 10, "g1")
+    a.checkpoint()
+    assert b.checkpoint() is not None
+    assert a.task.pending(block=True) is None
+    a.write(log, 0, 6, "g2")
+    b.write(log, 2, 1, "g2")
+    assert a.checkpoint() is None
+    assert b.checkpoint() is not None  # g2 completed; a does not know
+    b.write(log, 2, 1, "g3")
+    b.task.api.create()
+    a.write(log, 0, 4, "g3")
+    assert a.checkpoint() is None
+    g3 = b.checkpoint()
+    assert g3 is not None
+    assert exact(a.repo, g3, log)
+
+
+def test_a_fenced_re_report_then_adopting_the_earlier_one_stays_exact(tmp_path: Path, log: Log) -> None:
+    """a reports g2, applies more, re-reports to g2 from a stale view after b completed it (the
+    re-report is fenced but its change set and refs are what a marks when it adopts g2)."""
+    a, b = Task(tmp_path, "a", (0, 1)), Task(tmp_path, "b", (2, 3))
+    for t, parts in ((a, (0, 1)), (b, (2, 3))):
+        for p in parts:
+            t.write(log, p, 10, "g1")
+    a.checkpoint()
+    assert b.checkpoint() is not None
+    assert a.task.pending(block=True) is None
+    a.write(log, 0, 6, "g2")
+    assert a.checkpoint() is None
+    g2 = b.checkpoint()
+    assert g2 is not None
+    a.write(log, 0, 4, "after")  # not in g2
+    stale = replace(a.task.api.get(g2.generation), state=SnapshotState.CREATED)
+    assert a.task.report(stale, a.state()) is None  # fenced
+    assert a.task.pending(block=True) is None  # adopts g2 (with the fenced report's bookkeeping)
+    a.write(log, 1, 2, "g3")
+    a.checkpoint()
+    g3 = b.checkpoint()
+    assert g3 is not None
+    assert exact(a.repo, g3, log)
+
+
+def test_a_partition_dropped_and_gained_between_report_and_adoption(tmp_path: Path, log: Log) -> None:
+    """a reports g2 with partition 1, loses it (dropped: its change-set entries go), gains it
+    back restored from g1 (g2 not complete yet), replays; then g2 completes and a adopts it."""
+    a, b = Task(tmp_path, "a", (0, 1)), Task(tmp_path, "b", (2, 3))
+    for t, parts in ((a, (0, 1)), (b, (2, 3))):
+        for p in parts:
+            t.write(log, p, 10, "g1")
+    a.checkpoint()
+    assert b.checkpoint() is not None
+    assert a.task.pending(block=True) is None
+    a.write(log, 1, 6, "g2")
+    assert a.checkpoint() is None
+    a.store.drop_partitions([1])  # session lost: dropped without a report
+    del a.offsets[1]
+    a.task.lose([1])
+    log[1].extend((f"p1-between-{i}".encode(), b"x") for i in range(3))
+    restored_from = a.repo.latest()
+    assert restored_from is not None
+    a.store.load(1, a.repo.load_partition(restored_from, 1))
+    a.offsets[1] = restored_from.partitions[1].next_offset
+    a.task.gain([1], restored_from)
+    a.catch_up(log, 1)
+    g2 = b.checkpoint()
+    assert g2 is not None
+    assert a.task.pending(block=True) is None  # adopts g2
+    a.write(log, 1, 2, "g3")
+    a.checkpoint()
+    g3 = b.checkpoint()
+    assert g3 is not None
+    assert exact(a.repo, g3, log)
