@@ -628,7 +628,8 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
 
         *timeout* bounds the wait, for a commit in progress and for the checkpoint store (None:
         as long as it takes); past it, :class:`CheckpointTimeoutError` — the previous checkpoint
-        stands, and this one never commits later."""
+        stands. A checkpoint still waiting for a commit in progress then never starts; one that
+        was already writing may still commit later, whole and consistent, or not at all."""
         if self.read_only:
             why = "a point-in-time view (tail=False)" if not self.tail else "read-only"
             raise ReadOnlyTableError(f"table {self.name!r} is {why}: it never writes checkpoints")
