@@ -35,6 +35,7 @@ import argparse
 import gc
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -410,12 +411,14 @@ def follow_child(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def spawn(mode: str, args: dict[str, Any]) -> subprocess.Popen[str]:
+def spawn(mode: str, args: dict[str, Any], pythonpath: str | None = None) -> subprocess.Popen[str]:
+    env = None if pythonpath is None else {**os.environ, "PYTHONPATH": pythonpath}
     return subprocess.Popen(
         [sys.executable, __file__, mode, json.dumps(args)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
+        env=env,
     )
 
 
@@ -444,21 +447,30 @@ def cpu_share(
     seconds: float,
     commit_interval: float,
     checkpoint_interval: float,
+    baseline: str | None = None,
 ) -> tuple[list[FollowRow], dict[str, Any]]:
+    runs = [(store, store, None) for store in stores]
+    if baseline:
+        # The same store from other code (PYTHONPATH), on a copy of the same checkpoints, side by
+        # side in this run: the machine's noise is then the same for both.
+        for store in stores:
+            shutil.copytree(os.path.join(root, store), os.path.join(root, f"{store}-baseline"))
+            runs.append((f"{store}@baseline", store, baseline))
     children = {
-        store: spawn(
+        label: spawn(
             "--child-follow",
             {
                 "bootstrap": bootstrap,
                 "topic": topic,
                 "store": store,
-                "checkpoints": os.path.join(root, store),
-                "store_path": os.path.join(root, f"{store}-follow-state"),
+                "checkpoints": os.path.join(root, store if path is None else f"{store}-baseline"),
+                "store_path": os.path.join(root, f"{label}-follow-state"),
                 "commit_interval": commit_interval,
                 "checkpoint_interval": checkpoint_interval,
             },
+            pythonpath=path,
         )
-        for store in stores
+        for label, store, path in runs
     }
     producer: subprocess.Popen[str] | None = None
     try:
@@ -619,6 +631,12 @@ def main() -> None:
     ap.add_argument(
         "--skip-write", action="store_true", help="skip part 1 (part 2 still needs its checkpoints)"
     )
+    ap.add_argument(
+        "--baseline",
+        metavar="PYTHONPATH",
+        help="part 2 also follows with each store from this source tree (e.g. a copy of src/ before "
+        "a change), side by side, labelled <store>@baseline",
+    )
     ap.add_argument("--json", action="store_true", help="also print the rows as JSON lines")
     ap.add_argument("--child-follow", help=argparse.SUPPRESS)
     ap.add_argument("--child-produce", help=argparse.SUPPRESS)
@@ -676,6 +694,7 @@ def main() -> None:
                 args.follow_seconds,
                 args.commit_interval,
                 args.checkpoint_interval,
+                args.baseline,
             )
     log(f"total {time.perf_counter() - started:.0f}s")
     print_report(n, args.value_bytes, write_rows, follow_rows, produced)

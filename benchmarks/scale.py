@@ -204,6 +204,12 @@ def main() -> None:
     ap.add_argument("--stores", default="memory,columnar,rocksdb")
     ap.add_argument("--sources", default="file,s3")
     ap.add_argument("--repeat", type=int, default=1, help="best of this many runs per cell")
+    ap.add_argument(
+        "--baseline",
+        metavar="PYTHONPATH",
+        help="also measure each store from this source tree (e.g. a copy of src/ before a change), "
+        "in the same run, labelled <store>@baseline",
+    )
     ap.add_argument("--json", action="store_true", help="also print the rows as JSON lines")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -244,12 +250,16 @@ def main() -> None:
                 )
                 for source in sources:
                     url, options = locations[source]
-                    for store in stores:
-                        r = best({"what": store, "keys": n, "url": url, "options": options}, args.repeat)
+                    runs = [(store, store, {}) for store in stores]
+                    if args.baseline:
+                        runs += [(f"{st}@baseline", st, {"PYTHONPATH": args.baseline}) for st in stores]
+                    for label, store, env in runs:
+                        cell = {"what": store, "keys": n, "url": url, "options": options, "env": env}
+                        r = best(cell, args.repeat)
                         results.append(
                             Result(
                                 n,
-                                store,
+                                label,
                                 source,
                                 r["seconds"],
                                 r["peak"] / 2**20,
@@ -260,7 +270,7 @@ def main() -> None:
                                 r["replay"],
                             )
                         )
-                        print(f"# {store}/{source}: {r['seconds']:.2f}s", file=sys.stderr)
+                        print(f"# {label}/{source}: {r['seconds']:.2f}s", file=sys.stderr)
                 print(f"# {n:,} keys: raw key+value bytes {raw / 2**20:.0f} MiB", file=sys.stderr)
     finally:
         if s3 is not None:

@@ -148,3 +148,25 @@ def test_timestamps_are_stored_utc_adjusted_and_older_naive_files_read_the_same(
         back = datafile.decode(data)
         assert back.schema.field("timestamp").type == pa.timestamp("ms", tz="UTC")
         assert back.column("timestamp").cast(pa.int64()).to_pylist() == [millis]
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        [b"a", b"b", b"c", b"d"],  # sorted: written as given
+        [b"a", b"c", b"b", b"d"],  # one pair out of order
+        [b"a", b"a\x00", b"ab", b"b"],  # prefixes sort first
+        [b"b", b"b", b"a", b"c"],  # a repeated key is not "sorted": sorted anyway
+        [b"ab", b"a", b"b", b"c"],
+    ],
+)
+def test_encode_sorts_only_what_is_not_sorted_already(keys: list[bytes]) -> None:
+    """encode() skips the sort when the keys ascend (the stores hand it sorted tables); the file
+    is sorted either way, across chunk boundaries too."""
+    table = rows([(k, b"v%d" % i, i) for i, k in enumerate(keys)])
+    chunked = pa.concat_tables([table.slice(0, 1), table.slice(1, 2), table.slice(3)])
+    for t in (table, chunked):
+        back = datafile.decode(datafile.encode(t).data)
+        assert back.column("key").to_pylist() == sorted(keys)
+        expected = sorted(range(len(keys)), key=lambda i: keys[i])
+        assert back.column("offset").to_pylist() == expected

@@ -49,7 +49,7 @@ def empty_table() -> pa.Table:
 def encode(table: pa.Table, *, sort: bool = True) -> EncodedFile:
     """Serialize rows to Parquet bytes; sorts by key unless the caller already did."""
     table = table.select(SCHEMA.names).cast(SCHEMA)
-    if sort and table.num_rows > 1:
+    if sort and not _sorted_by_key(table):
         table = table.sort_by("key")
     sink = pa.BufferOutputStream()
     pq.write_table(
@@ -62,6 +62,15 @@ def encode(table: pa.Table, *, sort: bool = True) -> EncodedFile:
     )
     data = sink.getvalue().to_pybytes()
     return EncodedFile(data, table.num_rows, hashlib.sha256(data).hexdigest())
+
+
+def _sorted_by_key(table: pa.Table) -> bool:
+    """Whether the keys ascend (one vectorized pass): the stores' exports and change sets are
+    sorted already, and sorting them again cost a fifth of a delta file's encoding."""
+    if table.num_rows < 2:
+        return True
+    keys = table.column("key")
+    return bool(pc.all(pc.less(keys.slice(0, len(keys) - 1), keys.slice(1))).as_py())
 
 
 def decode(data: bytes, *, expected_sha256: str | None = None, source: str = "data file") -> pa.Table:

@@ -30,10 +30,9 @@ from statesnap.stores.base import (
     decode_changes,
 )
 from statesnap.stores.columnar_base import BATCH, Base, PartitionKeys, merge
-from statesnap.stores.keyindex import P
+from statesnap.stores.keyindex import MIX, P
 
 _from_bytes = int.from_bytes
-_bisect_left = bisect.bisect_left
 
 #: The overlay is merged into the base at export when it holds more than this share of the base
 #: rows (or more than _MIN_MERGE rows over an empty base): below it, rebuilding the index costs
@@ -60,34 +59,33 @@ class ColumnarStore:
 
     def get(self, key: bytes) -> bytes | None:
         """The lookup hot path (>= 500 k/s): one tuple holds all the probe reads, the hash is
-        inlined (keyindex.key_hash), the bucket is searched by C bisect."""
+        inlined (keyindex.key_hash), the home slot usually holds the key's entry (see
+        keyindex.KeyIndex; the same probe as columnar_base.Base.contains)."""
         blob = self._over.get(key)
         if blob is not None:
             return None if blob[0] >= 0x80 else blob[HEADER_SIZE:]
         base = self._base
         probe = base.probe
         if probe is None:
-            if not base.rows:
+            probe = base.ready_probe()
+            if probe is None:
                 return None
-            base.index  # noqa: B018 - builds the probe
-            probe = base.probe
-            assert probe is not None
-        entries, directory, shift, views, local_bits, local_mask, segment_mask = probe
-        h = _from_bytes(key, "little") % P
-        b = h >> shift
-        end = directory[b + 1]
+        entries, scale, views, local_bits, local_mask, segment_mask = probe
+        h = _from_bytes(key, "little") * MIX % P
+        i = h * scale >> 30
         top = h << 32
-        i = _bisect_left(entries, top, directory[b], end)
-        top += 0x100000000
-        while i < end:
+        e = entries[i]
+        while e < top:
+            i += 1
             e = entries[i]
-            if e >= top:
-                return None
-            ko, kd, vo, vd = views[(e >> local_bits) & segment_mask]
+        top += 0x100000000
+        while e < top:
+            ko, kd, vo, vd = views[e >> local_bits & segment_mask]
             j = e & local_mask
             if kd[ko[j] : ko[j + 1]] == key:
                 return vd[vo[j] : vo[j + 1]].tobytes()
             i += 1
+            e = entries[i]
         return None
 
     def __contains__(self, key: object) -> bool:

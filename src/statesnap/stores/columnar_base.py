@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from statesnap.checkpoint import datafile
 from statesnap.stores.base import decode_rows
-from statesnap.stores.keyindex import ROW_BITS, KeyIndex, P, array_hashes, binary_parts
+from statesnap.stores.keyindex import HASH_BITS, MIX, ROW_BITS, KeyIndex, P, array_hashes, binary_parts
 
 #: Rows converted to Python objects at once by scans.
 BATCH = 4096
@@ -29,14 +29,13 @@ _LOCAL_BITS = 20
 _LOCAL_MASK = (1 << _LOCAL_BITS) - 1
 _MAX_SEGMENTS = 1 << (ROW_BITS - _LOCAL_BITS)
 _SEGMENT_MASK = _MAX_SEGMENTS - 1
+# The probes (here and ColumnarStore.get) spell the hash's bits as a literal.
+assert HASH_BITS == 30
 _from_bytes = int.from_bytes
-_bisect_left = bisect.bisect_left
 
 
 #: See Base.probe.
-Probe = tuple[
-    memoryview, memoryview, int, list[tuple[memoryview, memoryview, memoryview, memoryview]], int, int, int
-]
+Probe = tuple[memoryview, int, list[tuple[memoryview, memoryview, memoryview, memoryview]], int, int, int]
 
 
 @dataclass(slots=True)
@@ -86,9 +85,9 @@ class Base:
         for s in segments:
             self.partitions.setdefault(s.partition, []).append(s)
         self._index: KeyIndex | None = None
-        #: Everything a lookup reads, in one tuple (set with the index): ``entries, directory,
-        #: shift, views, local bits, local mask, segment mask``, where ``views[segment]`` is that
-        #: segment's ``key offsets, key data, value offsets, value data``.
+        #: Everything a lookup reads, in one tuple (set with the index): the index's ``entries``
+        #: and ``scale``, ``views``, local bits, local mask, segment mask, where ``views[segment]``
+        #: is that segment's ``key offsets, key data, value offsets, value data``.
         self.probe: Probe | None = None
         self._lock = threading.Lock()
 
@@ -128,8 +127,7 @@ class Base:
                     self._index = index
                     self.probe = (
                         index.entries_view,
-                        index.directory_view,
-                        index.shift,
+                        index.scale,
                         [(s.key_offsets, s.key_data, s.value_offsets, s.value_data) for s in self.segments],
                         _LOCAL_BITS,
                         _LOCAL_MASK,
@@ -137,31 +135,35 @@ class Base:
                     )
         return index
 
+    def ready_probe(self) -> Probe | None:
+        """:attr:`probe`, built first if need be; None when the base is empty."""
+        if self.probe is None and self.rows:
+            self.index  # noqa: B018 - builds the probe
+        return self.probe
+
     def contains(self, key: bytes) -> bool:
         """Whether *key* is a base row: :meth:`ColumnarStore.get`'s probe without the value."""
         probe = self.probe
         if probe is None:
-            if not self.rows:
+            probe = self.ready_probe()
+            if probe is None:
                 return False
-            self.index  # noqa: B018 - builds the probe
-            probe = self.probe
-            assert probe is not None
-        entries, directory, shift, views, local_bits, local_mask, segment_mask = probe
-        h = _from_bytes(key, "little") % P
-        b = h >> shift
-        end = directory[b + 1]
+        entries, scale, views, local_bits, local_mask, segment_mask = probe
+        h = _from_bytes(key, "little") * MIX % P
+        i = h * scale >> 30
         top = h << 32
-        i = _bisect_left(entries, top, directory[b], end)
-        top += 0x100000000
-        while i < end:
+        e = entries[i]
+        while e < top:  # entries of smaller hashes, pushed past their home slots
+            i += 1
             e = entries[i]
-            if e >= top:
-                return False
-            ko, kd, _, _ = views[(e >> local_bits) & segment_mask]
+        top += 0x100000000
+        while e < top:  # the entries of hash h (a free slot is above every top)
+            ko, kd, _, _ = views[e >> local_bits & segment_mask]
             j = e & local_mask
             if kd[ko[j] : ko[j + 1]] == key:
                 return True
             i += 1
+            e = entries[i]
         return False
 
     def locate(self, key: bytes) -> tuple[Segment, int] | None:
@@ -243,7 +245,8 @@ def merge(base: Base, over: dict[bytes, bytes]) -> dict[int, pa.Table]:
                 start += len(chunk)
                 if hit.size:
                     hidden[k] = hit
-    overlay = decode_rows(keys, pa.array(list(over.values()), pa.binary())) if over else {}
+    # Unsorted: each partition's rows are sorted once, with its base rows, below.
+    overlay = decode_rows(keys, pa.array(list(over.values()), pa.binary()), sort=False) if over else {}
     del keys
     out: dict[int, pa.Table] = {}
     parts: dict[int, list[pa.Table]] = {}
@@ -265,7 +268,7 @@ def merge(base: Base, over: dict[bytes, bytes]) -> dict[int, pa.Table]:
     for p in sorted(set(parts) | set(overlay)):
         tables = parts.get(p, [])
         if p in overlay:
-            # Two sorted runs: Arrow's sort handles them in about linear time.
+            # The base rows (sorted) and the overlay's (as they came): one sort of the two.
             merged = pa.concat_tables([*tables, overlay[p]]).sort_by("key")
         else:
             merged = pa.concat_tables(tables)
