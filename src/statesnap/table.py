@@ -609,7 +609,9 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
             self._last_commit = time.monotonic()
             if self._membership is not None and self._membership.reader is not None:
                 self._membership.reader.commit()  # the group's offsets, for lag monitoring
-            if self.snapshots is None:
+            if self.snapshots is None:  # never checkpointed: keep the store from growing apart
+                self.store.forget_changes()
+                self.store.compact()
                 return None
             due = self._last_commit - self._last_checkpoint_at >= self.checkpoint_interval.total_seconds()
             if due:

@@ -94,6 +94,26 @@ def test_background_mode_keeps_consuming(kafka: Any) -> None:
         t.close()
 
 
+@pytest.mark.parametrize("store", ["memory", "columnar"])
+def test_a_table_without_checkpoints_keeps_no_change_set(kafka: Any, store: str) -> None:
+    """No checkpoint will ever take its changes: its commit points drop them (a tailing replica
+    would otherwise hold a second copy of every key it saw change), and the table stays exact."""
+    topic = kafka.create_topic(f"nock-{uuid.uuid4().hex[:12]}", 2)
+    records = [(i % 2, b"k%d" % (i % 40), None if i % 7 == 0 else b"v%d" % i) for i in range(300)]
+    kafka.produce(topic, records)
+    t = Table(topic, bootstrap_servers=kafka.bootstrap, background=False, store=store, commit_interval="0s")
+    t.start()
+    try:
+        kafka.produce(topic, [(0, b"late", b"x")])
+        kafka.wait_for(lambda: t.poll(0.1) >= 0 and t.get_raw(b"late") == b"x", what="the late record")
+        t.poll(0.05)  # a commit point after the last batch
+        assert t.store.changes() == {}
+        truth = kafka.truth(kafka.read_all(topic, range(2)))
+        assert dict(t.raw_items()) == truth
+    finally:
+        t.close()
+
+
 def test_close_writes_a_final_checkpoint(kafka: Any, tmp_path: Path) -> None:
     topic = kafka.create_topic(f"close-{uuid.uuid4().hex[:12]}", 2)
     kafka.produce(topic, [(0, b"a", b"1"), (1, b"b", b"2")])

@@ -222,3 +222,41 @@ def test_store_matches_a_dict_model(
             fresh.close()
     finally:
         s.close()
+
+
+def test_a_table_that_never_checkpoints_keeps_no_change_set_and_folds_its_overlay(
+    store: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a read-only follower's commit points do (forget_changes, compact): the change set
+    empties and the columnar overlay folds into the base once it outgrows its share, while every
+    read stays the same."""
+    import statesnap.stores.columnar as columnar_module
+
+    monkeypatch.setattr(columnar_module, "_MIN_MERGE", 8)
+    rows = [b"k%03d" % i for i in range(0, 200, 2)]
+    table = pa.table(
+        {
+            "key": pa.array(rows, pa.binary()),
+            "value": pa.array([b"base-" + k for k in rows], pa.binary()),
+            "offset": pa.array(range(len(rows)), pa.int64()),
+            "timestamp": pa.array([1] * len(rows), pa.int64()).cast(pa.timestamp("ms")),
+        }
+    ).cast(datafile.SCHEMA)
+    store.load(0, table)
+    writes: list[Record] = [
+        (b"k%03d" % i, None if i % 3 == 0 else b"new-%d" % i, 100 + i, 5) for i in range(60)
+    ]
+    store.apply(0, writes)
+    expected = dict(store.items())
+    assert store.changes() != {}
+    store.forget_changes()
+    store.compact()
+    assert store.changes() == {}
+    assert dict(store.items()) == expected
+    assert len(store) == len(expected)
+    assert all(store.get(k) == v for k, v in expected.items())
+    assert store.get(b"k000") is None
+    if isinstance(store, columnar_module.ColumnarStore):
+        assert store._over == {}, "the overlay was not folded into the base"
+    store.apply(0, [(b"k001", b"later", 500, 5)])  # tracked again from here
+    assert [t.column("key").to_pylist() for t in store.changes().values()] == [[b"k001"]]

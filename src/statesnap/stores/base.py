@@ -100,6 +100,17 @@ class StateStore(Protocol):
         moved) may be marked long after, when later records are in the set."""
         ...
 
+    def forget_changes(self) -> None:
+        """Drop the whole change set: for a table no checkpoint is ever taken of (a read-only
+        follower, no checkpoint store), whose change set would otherwise grow to every key."""
+        ...
+
+    def compact(self) -> None:
+        """Fold rows written since the restore into the store's compact form where it keeps them
+        apart (the columnar overlay), once they outgrow their share: what a checkpoint's export
+        does, for a table that never checkpoints. Rows and reads are unchanged."""
+        ...
+
     def drop_partitions(self, partitions: Collection[int]) -> int:
         """Forget every row (and change-set entry) of *partitions*; returns the live rows dropped.
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -30,7 +30,7 @@ from statesnap.stores.base import (
     decode_changes,
 )
 from statesnap.stores.columnar_base import BATCH, Base, PartitionKeys, merge
-from statesnap.stores.keyindex import MIX, P
+from statesnap.stores.keyindex import ADD, MIX, P
 
 _from_bytes = int.from_bytes
 
@@ -72,6 +72,7 @@ class ColumnarStore:
                 return None
         entries, scale, views, local_bits, local_mask, segment_mask = probe
         h = _from_bytes(key, "little") * MIX % P
+        h = (h * h + ADD) % P
         i = h * scale >> 30
         top = h << 32
         e = entries[i]
@@ -266,17 +267,34 @@ class ColumnarStore:
         version = self._version
         base, over = self._base, self._over.copy()
         out = merge(base, over)
-        if len(over) > max(_MIN_MERGE, base.rows // _MERGE_SHARE):
-            merged = Base.empty()
-            for p, table in out.items():
-                merged = merged.with_partition(p, table)
-            merged.index  # noqa: B018 - build it here, on the checkpoint's time, not a reader's
-            with self._changes.lock:  # writers hold it per batch: no write can slip in between
-                if self._version == version:
-                    self._base = merged
-                    self._over = {}
-                    self._over_sorted = None
+        if self._outgrown(base, over):
+            self._fold(out, version)
         return out
+
+    def compact(self) -> None:
+        version = self._version
+        base, over = self._base, self._over.copy()
+        if self._outgrown(base, over):
+            self._fold(merge(base, over), version)
+
+    @staticmethod
+    def _outgrown(base: Base, over: Mapping[bytes, bytes]) -> bool:
+        return len(over) > max(_MIN_MERGE, int(base.rows) // _MERGE_SHARE)
+
+    def _fold(self, merged_rows: dict[int, pa.Table], version: int) -> None:
+        """Make *merged_rows* (the base and overlay of *version*, merged) the new base."""
+        merged = Base.empty()
+        for p, table in merged_rows.items():
+            merged = merged.with_partition(p, table)
+        merged.index  # noqa: B018 - build it here, on the checkpoint's time, not a reader's
+        with self._changes.lock:  # writers hold it per batch: no write can slip in between
+            if self._version == version:
+                self._base = merged
+                self._over = {}
+                self._over_sorted = None
+
+    def forget_changes(self) -> None:
+        self._changes.clear()
 
     def changes(self) -> dict[int, pa.Table]:
         return decode_changes(self._changes.snapshot())

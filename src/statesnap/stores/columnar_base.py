@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from statesnap.checkpoint import datafile
 from statesnap.stores.base import decode_rows
-from statesnap.stores.keyindex import HASH_BITS, MIX, ROW_BITS, KeyIndex, P, array_hashes, binary_parts
+from statesnap.stores.keyindex import ADD, HASH_BITS, MIX, ROW_BITS, KeyIndex, P, array_hashes, binary_parts
 
 #: Rows converted to Python objects at once by scans.
 BATCH = 4096
@@ -150,6 +150,7 @@ class Base:
                 return False
         entries, scale, views, local_bits, local_mask, segment_mask = probe
         h = _from_bytes(key, "little") * MIX % P
+        h = (h * h + ADD) % P
         i = h * scale >> 30
         top = h << 32
         e = entries[i]

@@ -136,6 +136,12 @@ class MemoryStore:
     def mark_checkpointed(self) -> None:
         self._changes.mark_checkpointed()
 
+    def forget_changes(self) -> None:
+        self._changes.clear()
+
+    def compact(self) -> None:
+        """Nothing to do: every row is in the one dict."""
+
     def drop_partitions(self, partitions: Collection[int]) -> int:
         prefixes = partition_prefixes(partitions)
         before = len(self._rows)

@@ -1,8 +1,10 @@
 """On-disk state store on RocksDB (rocksdict), for tables larger than memory.
 
 Restores build SST files from checkpoint data and ingest them, which skips the memtable, WAL and
-compaction that a million individual puts would pay for; rows are converted a batch at a time,
-so a load holds at most one batch of Python objects whatever the partition's size.
+compaction that a million individual puts would pay for. The SST file is encoded column-wise from
+the Arrow arrays (:mod:`statesnap.stores.sstfile`, two threads): rocksdict's ``SstFileWriter``
+takes one Python call per row, and 10 M rows restored in 5.8-6.7 s that way against 2.4-2.6 s now
+(measured on 2 cores; pyarrow alone reads those files in 0.5-1.3 s).
 
 The database lives in a directory the store creates and marks as its own
 (``<store_path>/statesnap-<name>/`` with a marker file, or a fresh temporary directory): it is
@@ -15,19 +17,22 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import re
 import shutil
 import tempfile
 from collections import deque
 from collections.abc import Collection, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, cast
 
 import pyarrow as pa
-from rocksdict import Options, Rdict, SstFileWriter, WriteBatch, WriteOptions
+from rocksdict import IngestExternalFileOptions, Options, Rdict, SstFileWriter, WriteBatch, WriteOptions
 
 from statesnap.errors import ConfigError
+from statesnap.stores import sstfile
 from statesnap.stores.base import (
     HEADER_SIZE,
     HEADER_STRUCT,
@@ -46,6 +51,8 @@ _EXPORT_CHUNK = 256 * 1024
 _LOAD_BATCH = 128 * 1024
 #: Written into the directories this store creates; only such a directory is ever wiped.
 MARKER = ".statesnap-rocksdb"
+
+log = logging.getLogger(__name__)
 
 
 def _safe_name(name: str) -> str:
@@ -66,6 +73,7 @@ class RocksDBStore:
         root = Path(path)
         self.path = root if temporary else root / f"statesnap-{_safe_name(name)}"
         self._lock_file: IO[str] | None = None
+        self._encoder: ThreadPoolExecutor | None = None
         self._claim()
         self._changes = ChangeSet()
         self._open()
@@ -175,22 +183,30 @@ class RocksDBStore:
         self._count = None
 
     def load(self, partition: int, rows: pa.Table) -> None:
-        """One SST file per call, written a batch at a time, then ingested (rows sorted by key)."""
+        """One SST file per call, encoded a chunk of rows at a time, then moved into the database
+        (rows sorted by key). A file RocksDB refuses is rebuilt with rocksdict's writer."""
         if rows.num_rows == 0:
             return
+        rows = rows.select(["key", "value", "offset", "timestamp"])
+        opts = IngestExternalFileOptions()
+        opts.set_move_files(True)  # a hard link: the file is in our directory, on the same disk
         with tempfile.TemporaryDirectory(dir=self.path) as tmp:
             sst = str(Path(tmp) / f"p{partition}.sst")
-            writer = SstFileWriter(Options(raw_mode=True))
-            writer.open(sst)
-            for batch in rows.select(["key", "value", "offset", "timestamp"]).to_batches(_LOAD_BATCH):
-                part = pa.Table.from_batches([batch])
-                keys = part.column("key").to_pylist()
-                blobs = encode_rows(partition, part).to_pylist()
-                # One C call per row and no bytecode loop: this is the restore's per-row floor.
-                deque(map(writer.__setitem__, keys, blobs), maxlen=0)
-                del keys, blobs
-            writer.finish()
-            self._db.ingest_external_file([sst])
+            if self._encoder is None:
+                # Kept for the store's life: threads made per load kept ~30 MB more peak RSS
+                # (each new thread's allocator heap) in a 1.5 M-row load of 65 k-row partitions.
+                self._encoder = sstfile.encoder_pool()
+            sstfile.write_sst(sst, partition, rows, self._encoder)
+            try:
+                self._db.ingest_external_file([sst], opts)
+            except Exception as e:  # rocksdict raises bare Exception
+                # A RocksDB release that no longer reads this layout must not break restores.
+                log.warning("RocksDB refused the columnar SST file (%s); using its own writer", e)
+                _write_sst_by_rows(sst, partition, rows)
+                self._db.ingest_external_file([sst], opts)
+        # Hand the encoders' transient buffers back to the OS (~1 ms): the allocator kept them as
+        # ~10 MB of resident memory after every load otherwise.
+        pa.default_memory_pool().release_unused()
         if self._count is not None:
             self._count += rows.num_rows  # partitions hold disjoint keys
 
@@ -224,6 +240,12 @@ class RocksDBStore:
     def mark_checkpointed(self) -> None:
         self._changes.mark_checkpointed()
 
+    def forget_changes(self) -> None:
+        self._changes.clear()
+
+    def compact(self) -> None:
+        """Nothing to do: RocksDB compacts on its own."""
+
     def drop_partitions(self, partitions: Collection[int]) -> int:
         """Delete the rows of *partitions* in write batches, found by one scan of the values."""
         prefixes = partition_prefixes(partitions)
@@ -255,6 +277,9 @@ class RocksDBStore:
         """Close the database and delete the directory this store created (only that one)."""
         self._db.close()
         self._changes.clear()
+        if self._encoder is not None:
+            self._encoder.shutdown()
+            self._encoder = None
         if self._lock_file is not None:
             self._lock_file.close()
             self._lock_file = None
@@ -262,3 +287,17 @@ class RocksDBStore:
             shutil.rmtree(self.path, ignore_errors=True)
         with contextlib.suppress(OSError):
             os.rmdir(self.path)  # a temporary directory that is now empty
+
+
+def _write_sst_by_rows(path: str, partition: int, rows: pa.Table) -> None:
+    """rocksdict's own writer, one call per row: the fallback (~4x slower than
+    :func:`~statesnap.stores.sstfile.write_sst`)."""
+    writer = SstFileWriter(Options(raw_mode=True))
+    writer.open(path)
+    for batch in rows.to_batches(_LOAD_BATCH):
+        part = pa.Table.from_batches([batch])
+        keys = part.column("key").to_pylist()
+        blobs = encode_rows(partition, part).to_pylist()
+        deque(map(writer.__setitem__, keys, blobs), maxlen=0)
+        del keys, blobs
+    writer.finish()
