@@ -11,96 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from statesnap.blob import open_blob_store
-from statesnap.checkpoint import CheckpointManifest, CheckpointRepository
-from statesnap.snapshot.api import SnapshotApi
 from statesnap.snapshot.model import SnapshotState
-from statesnap.snapshot.participant import SnapshotTask, TaskState
-from statesnap.snapshot.store import BlobSnapshotStore
-from statesnap.stores import MemoryStore
-
-TOPIC = "orders"
-Log = dict[int, list[tuple[bytes, bytes | None]]]
-
-
-class Task:
-    """A table task: a memory store, its offsets and a snapshot task over a shared "topic"."""
-
-    def __init__(self, root: Path, name: str, owned: tuple[int, ...]) -> None:
-        blob = open_blob_store(str(root))
-        self.repo = CheckpointRepository.for_table(blob, "c1", TOPIC)
-        self.repo.ensure_descriptor(TOPIC, TOPIC, "c1", 4)
-        api = SnapshotApi(
-            BlobSnapshotStore(blob, self.repo.directory),
-            self.repo,
-            table=TOPIC,
-            topic=TOPIC,
-            cluster_id="c1",
-            partitions=range(4),
-        )
-        self.task = SnapshotTask(
-            api,
-            task_id=name,
-            owned=owned,
-            engine="python",
-            retention=None,
-            snapshot_timeout=timedelta(seconds=60),
-            previous=None,
-        )
-        self.store = MemoryStore()
-        self.offsets = dict.fromkeys(owned, 0)
-
-    def write(self, log: Log, p: int, n: int, tag: str) -> None:
-        """Append *n* records with keys unique to *tag* to partition *p* and apply them."""
-        log[p].extend((f"p{p}-{tag}-{i}".encode(), f"{tag}-{i}".encode()) for i in range(n))
-        self.catch_up(log, p)
-
-    def catch_up(self, log: Log, p: int) -> None:
-        start = self.offsets[p]
-        self.store.apply(p, [(k, v, off, 0) for off, (k, v) in enumerate(log[p]) if off >= start])
-        self.offsets[p] = len(log[p])
-
-    def state(self, before_changes: Callable[[], None] | None = None) -> TaskState:
-        """The commit point's state; *before_changes* runs when the task takes its change set."""
-
-        def changes() -> dict[int, Any]:
-            if before_changes is not None:
-                before_changes()
-            return self.store.changes()
-
-        return TaskState(dict(self.offsets), self.store.export, changes, self.store.mark_checkpointed)
-
-    def checkpoint(self, before_changes: Callable[[], None] | None = None) -> CheckpointManifest | None:
-        return self.task.checkpoint(self.state(before_changes))
-
-
-def model(log: Log, upto: dict[int, int]) -> dict[bytes, bytes]:
-    out: dict[bytes, bytes] = {}
-    for p, records in log.items():
-        for key, value in records[: upto.get(p, 0)]:
-            if value is None:
-                out.pop(key, None)
-            else:
-                out[key] = value
-    return out
-
-
-def restored(repo: CheckpointRepository, manifest: CheckpointManifest) -> dict[bytes, bytes]:
-    out: dict[bytes, bytes] = {}
-    for _p, rows in repo.iter_partitions(manifest):
-        out.update(zip(rows.column("key").to_pylist(), rows.column("value").to_pylist(), strict=True))
-    return out
-
-
-def exact(repo: CheckpointRepository, manifest: CheckpointManifest, log: Log) -> bool:
-    """Whether the checkpoint holds exactly the rows below the offsets it claims."""
-    return restored(repo, manifest) == model(log, manifest.offsets)
+from unit.snapshot_tasks import Log, Task, exact, two_tasks_after_g1
 
 
 @pytest.fixture
@@ -165,12 +81,7 @@ def test_a_completion_landing_mid_report_does_not_lose_rows(tmp_path: Path, log:
 
 def test_a_failed_snapshot_keeps_the_change_set_for_the_next_delta(tmp_path: Path, log: Log) -> None:
     """a reports g2, b never does, g2 fails (timeout): nothing a handed to g2 is forgotten."""
-    a, b = Task(tmp_path, "a", (0, 1)), Task(tmp_path, "b", (2, 3))
-    for t, parts in ((a, (0, 1)), (b, (2, 3))):
-        for p in parts:
-            t.write(log, p, 10, "g1")
-    a.checkpoint()
-    assert b.checkpoint() is not None
+    a, b = two_tasks_after_g1(tmp_path, log, adopted=False)
     a.write(log, 0, 6, "g2")
     assert a.checkpoint() is None  # g2: a reported, b has not
     g2 = a.task.reported
@@ -188,13 +99,7 @@ def test_a_failed_snapshot_keeps_the_change_set_for_the_next_delta(tmp_path: Pat
 def test_a_task_that_never_adopted_its_snapshot_builds_on_the_older_one(tmp_path: Path, log: Log) -> None:
     """a reports g2, b completes it, and b starts g3 before a looks: a never adopts g2, so its
     g3 files are relative to g1 (its change set was never marked) — still exact."""
-    a, b = Task(tmp_path, "a", (0, 1)), Task(tmp_path, "b", (2, 3))
-    for t, parts in ((a, (0, 1)), (b, (2, 3))):
-        for p in parts:
-            t.write(log, p, 10, "g1")
-    a.checkpoint()
-    assert b.checkpoint() is not None
-    assert a.task.pending(block=True) is None
+    a, b = two_tasks_after_g1(tmp_path, log)
     a.write(log, 0, 6, "g2")
     b.write(log, 2, 1, "g2")
     assert a.checkpoint() is None
@@ -211,13 +116,7 @@ def test_a_task_that_never_adopted_its_snapshot_builds_on_the_older_one(tmp_path
 def test_a_fenced_re_report_then_adopting_the_earlier_one_stays_exact(tmp_path: Path, log: Log) -> None:
     """a reports g2, applies more, re-reports to g2 from a stale view after b completed it (the
     re-report is fenced but its change set and refs are what a marks when it adopts g2)."""
-    a, b = Task(tmp_path, "a", (0, 1)), Task(tmp_path, "b", (2, 3))
-    for t, parts in ((a, (0, 1)), (b, (2, 3))):
-        for p in parts:
-            t.write(log, p, 10, "g1")
-    a.checkpoint()
-    assert b.checkpoint() is not None
-    assert a.task.pending(block=True) is None
+    a, b = two_tasks_after_g1(tmp_path, log)
     a.write(log, 0, 6, "g2")
     assert a.checkpoint() is None
     g2 = b.checkpoint()
@@ -236,13 +135,7 @@ def test_a_fenced_re_report_then_adopting_the_earlier_one_stays_exact(tmp_path: 
 def test_a_partition_dropped_and_gained_between_report_and_adoption(tmp_path: Path, log: Log) -> None:
     """a reports g2 with partition 1, loses it (dropped: its change-set entries go), gains it
     back restored from g1 (g2 not complete yet), replays; then g2 completes and a adopts it."""
-    a, b = Task(tmp_path, "a", (0, 1)), Task(tmp_path, "b", (2, 3))
-    for t, parts in ((a, (0, 1)), (b, (2, 3))):
-        for p in parts:
-            t.write(log, p, 10, "g1")
-    a.checkpoint()
-    assert b.checkpoint() is not None
-    assert a.task.pending(block=True) is None
+    a, b = two_tasks_after_g1(tmp_path, log)
     a.write(log, 1, 6, "g2")
     assert a.checkpoint() is None
     a.store.drop_partitions([1])  # session lost: dropped without a report

@@ -10,109 +10,21 @@ checkpoint of it is a new base, and every checkpoint restores to exactly the mod
 
 from __future__ import annotations
 
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from statesnap.blob import open_blob_store
-from statesnap.checkpoint import CheckpointManifest, CheckpointRepository
-from statesnap.snapshot.api import SnapshotApi
 from statesnap.snapshot.model import SnapshotState
-from statesnap.snapshot.participant import SnapshotTask, TaskState
-from statesnap.snapshot.store import BlobSnapshotStore
-from statesnap.stores import MemoryStore
-
-TOPIC = "orders"
-
-
-class Task:
-    """A table task: a store, its offsets, a snapshot task, and the model of what it applied."""
-
-    def __init__(self, root: Path, name: str, owned: tuple[int, ...]) -> None:
-        blob = open_blob_store(str(root))
-        self.repo = CheckpointRepository.for_table(blob, "c1", TOPIC)
-        self.repo.ensure_descriptor(TOPIC, TOPIC, "c1", 4)
-        api = SnapshotApi(
-            BlobSnapshotStore(blob, self.repo.directory),
-            self.repo,
-            table=TOPIC,
-            topic=TOPIC,
-            cluster_id="c1",
-            partitions=range(4),
-        )
-        self.task = SnapshotTask(
-            api,
-            task_id=name,
-            owned=owned,
-            engine="python",
-            retention=None,
-            snapshot_timeout=timedelta(seconds=60),
-            previous=None,
-        )
-        self.store = MemoryStore()
-        self.offsets = dict.fromkeys(owned, 0)
-
-    def write(self, log: dict[int, list[tuple[bytes, bytes | None]]], p: int, n: int, tag: str) -> None:
-        """Append *n* records to partition *p*'s log (the shared "topic") and apply them."""
-        for i in range(n):
-            key = b"p%d-k%d" % (p, i % 5)
-            log[p].append((key, None if i % 4 == 3 else f"{tag}-{i}".encode()))
-        self.catch_up(log, p)
-
-    def catch_up(self, log: dict[int, list[tuple[bytes, bytes | None]]], p: int) -> None:
-        start = self.offsets[p]
-        self.store.apply(p, [(k, v, off, 0) for off, (k, v) in enumerate(log[p]) if off >= start])
-        self.offsets[p] = len(log[p])
-
-    def state(self) -> TaskState:
-        return TaskState(
-            dict(self.offsets), self.store.export, self.store.changes, self.store.mark_checkpointed
-        )
-
-    def checkpoint(self) -> CheckpointManifest | None:
-        return self.task.checkpoint(self.state())
-
-    def hand_over(self, p: int) -> None:
-        self.checkpoint()  # report everything owned, the leaving partition included
-        self.store.drop_partitions([p])
-        del self.offsets[p]
-        self.task.lose([p])
-
-    def gain(self, p: int, log: dict[int, list[tuple[bytes, bytes | None]]]) -> None:
-        restored = self.repo.latest()
-        if restored is not None and p in restored.partitions:
-            self.store.load(p, self.repo.load_partition(restored, p))
-        self.offsets[p] = restored.partitions[p].next_offset if restored and p in restored.partitions else 0
-        self.task.gain([p], restored)
-        self.catch_up(log, p)
-
-
-def model(log: dict[int, list[tuple[bytes, bytes | None]]], upto: dict[int, int]) -> dict[bytes, bytes]:
-    out: dict[bytes, bytes] = {}
-    for p, records in log.items():
-        for key, value in records[: upto[p]]:
-            if value is None:
-                out.pop(key, None)
-            else:
-                out[key] = value
-    return out
-
-
-def restored(repo: CheckpointRepository, manifest: CheckpointManifest) -> dict[bytes, bytes]:
-    out: dict[bytes, bytes] = {}
-    for _p, rows in repo.iter_partitions(manifest):
-        out.update(zip(rows.column("key").to_pylist(), rows.column("value").to_pylist(), strict=True))
-    return out
+from unit.snapshot_tasks import TOPIC, Log, Task, model, restored, two_tasks_after_g1
 
 
 @pytest.fixture
-def log() -> dict[int, list[tuple[bytes, bytes | None]]]:
+def log() -> Log:
     return {p: [] for p in range(4)}
 
 
 def test_a_gained_partition_is_reported_again_and_its_delta_never_builds_on_foreign_files(
-    tmp_path: Path, log: dict[int, list[tuple[bytes, bytes | None]]]
+    tmp_path: Path, log: Log
 ) -> None:
     a, b, c = Task(tmp_path, "a", (0,)), Task(tmp_path, "b", (2, 3)), Task(tmp_path, "c", (1,))
     for t, parts in ((a, (0,)), (b, (2, 3)), (c, (1,))):
@@ -162,15 +74,8 @@ def test_a_gained_partition_is_reported_again_and_its_delta_never_builds_on_fore
     assert restored(a.repo, g3) == model(log, {p: len(log[p]) for p in log})
 
 
-def test_a_snapshot_completes_when_the_dead_tasks_partitions_move(
-    tmp_path: Path, log: dict[int, list[tuple[bytes, bytes | None]]]
-) -> None:
-    a, b = Task(tmp_path, "a", (0, 1)), Task(tmp_path, "b", (2, 3))
-    for t, parts in ((a, (0, 1)), (b, (2, 3))):
-        for p in parts:
-            t.write(log, p, 10, "g1")
-    a.checkpoint()
-    assert b.checkpoint() is not None
+def test_a_snapshot_completes_when_the_dead_tasks_partitions_move(tmp_path: Path, log: Log) -> None:
+    a, b = two_tasks_after_g1(tmp_path, log, adopted=False)
     a.write(log, 1, 4, "g2")
     b.write(log, 2, 4, "lost")  # b dies: these records are in the log but in no report of b
     g2 = a.task.api.create()
@@ -187,19 +92,11 @@ def test_a_snapshot_completes_when_the_dead_tasks_partitions_move(
     assert idle.checkpoint() is None
 
 
-def test_records_applied_after_an_idle_report_are_in_the_next_delta(
-    tmp_path: Path, log: dict[int, list[tuple[bytes, bytes | None]]]
-) -> None:
+def test_records_applied_after_an_idle_report_are_in_the_next_delta(tmp_path: Path, log: Log) -> None:
     """A task whose offsets had not moved reports no file; it learns that the snapshot completed
     only later, after it applied new records. Those records must stay in its change set (they were
     once forgotten: the next checkpoint claimed their offsets without their rows)."""
-    a, b = Task(tmp_path, "a", (0, 1)), Task(tmp_path, "b", (2, 3))
-    for t, parts in ((a, (0, 1)), (b, (2, 3))):
-        for p in parts:
-            t.write(log, p, 10, "g1")
-    a.checkpoint()
-    assert b.checkpoint() is not None
-    assert a.task.pending(block=True) is None  # a adopts g1: its change set is empty now
+    a, b = two_tasks_after_g1(tmp_path, log)  # a adopted g1: its change set is empty now
     b.write(log, 2, 3, "g2")
     g2 = b.task.api.create()
     assert a.checkpoint() is None  # a joins g2 with unmoved offsets: no file written
