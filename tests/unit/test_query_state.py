@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from statesnap.spark.query_state import MARKER, committed_offsets, disagreement, reconcile_query_state
+from statesnap.spark.query_state import MARKER, disagreement, reconcile_query_state, spark_offsets
 
 ME = {"table_url": "file:///ckpt/c_t", "cluster_id": "c", "topic": "t"}
 
@@ -25,15 +25,25 @@ def spark_state(path: Path, batches: dict[int, dict[str, int]], committed: int |
         (path / "commits" / str(committed)).write_text('v1\n{"nextBatchWatermarkMs":0}\n')
 
 
-def test_committed_offsets_are_the_last_committed_batch(tmp_path: Path) -> None:
+def test_spark_offsets_are_the_last_committed_batch(tmp_path: Path) -> None:
     spark_state(tmp_path, {0: {"0": 5}, 1: {"0": 9}}, committed=0)
-    assert committed_offsets(tmp_path, "t") == {0: 5}  # batch 1 was planned, not committed
-    assert committed_offsets(tmp_path / "nothing", "t") is None
+    assert spark_offsets(tmp_path, "t") == {0: 5}  # batch 1 was planned, not committed
+    assert spark_offsets(tmp_path / "nothing", "t") is None
 
 
-def test_committed_offsets_read_spark_style_per_topic_json(tmp_path: Path) -> None:
+def test_before_the_first_commit_spark_offsets_are_the_batch_it_would_re_run(tmp_path: Path) -> None:
+    """A query stopped after statesnap's checkpoint of batch 0 but before Spark committed it: a
+    restart re-runs batch 0 as planned, so its offsets are what Spark resumes from (once missed:
+    the topic and store were then recreated, the state was kept and the re-run failed)."""
+    spark_state(tmp_path, {0: {"0": 306}}, committed=None)
+    assert spark_offsets(tmp_path, "t") == {0: 306}
+    moved = reconcile_query_state(str(tmp_path), topic="t", offsets={0: 0}, identity=ME)
+    assert moved is not None, "state that would re-run a batch past statesnap's offsets was kept"
+
+
+def test_spark_offsets_read_spark_style_per_topic_json(tmp_path: Path) -> None:
     spark_state(tmp_path, {3: {"t": {"0": 7, "1": 2}}}, committed=3)  # type: ignore[dict-item]
-    assert committed_offsets(tmp_path, "t") == {0: 7, 1: 2}
+    assert spark_offsets(tmp_path, "t") == {0: 7, 1: 2}
 
 
 @pytest.mark.parametrize(

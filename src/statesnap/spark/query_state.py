@@ -34,12 +34,23 @@ def _local_path(location: str) -> Path | None:
     return None
 
 
-def committed_offsets(location: Path, topic: str) -> dict[int, int] | None:
-    """The end offsets of the last batch Spark committed, or None when there is none."""
-    commits = [int(p.name) for p in (location / "commits").glob("[0-9]*") if p.name.isdigit()]
-    if not commits:
+def _batches(directory: Path) -> list[int]:
+    return [int(p.name) for p in directory.glob("[0-9]*") if p.name.isdigit()]
+
+
+def spark_offsets(location: Path, topic: str) -> dict[int, int] | None:
+    """The end offsets Spark would resume from: those of the last batch it committed, or, before
+    its first commit, of the first batch it planned (a restart re-runs that batch as planned:
+    a query stopped between statesnap's checkpoint and Spark's first commit leaves exactly that).
+    None when Spark has planned nothing."""
+    commits = _batches(location / "commits")
+    planned = _batches(location / "offsets")
+    if commits:
+        batch = location / "offsets" / str(max(commits))
+    elif planned:
+        batch = location / "offsets" / str(min(planned))
+    else:
         return None
-    batch = location / "offsets" / str(max(commits))
     try:
         lines = batch.read_text().splitlines()
     except OSError:
@@ -95,7 +106,7 @@ def reconcile_query_state(
         marker = None
     moved: str | None = None
     if path.exists():
-        why = disagreement(committed_offsets(path, topic), offsets, marker, identity)
+        why = disagreement(spark_offsets(path, topic), offsets, marker, identity)
         if why is not None:
             stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
             aside = path.with_name(f"{path.name}.stale-{stamp}")

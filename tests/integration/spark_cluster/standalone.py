@@ -156,7 +156,7 @@ class StandaloneCluster:
     def alive_workers(self) -> int:
         try:
             workers = self.status().get("workers", [])
-        except OSError:
+        except (OSError, ValueError):  # not up, or still serving its HTML page at /json/ (start-up)
             return 0
         assert isinstance(workers, list)
         return sum(1 for w in workers if w.get("state") == "ALIVE")
