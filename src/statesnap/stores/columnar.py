@@ -273,9 +273,9 @@ class ColumnarStore:
 
     def compact(self) -> None:
         version = self._version
-        base, over = self._base, self._over.copy()
-        if self._outgrown(base, over):
-            self._fold(merge(base, over), version)
+        base = self._base
+        if self._outgrown(base, self._over):  # checked first: most commit points copy nothing
+            self._fold(merge(base, self._over.copy()), version)
 
     @staticmethod
     def _outgrown(base: Base, over: Mapping[bytes, bytes]) -> bool:
