@@ -59,6 +59,13 @@ def poll_for(t: Table[Any, Any], seconds: float) -> None:
         t.poll(0.2)
 
 
+def claimed_offset(tmp_path: Path, t: Table[Any, Any], topic: str) -> int:
+    """Where the newest checkpoint of *t* resumes partition 0 (0 without a checkpoint)."""
+    repo = CheckpointRepository.for_table(open_blob_store(str(tmp_path / "ckpt")), t.cluster_id, topic)
+    newest = repo.latest()
+    return newest.partitions[0].next_offset if newest is not None else 0
+
+
 def strict_projection(value: bytes) -> bytes:
     """A value projection that rejects malformed values (as a json.loads would)."""
     if value == b"malformed":
@@ -106,10 +113,7 @@ def test_a_batch_that_failed_to_apply_is_never_claimed_by_a_checkpoint(
     with pytest.raises(TableStateError, match="malformed"):
         t.checkpoint()
     t.close()
-    blob = open_blob_store(str(tmp_path / "ckpt"))
-    repo = CheckpointRepository.for_table(blob, t.cluster_id, topic)
-    newest = repo.latest()
-    claimed = newest.partitions[0].next_offset if newest is not None else 0
+    claimed = claimed_offset(tmp_path, t, topic)
     assert claimed <= bad[0], f"checkpoint claims offset {claimed}, past the record at {bad[0]}"
 
 
@@ -126,10 +130,7 @@ def test_no_checkpoint_after_the_background_consumer_failed_mid_batch(
         time.sleep(0.02)
     with contextlib.suppress(StatesnapError):  # refusing is fine
         t.checkpoint(timeout=10)
-    blob = open_blob_store(str(tmp_path / "ckpt"))
-    repo = CheckpointRepository.for_table(blob, t.cluster_id, topic)
-    newest = repo.latest()
-    claimed = newest.partitions[0].next_offset if newest is not None else 0
+    claimed = claimed_offset(tmp_path, t, topic)
     assert claimed <= bad[0], f"checkpoint claims offset {claimed}, past the record at {bad[0]}"
 
 
