@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -20,6 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from statesnap import Table
 from statesnap.devstack import EmbeddedBroker
+from statesnap.digest import table_digest
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +174,17 @@ class KafkaTool:
         while not predicate():
             assert time.monotonic() < deadline, f"timed out waiting for {what}"
             time.sleep(0.02)
+
+
+def restored_digest(topic: str, bootstrap_servers: str, **options: Any) -> tuple[str, int]:
+    """Digest and key count of the table a one-shot ``Table(topic, **options)`` restores (it never
+    writes a checkpoint)."""
+    t: Table[bytes, bytes] = Table(topic, bootstrap_servers=bootstrap_servers, background=False, **options)
+    t.start()
+    try:
+        return table_digest(t.raw_items())
+    finally:
+        t.close(checkpoint=False)
 
 
 @pytest.fixture(scope="session")

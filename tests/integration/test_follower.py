@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 
+from integration.conftest import restored_digest
 from statesnap import RetentionPolicy, Table
 from statesnap.blob import BlobStore, open_blob_store
 from statesnap.digest import table_digest
@@ -66,26 +67,6 @@ def last_offsets(records: Iterable[Any]) -> dict[int, int]:
     for r in records:
         out[r.partition] = max(out.get(r.partition, -1), r.offset)
     return out
-
-
-def full_replay_digest(
-    kafka: Any,
-    topic: str,
-    key_filter: Callable[[bytes], bool] | None = None,
-    value_projection: Callable[[bytes], bytes | None] | None = None,
-) -> tuple[str, int]:
-    t = Table(
-        topic,
-        bootstrap_servers=kafka.bootstrap,
-        key_filter=key_filter,
-        value_projection=value_projection,
-        background=False,
-    )
-    t.start()
-    try:
-        return table_digest(t.raw_items())
-    finally:
-        t.close(checkpoint=False)
 
 
 def owner_table(kafka: Any, topic: str, url: str, options: dict[str, str]) -> Table:
@@ -191,8 +172,11 @@ def test_follower_started_while_owner_writes_converges(kafka: Any, s3_location: 
             assert 0 < len(truth) < len(projected) < len(kafka.truth(produced))
         got = table_digest(follower.raw_items())
         assert got == table_digest(truth.items())
-        assert got == full_replay_digest(
-            kafka, topic, keep_even if filtered else None, project if filtered else None
+        assert got == restored_digest(  # a full replay with the same filters
+            topic,
+            kafka.bootstrap,
+            key_filter=keep_even if filtered else None,
+            value_projection=project if filtered else None,
         )
         assert len(follower) == len(truth)
 

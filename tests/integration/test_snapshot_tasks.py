@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
+from integration.conftest import restored_digest
 from statesnap import Table
 from statesnap.digest import table_digest
 from statesnap.errors import StaleGenerationError
@@ -152,15 +153,6 @@ def cluster(bootstrap: str, topic_name: str, tmp_path: Path) -> Iterator[tuple[I
     inst.stop_all()
 
 
-def full_replay_digest(bootstrap: str, topic: str) -> tuple[str, int]:
-    t = Table(topic, bootstrap_servers=bootstrap, background=False)
-    t.start()
-    try:
-        return table_digest(t.raw_items())
-    finally:
-        t.close()
-
-
 @pytest.mark.slow
 def test_snapshot_across_three_processes_is_consistent(
     cluster: tuple[Instances, str], bootstrap: str, topic_name: str
@@ -201,7 +193,7 @@ def test_snapshot_across_three_processes_is_consistent(
         assert report.checkpoint == generation
         pairs.extend(t.raw_items())
         t.close()
-    assert table_digest(pairs) == full_replay_digest(bootstrap, topic_name)
+    assert table_digest(pairs) == restored_digest(topic_name, bootstrap)  # a full replay
     # Ground truth, independent of statesnap's readers.
     assert table_digest(pairs) == table_digest(ground_truth(topic_name, writer.written).items())
 

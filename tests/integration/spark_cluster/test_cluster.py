@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from standalone import StandaloneCluster, executor_pids, spark_home
 
-from statesnap import Table
+from integration.conftest import restored_digest
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import locate_table
 from statesnap.digest import table_digest
@@ -163,21 +163,10 @@ def test_bootstrap_stream_with_executor_killed_and_read_table_on_s3(
 
 def _checkpoint_digest(bootstrap: str, topic: str, table: str, loc: Any, generation: int) -> tuple[str, int]:
     """The digest of exactly what *generation* holds, read by a Python Table (not by Spark)."""
-    t = Table(
-        topic,
-        bootstrap_servers=bootstrap,
-        name=table,
-        checkpoints=loc.url,
-        storage_options=loc.options,
-        generation=generation,
+    return restored_digest(
+        topic, bootstrap, name=table, checkpoints=loc.url, storage_options=loc.options, generation=generation,
         tail=False,
-        background=False,
-    )
-    t.start()
-    try:
-        return table_digest(t.raw_items())
-    finally:
-        t.close(checkpoint=False)
+    )  # fmt: skip
 
 
 def _apps(cluster: StandaloneCluster) -> list[dict[str, Any]]:
