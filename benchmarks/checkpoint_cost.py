@@ -320,12 +320,14 @@ class CheckpointMeter:
     def _wrap(self, name: str, fn: Any) -> Any:
         def measured(*args: Any, **kwargs: Any) -> Any:
             c0, t0, w0 = time.process_time(), time.thread_time(), time.perf_counter()
+            k0 = os.times().system
             result = None
             try:
                 result = fn(*args, **kwargs)
                 return result
             finally:
                 cpu, tcpu = time.process_time() - c0, time.thread_time() - t0
+                kernel = os.times().system - k0
                 wall = time.perf_counter() - w0
                 with self.lock:
                     self.cpu += cpu
@@ -337,6 +339,7 @@ class CheckpointMeter:
                             {
                                 "at": time.perf_counter(),
                                 "cpu_s": round(cpu, 3),
+                                "sys_s": round(kernel, 3),
                                 "wall_s": round(wall, 3),
                                 "bytes": w.get("bytes_written"),
                                 "bases": len(w.get("base_partitions", ())),
@@ -587,7 +590,7 @@ def print_report(
             print(
                 f"- {f.store} checkpoints: "
                 + "; ".join(
-                    f"{e['cpu_s']:.2f} CPU s, {e['wall_s']:.2f} s, "
+                    f"{e['cpu_s']:.2f} CPU s ({e.get('sys_s', 0):.2f} in the kernel), {e['wall_s']:.2f} s, "
                     f"{(e['bytes'] or 0) / 2**20:.1f} MiB, {e['bases']} base/{e['deltas']} delta"
                     for e in f.per_checkpoint
                 )

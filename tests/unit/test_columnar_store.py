@@ -598,3 +598,66 @@ def test_probes_find_keys_whose_run_spills_past_the_last_home_slot() -> None:
     assert present[0] not in s
     assert s.get(absent[0]) == b"new"
     assert len(s) == len(present)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    base=st.dictionaries(_keys, st.binary(max_size=6), max_size=8),
+    writes=st.lists(
+        st.tuples(
+            st.one_of(_keys, st.sampled_from([b"zzz1", b"zzz2", b"\xff\xff"])),  # some after every base key
+            st.one_of(st.none(), st.binary(max_size=6)),
+            st.integers(0, PARTITIONS - 1),
+        ),
+        max_size=30,
+    ),
+    probe_share=st.sampled_from([0, 1 << 30]),
+    stamp=st.sampled_from([NO_TIMESTAMP, -7, 5]),
+)
+def test_export_merges_the_overlay_in_place_like_a_model(
+    base: dict[bytes, bytes],
+    writes: list[tuple[bytes, bytes | None, int]],
+    probe_share: int,
+    stamp: int,
+) -> None:
+    """The overlay is merged into the base rows in place (updates), by dropping them (tombstones,
+    keys written to another partition) and by adding new keys (sorted in, or appended after the
+    last key), whether overlay rows are matched by index probes or by ``index_in``: the export
+    equals a per-partition model of latest writes, row for row."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(columnar_base, "_PROBE_SHARE", probe_share)
+        exported = _export_after(base, writes, stamp)
+    model: dict[bytes, tuple[int, bytes, int, int | None]] = {}  # key → partition, value, offset, ts
+    for p, table in base_tables(base).items():
+        for row in table.to_pylist():
+            model[row["key"]] = (p, row["value"], row["offset"], 1000 + row["offset"])
+    for offset, (key, value, partition) in enumerate(writes, start=500):
+        if value is None:
+            model.pop(key, None)
+        else:
+            model[key] = (partition, value, offset, stamp if stamp >= 0 else None)
+    expected: dict[int, list[dict[str, object]]] = {}
+    for key in sorted(model):
+        p, value, offset, ts = model[key]
+        expected.setdefault(p, []).append({"key": key, "value": value, "offset": offset, "timestamp": ts})
+    assert {p: rows for p, rows in exported.items() if rows} == expected
+
+
+def _export_after(
+    base: dict[bytes, bytes], writes: list[tuple[bytes, bytes | None, int]], stamp: int
+) -> dict[int, list[dict[str, object]]]:
+    """The columnar store's export after restoring *base* and applying *writes*, as plain rows
+    (timestamps in ms)."""
+    store = ColumnarStore()
+    for p, table in base_tables(base).items():
+        store.load(p, table)
+    for offset, (key, value, partition) in enumerate(writes, start=500):
+        store.apply(partition, [(key, value, offset, stamp)])
+    exported = {p: t.combine_chunks().to_pylist() for p, t in store.export().items()}
+    return {
+        p: [
+            {**r, "timestamp": None if r["timestamp"] is None else round(r["timestamp"].timestamp() * 1000)}
+            for r in rows
+        ]
+        for p, rows in exported.items()
+    }

@@ -155,7 +155,7 @@ def decode_rows(keys: pa.Array, blobs: pa.Array, *, sort: bool = True) -> dict[i
     n = len(keys)
     if n == 0:
         return {}
-    raw_part, offsets, ts = _header_fields(blobs)
+    raw_part, offsets, ts = header_fields(blobs)
     dead = raw_part < 0
     partitions = np.where(dead, ~raw_part, raw_part)
     # A stable sort of 16-bit integers is numpy's radix sort: ~7x faster than of 32-bit ones.
@@ -193,7 +193,7 @@ def decode_rows(keys: pa.Array, blobs: pa.Array, *, sort: bool = True) -> dict[i
     return {int(by_part[lo]): table.slice(lo, hi - lo) for lo, hi in bounds}
 
 
-def _header_fields(blobs: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def header_fields(blobs: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(partition, offset, timestamp) of every blob, read from unaligned views of its buffer."""
     offs, data = binary_parts(blobs)
     starts = offs[:-1].astype(np.int64)

@@ -18,11 +18,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statesnap.checkpoint import datafile
-from statesnap.stores.base import decode_rows
+from statesnap.stores.base import HEADER_SIZE, header_fields
 from statesnap.stores.keyindex import ADD, HASH_BITS, MIX, ROW_BITS, KeyIndex, P, array_hashes, binary_parts
 
 #: Rows converted to Python objects at once by scans.
 BATCH = 4096
+
+#: An overlay smaller than this share of the base is matched to base rows by index probes (a
+#: Python call per key); a larger one by one vectorized ``index_in`` over every base key.
+_PROBE_SHARE = 16
 
 #: Row ids are ``segment << _LOCAL_BITS | index``, so a probe finds its segment by a shift.
 _LOCAL_BITS = 20
@@ -224,57 +228,119 @@ class PartitionKeys:
 def merge(base: Base, over: dict[bytes, bytes]) -> dict[int, pa.Table]:
     """Base rows not overridden, plus the overlay's live rows, per partition sorted by key.
 
-    The overlay becomes Arrow arrays in one pass over its dict (its tombstones decode as null
-    values and are dropped per partition); a large overlay hides base rows by one ``is_in`` over
-    every base chunk (its hash set is built once), a small one by index probes."""
-    hidden: dict[int, np.ndarray] = {}
+    Most overlay rows update a base row: they replace its value, offset and timestamp in place
+    (the base is sorted, so the partition stays sorted and nothing is sorted again); tombstones
+    drop their row. Only a partition that gains new keys is sorted, unless they all come after
+    its last key (ever-growing ids, timestamps). Overlay rows are matched to base rows by one
+    ``index_in`` over every base chunk for a large overlay (its hash set built once), by index
+    probes for a small one."""
+    if not over:
+        return {
+            p: no_negative_timestamps(pa.concat_tables([s.table for s in base.partitions[p]]))
+            for p in sorted(base.partitions)
+        }
     keys = pa.array(list(over), pa.binary())
-    if over and base.rows:
-        if len(over) * 16 < base.rows:
-            found: dict[int, list[int]] = {}
-            for key in over:
-                located = base.locate(key)
-                if located is not None:
-                    found.setdefault(located[0].number, []).append(located[1])
-            hidden = {k: np.asarray(rows) for k, rows in found.items()}
-        else:
-            chunks = [seg.table.column("key").chunk(0) for seg in base.segments]
-            flags = pc.is_in(pa.chunked_array(chunks, pa.binary()), value_set=keys).to_numpy()
-            start = 0
-            for k, chunk in enumerate(chunks):
-                hit = np.flatnonzero(flags[start : start + len(chunk)])
-                start += len(chunk)
-                if hit.size:
-                    hidden[k] = hit
-    # Unsorted: each partition's rows are sorted once, with its base rows, below.
-    overlay = decode_rows(keys, pa.array(list(over.values()), pa.binary()), sort=False) if over else {}
-    del keys
-    out: dict[int, pa.Table] = {}
+    blobs = pa.array(list(over.values()), pa.binary())
+    raw_part, offsets, ts = header_fields(blobs)
+    dead = raw_part < 0
+    partitions = np.where(dead, ~raw_part, raw_part)
+    values = pc.binary_slice(blobs, HEADER_SIZE, (1 << 31) - 1)
+    del blobs
+    placed = np.zeros(len(keys), bool)  # overlay rows that replaced a row of their own partition
     parts: dict[int, list[pa.Table]] = {}
-    for k, seg in enumerate(base.segments):
+    for seg, rows, src in _matches(base, over, keys):
         table = seg.table
-        if k in hidden:
-            keep = np.ones(table.num_rows, bool)
-            keep[hidden[k]] = False
-            table = table.filter(pa.array(keep))
+        if src.size:
+            same = (partitions[src] == seg.partition) & ~dead[src]
+            placed[src[same]] = True
+            table = _replaced(table, rows[same], src[same], values, offsets, ts)
+            if not same.all():  # deleted, or written to another partition (added there below)
+                keep = np.ones(table.num_rows, bool)
+                keep[rows[~same]] = False
+                table = table.filter(pa.array(keep))
         if table.num_rows:
             parts.setdefault(seg.partition, []).append(table)
-    live: dict[int, pa.Table] = {}
-    for p, changes in overlay.items():
-        values = changes.column("value")
-        upserts = changes.filter(pc.is_valid(values)) if values.null_count else changes
-        if upserts.num_rows:
-            live[p] = upserts
-    overlay = live
-    for p in sorted(set(parts) | set(overlay)):
+    added = np.flatnonzero(~dead & ~placed)
+    new_rows: dict[int, pa.Table] = {}
+    if added.size:
+        by_part = partitions[added]
+        for p in np.unique(by_part).tolist():
+            pick = added[by_part == p]
+            new_rows[p] = pa.table(
+                {
+                    "key": keys.take(pa.array(pick)),
+                    "value": values.take(pa.array(pick)),
+                    "offset": pa.array(offsets[pick]),
+                    "timestamp": pa.array(ts[pick], mask=ts[pick] < 0).cast(datafile.TIMESTAMP),
+                },
+                schema=datafile.SCHEMA,
+            )
+    out: dict[int, pa.Table] = {}
+    for p in sorted(set(parts) | set(new_rows)):
         tables = parts.get(p, [])
-        if p in overlay:
-            # The base rows (sorted) and the overlay's (as they came): one sort of the two.
-            merged = pa.concat_tables([*tables, overlay[p]]).sort_by("key")
-        else:
+        fresh = new_rows.get(p)
+        if fresh is None:
             merged = pa.concat_tables(tables)
+        else:
+            fresh = fresh.take(pc.sort_indices(fresh.column("key")))
+            last = tables[-1].column("key")[-1].as_py() if tables else None
+            if last is None or fresh.column("key")[0].as_py() > last:
+                merged = pa.concat_tables([*tables, fresh])  # new keys after the old: appended
+            else:
+                merged = pa.concat_tables([*tables, fresh]).sort_by("key")
         out[p] = no_negative_timestamps(merged.cast(datafile.SCHEMA))
     return out
+
+
+def _matches(
+    base: Base, over: dict[bytes, bytes], keys: pa.Array
+) -> Iterator[tuple[Segment, np.ndarray, np.ndarray]]:
+    """Per base segment: its rows that the overlay writes again, and the overlay positions
+    (in the order of *over*) that write them, both ascending by row."""
+    if not base.rows:
+        return
+    if len(over) * _PROBE_SHARE < base.rows:
+        found: dict[int, list[tuple[int, int]]] = {}
+        for j, key in enumerate(over):
+            located = base.locate(key)
+            if located is not None:
+                found.setdefault(located[0].number, []).append((located[1], j))
+        for seg in base.segments:
+            hits = sorted(found.get(seg.number, ()))
+            rows = np.fromiter((r for r, _ in hits), np.int64, count=len(hits))
+            yield seg, rows, np.fromiter((j for _, j in hits), np.int64, count=len(hits))
+        return
+    chunks = [seg.table.column("key").chunk(0) for seg in base.segments]
+    where = pc.index_in(pa.chunked_array(chunks, pa.binary()), value_set=keys).fill_null(-1).to_numpy()
+    start = 0
+    for seg, chunk in zip(base.segments, chunks, strict=True):
+        here = where[start : start + len(chunk)]
+        start += len(chunk)
+        rows = np.flatnonzero(here >= 0)
+        yield seg, rows, here[rows].astype(np.int64)
+
+
+def _replaced(
+    table: pa.Table, rows: np.ndarray, src: np.ndarray, values: pa.Array, offsets: np.ndarray, ts: np.ndarray
+) -> pa.Table:
+    """*table* with rows *rows* taking value, offset and timestamp of overlay rows *src*."""
+    if not rows.size:
+        return table
+    mask = np.zeros(table.num_rows, bool)
+    mask[rows] = True
+    hit = pa.array(mask)
+    stamps = ts[src]
+    columns = {
+        "key": table.column("key"),
+        "value": pc.replace_with_mask(table.column("value").chunk(0), hit, values.take(pa.array(src))),
+        "offset": pc.replace_with_mask(table.column("offset").chunk(0), hit, pa.array(offsets[src])),
+        "timestamp": pc.replace_with_mask(
+            table.column("timestamp").chunk(0),
+            hit,
+            pa.array(stamps, mask=stamps < 0).cast(datafile.TIMESTAMP),
+        ),
+    }
+    return pa.table(columns, schema=datafile.SCHEMA)
 
 
 def no_negative_timestamps(table: pa.Table) -> pa.Table:
