@@ -142,15 +142,13 @@ def encode_rows(partition: int, rows: pa.Table) -> pa.Array:
     return pc.binary_join_element_wise(fixed.cast(pa.binary()), values, b"")
 
 
-def decode_rows(keys: pa.Array, blobs: pa.Array, *, sort: bool = True) -> dict[int, pa.Table]:
+def decode_rows(keys: pa.Array, blobs: pa.Array) -> dict[int, pa.Table]:
     """Split header + value blobs back into per-partition data-file tables sorted by key.
 
     Tombstone blobs become rows with a null value in their partition. The header fields are
     gathered by numpy straight from the blobs' buffer; rows are grouped by partition (a stable
     integer sort) and each partition's keys sorted on their own (small sorts stay in cache), so
     the whole table is reordered by one ``take`` and each partition is a zero-copy slice.
-    *sort*: False leaves each partition's rows in input order, for a caller that sorts them
-    again anyway (the key sort is most of this function's cost).
     """
     n = len(keys)
     if n == 0:
@@ -164,9 +162,7 @@ def decode_rows(keys: pa.Array, blobs: pa.Array, *, sort: bool = True) -> dict[i
     by_part = partitions[grouped]
     cuts = (np.flatnonzero(np.diff(by_part)) + 1).tolist()
     bounds = list(zip([0, *cuts], [*cuts, n], strict=True))
-    if not sort:
-        order = grouped
-    elif len(bounds) == 1:
+    if len(bounds) == 1:
         order = pc.sort_indices(keys).to_numpy()
     else:
         grouped_keys = keys.take(pa.array(grouped))

@@ -266,10 +266,11 @@ def merge(base: Base, over: dict[bytes, bytes]) -> dict[int, pa.Table]:
         by_part = partitions[added]
         for p in np.unique(by_part).tolist():
             pick = added[by_part == p]
+            rows = pa.array(pick)
             new_rows[p] = pa.table(
                 {
-                    "key": keys.take(pa.array(pick)),
-                    "value": values.take(pa.array(pick)),
+                    "key": keys.take(rows),
+                    "value": values.take(rows),
                     "offset": pa.array(offsets[pick]),
                     "timestamp": pa.array(ts[pick], mask=ts[pick] < 0).cast(datafile.TIMESTAMP),
                 },
