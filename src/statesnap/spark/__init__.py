@@ -7,7 +7,8 @@ from, and the other way round::
     from statesnap.spark import bootstrap, read_table, register, spark_session
 
     spark = spark_session()              # workers checked to import statesnap; quiet; loopback
-    register(spark)                      # (done by spark_session) spark.read.format("statesnap-kafka")
+    register(spark)                      # (done by spark_session) statesnap-checkpoint & co.;
+                                         # format("statesnap-kafka") works in any session
     manifest = bootstrap(spark, bootstrap_servers=..., topic="orders", table="orders",
                          checkpoints="s3://bucket/checkpoints")
     df = read_table(spark, "s3://bucket/checkpoints", "orders")
@@ -56,6 +57,12 @@ __all__ = [
 
 def register(spark: Any) -> None:
     """Register ``statesnap-kafka``, ``statesnap-kafka-ranges`` and ``statesnap-checkpoint``
-    with *spark*, so ``spark.read.format(...)`` finds them (idempotent)."""
+    with *spark*, so ``spark.read.format(...)`` finds them (idempotent).
+
+    ``statesnap-kafka`` alone needs no call (PySpark finds it in :mod:`pyspark_statesnap`).
+    The workers are checked here too (:func:`check_workers`, once per application): Python
+    workers that cannot import statesnap fail now in one line, not at every read with Spark's
+    17-line ``PYTHON_DATA_SOURCE_ERROR``."""
     for source in (KafkaDataSource, KafkaRangesDataSource, CheckpointDataSource):
         spark.dataSource.register(source)
+    check_workers(spark)

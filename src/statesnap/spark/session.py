@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
+import shutil
 import sys
 from collections.abc import Mapping
 from importlib import resources
@@ -95,8 +97,7 @@ def spark_session(
         cores = int(spark.sparkContext.defaultParallelism)
         spark.conf.set("spark.sql.shuffle.partitions", str(max(2, cores)))
     log.info("Spark %s, master %s", spark.version, spark.sparkContext.master)
-    register(spark)
-    check_workers(spark)
+    register(spark)  # checks the workers too
     return spark
 
 
@@ -125,17 +126,48 @@ def check_workers(spark: Any) -> None:
     try:
         (answer,) = sc.parallelize([0], 1).map(probe).collect()
         text = str(answer)
-    except Exception as e:
+    except Exception as e:  # the worker died before the probe ran: unpickling, or Spark's own check
         text = str(e)
-        if "ModuleNotFoundError" not in text and "ImportError" not in text:
+        if not any(sign in text for sign in ("ModuleNotFoundError", "ImportError", _VERSION_MISMATCH)):
             raise
-    if "Error" in text:
-        missing = text.split("Error:", 1)[-1].strip().splitlines()[0][:120]
-        python = getattr(sc, "pythonExec", None) or os.environ.get("PYSPARK_PYTHON") or "python3"
-        raise ConfigError(
-            f"Spark's Python workers ({python}) cannot run statesnap ({missing}): set "
-            f"PYSPARK_PYTHON={sys.executable} (or spark.pyspark.python) for local mode, or ship statesnap "
-            "and its dependencies to the executors (spark-submit --archives of a packed venv, or a "
-            "cluster image; see docs/spark-cluster.md)"
-        ) from None
-    _checked.add(app)
+    else:
+        if not text.startswith("ImportError"):
+            _checked.add(app)
+            return
+    python = str(getattr(sc, "pythonExec", None) or os.environ.get("PYSPARK_PYTHON") or "python3")
+    if is_local(spark) and os.sep not in python and shutil.which(python):
+        python = f"{python} = {shutil.which(python)}"  # which python3 the PATH picked
+    raise ConfigError(_workers_problem(text, python, local=is_local(spark))) from None
+
+
+#: Spark's error class when the workers' Python is another minor version than the driver's.
+_VERSION_MISMATCH = "PYTHON_VERSION_MISMATCH"
+
+
+def _workers_problem(text: str, python: str, *, local: bool) -> str:
+    """One line: what the workers lack and the setting that fixes it for this kind of master.
+
+    Spark names the workers' interpreter ``PYSPARK_PYTHON`` (else ``python3`` from ``PATH``, which
+    outside an activated venv is rarely the driver's); a session already running keeps the one it
+    started with, so the fix is for the next run.
+    """
+    if _VERSION_MISMATCH in text:
+        found = re.search(r"different version: ([\d.]+) than that in driver: ([\d.]+)", text)
+        versions = f"Python {found.group(1)}, the driver's {found.group(2)}" if found else "another Python"
+        what = f"run {versions} (PySpark needs the same minor version)"
+    else:
+        found = re.search(r"(?:ModuleNotFound|Import)Error: (.+)", text)
+        missing = (found.group(1) if found else text.strip().splitlines()[0])[:120]
+        what = f"cannot run statesnap ({missing})"
+    if local:
+        fix = (
+            f"run the job from the activated venv, or set PYSPARK_PYTHON={sys.executable} before the "
+            "session starts (spark-submit: --conf spark.pyspark.python=...)"
+        )
+    else:
+        fix = (
+            "ship statesnap and its dependencies to the executors and point spark.pyspark.python "
+            "(or PYSPARK_PYTHON) at that interpreter: a cluster image, or spark-submit --archives of a "
+            "packed venv (docs/spark-cluster.md)"
+        )
+    return f"Spark's Python workers ({python}) {what}: {fix}"
