@@ -66,11 +66,7 @@ def cli(log_level: str) -> None:
     a blob store (a directory or s3://bucket/prefix), and restores from the newest valid one plus
     the topic's tail — so start-up cost follows the table's size, not the history's length.
     """
-    logging.basicConfig(
-        level=log_level.upper(),
-        format="%(name)s: %(message)s",
-        handlers=[RichHandler(console=stderr, show_path=False)],
-    )
+    logging.basicConfig(level=log_level.upper(), handlers=[_log_handler()])
     install_log_redaction()  # secrets never reach a log line, whoever logs (botocore, urllib3, …)
     logging.getLogger("statesnap").setLevel(log_level.upper())
     # librdkafka reports every failed connection attempt; the typed error after the timeout says it
@@ -78,6 +74,24 @@ def cli(log_level: str) -> None:
     logging.getLogger("statesnap.librdkafka").setLevel(
         logging.DEBUG if log_level.upper() == "DEBUG" else logging.CRITICAL
     )
+
+
+class OneLineFormatter(logging.Formatter):
+    """One record, one line: a log shipper reading a pipe or file splits records at newlines, so
+    a traceback's or a message's own newlines are written as ``\\n``; nothing is wrapped."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return super().format(record).replace("\n", "\\n")
+
+
+def _log_handler() -> logging.Handler:
+    """rich's handler on a terminal (a person reads it); plain lines everywhere else — rich wraps
+    at 80 columns when stderr is not a terminal, breaking URLs and records mid-word."""
+    if sys.stderr.isatty():
+        return RichHandler(console=stderr, show_path=False)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(OneLineFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    return handler
 
 
 def _register() -> None:
