@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
+from statesnap.durations import parse_duration
+from statesnap.errors import InvalidDurationError
 from statesnap.kafka.config import KafkaSettings, config_from_env, parse_properties
+
+#: Seconds a command waits for the cluster's first answers before it calls the broker unreachable.
+DEFAULT_TIMEOUT = 15.0
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -61,6 +67,30 @@ def kafka_config_options(f: F) -> F:
         multiple=True,
         type=click.Path(dir_okay=False),
         help="Java-style properties file of librdkafka settings; repeatable.",
+    )(f)
+
+
+def _seconds(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    try:
+        seconds = parse_duration(value).total_seconds()
+    except InvalidDurationError as e:
+        raise click.BadParameter(str(e), ctx=ctx, param=param) from e
+    if seconds <= 0:
+        raise click.BadParameter("must be more than 0", ctx=ctx, param=param)
+    return seconds
+
+
+def timeout_option(f: F) -> F:
+    """``--timeout``: how long every command that talks to Kafka waits for the cluster's first
+    answers (metadata, cluster id) before failing with a typed error naming the address."""
+    return click.option(
+        "--timeout",
+        default=f"{DEFAULT_TIMEOUT:g}s",
+        show_default=True,
+        envvar="STATESNAP_TIMEOUT",
+        callback=_seconds,
+        help="How long to wait for the Kafka cluster's first answers before calling it unreachable "
+        "(90s, 2m, …). [env: STATESNAP_TIMEOUT]",
     )(f)
 
 
@@ -120,7 +150,8 @@ def snapshot_cluster_options(f: F) -> F:
             envvar="STATESNAP_BOOTSTRAP_SERVERS",
             expose_value=False,
             callback=_remember,
-            help="With a topic snapshot store: the Kafka cluster. [env: STATESNAP_BOOTSTRAP_SERVERS]",
+            help="With a topic snapshot store: the Kafka cluster (waited for STATESNAP_TIMEOUT, default "
+            "15s). [env: STATESNAP_BOOTSTRAP_SERVERS]",
         ),
         click.option(
             "--snapshot-store",
@@ -146,6 +177,7 @@ def snapshot_store_args() -> dict[str, Any]:
             servers,
             tuple(meta.get("statesnap.kafka_pairs") or ()),
             tuple(meta.get("statesnap.kafka_files") or ()),
+            env_timeout(),
         )
     return {"snapshot_store": meta.get("statesnap.snapshot_store"), "kafka": kafka}
 
@@ -154,8 +186,21 @@ def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")(f)
 
 
+def env_timeout() -> float:
+    """``STATESNAP_TIMEOUT`` for commands whose ``--timeout`` means something else (``snapshot
+    create``: the snapshot's deadline), read at the CLI boundary."""
+    value = os.environ.get("STATESNAP_TIMEOUT")
+    if not value:
+        return DEFAULT_TIMEOUT
+    try:
+        seconds = parse_duration(value).total_seconds()
+    except InvalidDurationError as e:
+        raise click.BadParameter(str(e), param_hint="STATESNAP_TIMEOUT") from e
+    return seconds if seconds > 0 else DEFAULT_TIMEOUT
+
+
 def kafka_settings(
-    bootstrap_servers: str, pairs: tuple[str, ...], files: tuple[str, ...], timeout: float = 15.0
+    bootstrap_servers: str, pairs: tuple[str, ...], files: tuple[str, ...], timeout: float = DEFAULT_TIMEOUT
 ) -> KafkaSettings:
     """Environment first, then files, then explicit pairs: the most specific setting wins."""
     config: dict[str, str] = config_from_env()

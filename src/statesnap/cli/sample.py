@@ -12,6 +12,7 @@ from statesnap.cli.options import (
     json_option,
     kafka_config_options,
     kafka_settings,
+    timeout_option,
     topic_option,
 )
 from statesnap.cli.progress import progress_bar
@@ -30,6 +31,7 @@ from statesnap.sample import SampleSpec, produce_sample
 @click.option("--value-bytes", default=100, show_default=True, help="Size of each value.")
 @click.option("--seed", default=0, show_default=True, help="Random seed; same seed, same changelog.")
 @kafka_config_options
+@timeout_option
 @json_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def produce_sample_cmd(
@@ -43,11 +45,12 @@ def produce_sample_cmd(
     seed: int,
     kafka_pairs: tuple[str, ...],
     kafka_files: tuple[str, ...],
+    timeout: float,
     as_json: bool,
     quiet: bool,
 ) -> None:
     """Create TOPIC if missing and append a reproducible changelog of upserts and tombstones."""
-    settings = kafka_settings(bootstrap_servers, kafka_pairs, kafka_files)
+    settings = kafka_settings(bootstrap_servers, kafka_pairs, kafka_files, timeout)
     spec = SampleSpec(topic, partitions, keys, updates, tombstone_ratio, value_bytes, seed)
     started = time.monotonic()
     with progress_bar(quiet or as_json) as bar:

@@ -15,6 +15,7 @@ from statesnap.cli.options import (
     pairs_to_dict,
     storage_options,
     table_option,
+    timeout_option,
     topic_option,
 )
 from statesnap.errors import StatesnapError
@@ -90,6 +91,7 @@ def prefix_filter(prefixes: tuple[str, ...]) -> Callable[[bytes], bool] | None:
 @click.option("--access-log", is_flag=True, help="Log every request (uvicorn's access log).")
 @storage_options
 @kafka_config_options
+@timeout_option
 def serve(
     bootstrap_servers: str,
     topic: str,
@@ -106,6 +108,7 @@ def serve(
     storage_pairs: tuple[str, ...],
     kafka_pairs: tuple[str, ...],
     kafka_files: tuple[str, ...],
+    timeout: float,
 ) -> None:
     """Follow TOPIC's table read-only and answer lookups over HTTP until Ctrl-C / SIGTERM.
 
@@ -126,12 +129,13 @@ def serve(
     from statesnap.follower import Follower
     from statesnap.serve import HttpServer, create_app
 
-    settings = kafka_settings(bootstrap_servers, kafka_pairs, kafka_files)
+    settings = kafka_settings(bootstrap_servers, kafka_pairs, kafka_files, timeout)
     try:
         follower = Follower(
             topic,
             bootstrap_servers=settings.bootstrap_servers,
             kafka_config=dict(settings.config),
+            timeout=settings.timeout,
             name=table or topic,
             checkpoints=checkpoints,
             storage_options=pairs_to_dict(storage_pairs, "--storage-option"),

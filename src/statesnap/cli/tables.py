@@ -26,6 +26,7 @@ from statesnap.cli.options import (
     snapshot_store_option,
     storage_options,
     table_option,
+    timeout_option,
     topic_option,
 )
 from statesnap.cli.progress import ReplayProgress, replay_bar
@@ -67,13 +68,15 @@ def _table(
     storage_pairs: tuple[str, ...],
     kafka_pairs: tuple[str, ...],
     kafka_files: tuple[str, ...],
+    timeout: float,
     **kwargs: Any,
 ) -> Table:
-    settings = kafka_settings(bootstrap_servers, kafka_pairs, kafka_files)
+    settings = kafka_settings(bootstrap_servers, kafka_pairs, kafka_files, timeout)
     return Table(
         topic,
         bootstrap_servers=settings.bootstrap_servers,
         kafka_config=dict(settings.config),
+        timeout=settings.timeout,
         name=table or topic,
         checkpoints=checkpoints,
         storage_options=pairs_to_dict(storage_pairs, "--storage-option"),
@@ -164,6 +167,7 @@ def _table(
 )
 @storage_options
 @kafka_config_options
+@timeout_option
 @json_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar, no status lines.")
 def materialize(
@@ -191,6 +195,7 @@ def materialize(
     storage_pairs: tuple[str, ...],
     kafka_pairs: tuple[str, ...],
     kafka_files: tuple[str, ...],
+    timeout: float,
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -217,7 +222,7 @@ def materialize(
     interval = parse_duration(checkpoint_interval)
     grace = parse_duration(orphan_grace) if orphan_grace else max(timedelta(hours=1), 2 * interval)
     retention = RetentionPolicy(min_count, parse_duration(min_age), grace)
-    settings = kafka_settings(bootstrap_servers, kafka_pairs, kafka_files)
+    settings = kafka_settings(bootstrap_servers, kafka_pairs, kafka_files, timeout)
     name = table or topic
     options = pairs_to_dict(storage_pairs, "--storage-option")
     backlog = None
@@ -318,6 +323,7 @@ def _materialize_in_python(
         topic,
         bootstrap_servers=settings.bootstrap_servers,
         kafka_config=dict(settings.config),
+        timeout=settings.timeout,
         name=table,
         checkpoints=checkpoints,
         storage_options=storage,
@@ -418,6 +424,7 @@ def report_materialized(result: dict[str, Any], as_json: bool) -> None:
 @click.option("--digest", is_flag=True, help="Print a SHA-256 digest of the table instead of its rows.")
 @storage_options
 @kafka_config_options
+@timeout_option
 @json_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def dump(
@@ -434,6 +441,7 @@ def dump(
     storage_pairs: tuple[str, ...],
     kafka_pairs: tuple[str, ...],
     kafka_files: tuple[str, ...],
+    timeout: float,
     as_json: bool,
     quiet: bool,
 ) -> None:
@@ -455,6 +463,7 @@ def dump(
         storage_pairs,
         kafka_pairs,
         kafka_files,
+        timeout,
         store=store,
         generation=generation,
         tail=not no_tail,

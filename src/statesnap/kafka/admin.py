@@ -18,7 +18,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from statesnap.errors import BrokerUnavailableError, KafkaError, TopicNotFoundError
-from statesnap.kafka.clients import new_admin, new_consumer
+from statesnap.kafka.clients import new_consumer, new_watched_admin
 from statesnap.kafka.config import KafkaSettings
 
 log = logging.getLogger(__name__)
@@ -47,13 +47,15 @@ class KafkaAdmin:
 
     def __init__(self, settings: KafkaSettings) -> None:
         self.settings = settings
-        self._admin = new_admin(settings)
+        self._admin, self._errors = new_watched_admin(settings)
 
     def _unreachable(self, e: Exception | None = None) -> BrokerUnavailableError:
-        detail = f": {e}" if e is not None and str(e) else ""
+        detail = f": {_reason(e)}" if e is not None and _reason(e) else ""
+        # librdkafka queues its connection errors for poll(); serve them to learn why.
+        self._admin.poll(0)
         return BrokerUnavailableError(
             f"no Kafka broker answered at {self.settings.bootstrap_servers} "
-            f"within {self.settings.timeout:g}s{detail}"
+            f"within {self.settings.timeout:g}s{detail}{self._errors.hint()}"
         )
 
     def cluster_id(self) -> str:
@@ -120,6 +122,12 @@ class KafkaAdmin:
                 return False
             raise KafkaError(f"cannot create topic {topic!r}: {e}") from e
         return True
+
+
+def _reason(e: Exception) -> str:
+    """librdkafka's message alone (``Local: Timed out``), not the ``KafkaError{code=…}`` repr."""
+    err = e.args[0] if isinstance(e, KafkaException) and e.args else None
+    return str(err.str()) if err is not None and hasattr(err, "str") else str(e)
 
 
 def log_start_offsets(settings: KafkaSettings, topic: str, partitions: tuple[int, ...]) -> dict[int, int]:

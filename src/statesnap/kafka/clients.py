@@ -10,7 +10,8 @@ never a secret value.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
@@ -20,7 +21,14 @@ from statesnap.errors import KafkaConfigError
 from statesnap.kafka.config import KafkaSettings
 from statesnap.redaction import is_secret, scrub
 
-__all__ = ["config_error", "new_admin", "new_consumer", "new_producer"]
+__all__ = [
+    "ConnectionErrors",
+    "config_error",
+    "new_admin",
+    "new_consumer",
+    "new_producer",
+    "new_watched_admin",
+]
 
 _UNKNOWN = re.compile(r'No such configuration property: "(?P<prop>[^"]*)"')
 _INVALID = re.compile(r'Invalid value (?:"(?P<value>.*)" )?for configuration property "(?P<prop>[^"]*)"')
@@ -60,6 +68,71 @@ def config_error(e: BaseException, conf: Mapping[str, Any]) -> KafkaConfigError:
     return KafkaConfigError(f"invalid Kafka client settings: {scrub(detail)}", prop)
 
 
+#: librdkafka error codes that mean "a broker answered, but not in the way this client speaks".
+_AUTHENTICATION = -169  # RD_KAFKA_RESP_ERR__AUTHENTICATION: SASL handshake or credentials
+_SSL = -181  # RD_KAFKA_RESP_ERR__SSL: TLS handshake or certificate
+_TLS_SETTINGS = ("SSL", "SASL_SSL")
+
+
+class ConnectionErrors:
+    """The last connection error librdkafka reported for one client (its ``error_cb``), turned
+    into a one-line hint when the client gives up: a TLS or SASL mismatch with the listener
+    otherwise surfaces only as "no broker answered within N s".
+
+    librdkafka calls ``error_cb`` from ``poll()`` (or a future's wait) on the caller's thread; the
+    lock is for a reader on another thread.
+    """
+
+    def __init__(self, conf: Mapping[str, Any], chained: Callable[[Any], None] | None = None) -> None:
+        self._conf = conf
+        self._chained = chained
+        self._lock = threading.Lock()
+        self._code: int | None = None
+        self._text = ""
+
+    def __call__(self, err: Any) -> None:
+        code, text = int(err.code()), str(err.str())
+        # "1/1 brokers are down" says nothing a specific error did not say already.
+        if "brokers are down" not in text or self._code is None:
+            with self._lock:
+                self._code, self._text = code, text
+        if self._chained is not None:
+            self._chained(err)
+
+    def hint(self) -> str:
+        """``"; <what librdkafka saw> — <what to check>"``, or ``""`` when nothing points at the
+        client's security settings (then the address or the network is the likelier cause)."""
+        with self._lock:
+            code, text = self._code, self._text
+        protocol = str(self._conf.get("security.protocol", "PLAINTEXT")).upper()
+        check = f"is security.protocol right for this listener? (it is {protocol})"
+        detail = _scrub_conf(_short(text), self._conf)
+        if code == _AUTHENTICATION or "SASL" in text:
+            return f"; authentication failed: {detail} — {check}; then sasl.mechanism and the credentials"
+        if "ApiVersion" in text:  # librdkafka: "Disconnected while requesting ApiVersion: …"
+            return f"; the broker hung up on the first request — {check}"
+        if code == _SSL or "SSL" in text or "TLS" in text:
+            return f"; TLS handshake failed: {detail} — {check}"
+        if protocol in _TLS_SETTINGS:
+            # A TLS client against a plaintext listener sends its ClientHello and waits: the
+            # broker reads it as a request that never completes, and nothing is logged (Tansu).
+            return f"; no answer to the TLS handshake — {check}"
+        return ""
+
+
+def _short(text: str) -> str:
+    """librdkafka's message without its ``sasl_ssl://host:port/bootstrap:`` prefix and timing."""
+    text = re.sub(r"^[a-z_]+://\S+?: ", "", text)
+    return re.sub(r" \(after \d+ms in state [A-Z_]+\)$", "", text)
+
+
+def _scrub_conf(text: str, conf: Mapping[str, Any]) -> str:
+    for key, value in conf.items():
+        if is_secret(str(key)) and isinstance(value, str) and value:
+            text = text.replace(value, "***")
+    return scrub(text)
+
+
 def _create(kind: type[Any], conf: dict[str, Any]) -> Any:
     # ``from None``: librdkafka's own message may quote a value, and a chained cause is printed
     # with any traceback; the typed error carries everything that is safe to show.
@@ -85,3 +158,12 @@ def new_producer(settings: KafkaSettings, **overrides: Any) -> Any:
 def new_admin(settings: KafkaSettings, **overrides: Any) -> Any:
     """An ``AdminClient`` on *settings*; :class:`KafkaConfigError` for settings librdkafka refuses."""
     return _create(AdminClient, settings.client_config(**overrides))
+
+
+def new_watched_admin(settings: KafkaSettings, **overrides: Any) -> tuple[Any, ConnectionErrors]:
+    """``new_admin`` plus the :class:`ConnectionErrors` its ``error_cb`` records (a user's own
+    ``error_cb`` still gets every error)."""
+    conf = settings.client_config(**overrides)
+    errors = ConnectionErrors(conf, conf.get("error_cb"))
+    conf["error_cb"] = errors
+    return _create(AdminClient, conf), errors
