@@ -5,11 +5,16 @@ doors: librdkafka properties (``sasl.password``), blob-store URLs and options
 (``?aws_secret_access_key=``, ``https://user:pass@host``), and third-party debug logs (botocore
 prints request headers, ``x-amz-security-token`` included). So:
 
-- :func:`redact_url` masks a URL's password and the values of secret-looking query keys; every
+- :func:`redact_url` masks a URL's whole userinfo (``s3://KEY:SECRET@bucket`` →
+  ``s3://***@bucket``: the user part is often a key id, and a password holding ``@`` or ``/``
+  splits where a parser does not expect) and the values of secret-looking query keys; every
   error that names a URL uses it.
 - :func:`scrub` masks secrets in free text: known secret values (see :func:`register_secret`),
-  ``key=value`` / ``key: value`` / ``'header': b'value'`` pairs whose key looks secret, URL
-  passwords.
+  ``key=value`` / ``key: value`` / ``'header': b'value'`` pairs whose key looks secret, the
+  userinfo of every ``scheme://…@`` URL (broker lists and endpoint URLs included).
+- :func:`register_url_secrets` remembers the userinfo of URLs given as settings, and
+  :func:`unparsable` the value of a setting that failed to parse (it may be a secret pasted in
+  the wrong place): from then on both are masked wherever the registry applies.
 - :class:`SecretFilter` applies :func:`scrub` to log records; :func:`install_log_redaction` puts it
   where every record of statesnap, botocore, boto3, s3transfer and urllib3 passes, whatever
   handlers the application configures.
@@ -22,7 +27,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
-from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
 MASK = "***"
 
@@ -109,9 +114,14 @@ _QUOTED_PAIR = re.compile(
 _PLAIN_PAIR = re.compile(
     r"""(?<![\w.\-])(?P<key>[\w.\-]+)(?P<sep>\s*[=:]\s*)(?P<val>"[^"]*"|'[^']*'|[^\s,;&'"})\]]+)"""
 )
-# scheme://user:password@host
-_URL_PASSWORD = re.compile(
-    r"(?<![A-Za-z0-9+.\-])(?P<pre>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*:)(?P<pw>[^@/\s]+)(?P<at>@)"
+# scheme://userinfo@host. The user part stops at '/', '?', '#' (so "https://host/a@b" keeps its
+# host); after a ':' the password runs to the last '@' before whitespace, a quote or the next
+# "://" (the next URL of a broker list), since pasted passwords hold '/' (AWS secret keys do)
+# and '@'. Stopping at "://" keeps the scans from overlapping: linear even in "a://:a://:…@".
+_URL_USERINFO = re.compile(
+    r"(?<![A-Za-z0-9+.\-])(?P<pre>[A-Za-z][A-Za-z0-9+.\-]*://)"
+    r"(?P<info>[^\s/?#@:'\"<>]{0,1024}(?::(?:(?!://)[^\s'\"<>]){0,1024})?)"
+    r"(?P<at>@)"
 )
 
 
@@ -122,7 +132,7 @@ def scrub(text: str) -> str:
     pattern = _known_pattern
     if pattern is not None:
         text = pattern.sub(MASK, text)
-    text = _URL_PASSWORD.sub(lambda m: f"{m['pre']}{MASK}{m['at']}", text)
+    text = mask_userinfo(text)
 
     def quoted(m: re.Match[str]) -> str:
         if not is_secret(m["key"]):
@@ -138,28 +148,66 @@ def scrub(text: str) -> str:
     return _PLAIN_PAIR.sub(plain, text)
 
 
-def redact_url(url: str) -> str:
-    """A URL safe to show: its password and the values of secret-looking query keys masked.
+def mask_userinfo(text: str) -> str:
+    """*text* with the userinfo of every ``scheme://userinfo@`` URL in it replaced by ``***``."""
+    if "@" not in text:
+        return text
+    return _URL_USERINFO.sub(
+        lambda m: f"{m['pre']}{MASK}{m['at']}" if m["info"] != MASK else m.group(0), text
+    )
 
+
+def redact_url(url: str) -> str:
+    """A URL safe to show: its userinfo and the values of secret-looking query keys masked.
+
+    The whole userinfo goes, not just the password: in ``s3://KEY:SECRET@bucket`` the user is an
+    access key id. Query values that are URLs (``?endpoint_url=http://u:p@host``) lose theirs.
     Anything that does not parse as a URL is scrubbed as text instead.
     """
     try:
         parts = urlsplit(url)
         netloc = parts.netloc
         if "@" in netloc:
-            userinfo, _, host = netloc.rpartition("@")
-            user = userinfo.partition(":")[0]
-            netloc = f"{user}:{MASK}@{host}" if ":" in userinfo else f"{MASK}@{host}"
+            netloc = f"{MASK}@{netloc.rpartition('@')[2]}"
         query = parts.query
         if query:
             pairs = parse_qsl(query, keep_blank_values=True)
             query = "&".join(
-                f"{quote(k, safe='')}={MASK if is_secret(k) else quote(v, safe='/:')}" for k, v in pairs
+                f"{quote(k, safe='')}={MASK if is_secret(k) else quote(mask_userinfo(v), safe='/:*@')}"
+                for k, v in pairs
             )
         safe = urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
     except ValueError:
         safe = url
     return scrub(safe)
+
+
+def userinfo_of(text: str) -> list[str]:
+    """The userinfo of every ``scheme://userinfo@`` URL in *text* (a URL, a broker list)."""
+    return [m["info"] for m in _URL_USERINFO.finditer(text) if m["info"] and m["info"] != MASK]
+
+
+def register_url_secrets(text: str) -> None:
+    """Remember the userinfo (and its password) of every URL in *text* as secrets, raw and
+    percent-decoded, so a library that echoes the URL later (botocore's "Could not connect to
+    the endpoint URL") is masked by value, even where the pattern cannot see a URL."""
+    for info in userinfo_of(text):
+        for form in {info, unquote(info)}:
+            register_secret(form)
+            password = form.partition(":")[2]
+            if password:
+                register_secret(password)
+
+
+def unparsable(name: str, value: Any, expected: str) -> str:
+    """The message for a setting whose value failed to parse, without the value.
+
+    A value in the wrong place is often a secret pasted there (a password typed where a timeout
+    goes), so it is never echoed, and it is registered as a secret: if a library prints it
+    later anyway, the log filter masks it.
+    """
+    register_secret(value)
+    return f"{name}: {expected} (the value is not shown)"
 
 
 # --- logging -----------------------------------------------------------------------------------

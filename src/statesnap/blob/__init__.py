@@ -12,7 +12,12 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from statesnap.blob.base import BlobInfo, BlobStore, key_parts
 from statesnap.blob.file import FileBlobStore
 from statesnap.errors import InvalidStoreUrlError, UnknownSchemeError
-from statesnap.redaction import install_record_redaction, redact_url, register_secrets
+from statesnap.redaction import (
+    install_record_redaction,
+    redact_url,
+    register_secrets,
+    register_url_secrets,
+)
 
 __all__ = ["BlobInfo", "BlobStore", "FileBlobStore", "key_parts", "open_blob_store"]
 
@@ -28,10 +33,16 @@ def open_blob_store(url: str, **storage_options: Any) -> BlobStore:
     URL query parameters or *storage_options*, the keyword arguments winning.
 
     Errors show the URL with credentials masked (:func:`~statesnap.redaction.redact_url`).
+    An ``s3://`` URL carrying credentials (``s3://KEY:SECRET@bucket``) is refused, see
+    :func:`_refuse_credentials_in`.
     """
     if not isinstance(url, str) or not url.strip():
         raise UnknownSchemeError("checkpoint URL is empty")
     register_secrets({k: v for k, v in storage_options.items() if isinstance(v, str)})
+    register_url_secrets(url)
+    for value in storage_options.values():
+        if isinstance(value, str):
+            register_url_secrets(value)  # endpoint_url=http://user:pass@host
     if "\x00" in url:
         raise InvalidStoreUrlError(
             f"checkpoint URL {redact_url(url.replace(chr(0), '%00'))!r} has a NUL byte"
@@ -61,6 +72,7 @@ def open_blob_store(url: str, **storage_options: Any) -> BlobStore:
     if scheme in {"s3", "s3a"}:
         from statesnap.blob.s3 import S3BlobStore
 
+        _refuse_credentials_in(parts.netloc, scheme)
         options = dict(parse_qsl(parts.query))
         options.update({k: str(v) for k, v in storage_options.items() if v is not None})
         return S3BlobStore(parts.netloc, unquote(parts.path), **options)
@@ -68,3 +80,23 @@ def open_blob_store(url: str, **storage_options: Any) -> BlobStore:
         f"unknown checkpoint URL scheme {scheme!r} in {redact_url(url)!r}; "
         "use file:///path, a path, or s3://bucket/prefix"
     )
+
+
+def _refuse_credentials_in(netloc: str, scheme: str) -> None:
+    """Refuse ``s3://KEY:SECRET@bucket`` before anything echoes it: deliberately not accepted.
+
+    statesnap takes S3 credentials from the AWS settings (environment, profiles, instance roles) or
+    the ``aws_access_key_id`` / ``aws_secret_access_key`` options, never from the URL: a URL is
+    shown in logs, errors, manifests and ``--json`` output, and S3 itself has no userinfo (botocore
+    took ``KEY:SECRET@bucket`` for a bucket name and printed it twice). Bucket names hold neither
+    ``@`` nor ``:``, so either one means credentials; a secret containing ``/`` ends the "host"
+    early (``s3://KEY:abc/def@bucket``), which the ``:`` still catches. The message shows no part
+    of the URL.
+    """
+    if "@" in netloc or ":" in netloc:
+        raise InvalidStoreUrlError(
+            f"{scheme}:// URL carries credentials or a port before the bucket (not shown): use "
+            f"{scheme}://bucket/prefix and give credentials through the AWS settings (AWS_PROFILE, "
+            "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, roles) or the aws_access_key_id and "
+            "aws_secret_access_key options, and an endpoint as endpoint_url"
+        )

@@ -8,21 +8,26 @@ conditional put (``If-None-Match: *``), so two writers cannot both commit one ma
 from __future__ import annotations
 
 import builtins
+import math
 import os
+import re
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from statesnap.blob.base import BlobInfo, key_parts
 from statesnap.errors import (
     BlobExistsError,
     BlobNotFoundError,
     BlobStoreError,
+    InvalidStoreUrlError,
     MissingBucketError,
     StoreNotWritableError,
 )
+from statesnap.redaction import MASK, redact_url, register_secrets, register_url_secrets, scrub, unparsable
 
 #: Options the store understands; everything else is a typo and is rejected up front.
 S3_OPTIONS = frozenset(
@@ -53,6 +58,64 @@ _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
 
+_OPTION_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+#: botocore's own rule for region names; anything else it refuses, echoing the value.
+_REGION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-]{0,61}[a-zA-Z0-9])?")
+_ADDRESSING = ("auto", "virtual", "path")
+
+
+def _check_options(options: dict[str, str]) -> None:
+    """Parse every option botocore would parse, before it does: botocore (and ``float()``) echo a
+    value they cannot parse, and a value in the wrong place may be a pasted secret. Errors name
+    the option, never its value (:func:`~statesnap.redaction.unparsable`)."""
+    for name in ("connect_timeout", "read_timeout"):
+        if name in options:
+            try:
+                seconds = float(options[name])
+            except ValueError:
+                seconds = math.nan
+            if not (math.isfinite(seconds) and seconds > 0):
+                raise InvalidStoreUrlError(
+                    unparsable(f"S3 option {name}", options[name], "must be seconds > 0")
+                )
+    if "max_attempts" in options:
+        text = options["max_attempts"].strip()
+        if not (text.isascii() and text.isdigit() and len(text) <= 3 and 1 <= int(text) <= 100):
+            raise InvalidStoreUrlError(
+                unparsable("S3 option max_attempts", options["max_attempts"], "must be a whole number 1-100")
+            )
+    if "region" in options and not _REGION.fullmatch(options["region"]):
+        raise InvalidStoreUrlError(unparsable("S3 option region", options["region"], "is not a region name"))
+    if "addressing_style" in options and options["addressing_style"] not in _ADDRESSING:
+        raise InvalidStoreUrlError(
+            unparsable(
+                "S3 option addressing_style", options["addressing_style"], f"must be one of {_ADDRESSING}"
+            )
+        )
+    if "endpoint_url" in options:
+        _check_endpoint(options["endpoint_url"])
+
+
+def _check_endpoint(url: str) -> None:
+    """``http(s)://host[:port][/path]`` without userinfo: S3 signs requests with the credentials
+    (SigV4), never with a URL's ``user:password@``, and the endpoint is echoed by every connection
+    error, so a URL carrying them is refused, not shown."""
+    try:
+        parts = urlsplit(url)
+        port_ok = parts.port is None or parts.port > 0
+    except ValueError:
+        parts, port_ok = None, False
+    if parts is None or parts.scheme.lower() not in {"http", "https"} or not parts.hostname or not port_ok:
+        raise InvalidStoreUrlError(unparsable("S3 option endpoint_url", url, "must be http(s)://host[:port]"))
+    if "@" in parts.netloc:
+        register_url_secrets(url)
+        raise InvalidStoreUrlError(
+            "S3 option endpoint_url carries credentials (user:password@, not shown): S3 does not use "
+            "them; give credentials through the AWS settings or the aws_access_key_id and "
+            "aws_secret_access_key options"
+        )
+
+
 class _ObjectChangedError(Exception):
     """The object was replaced between the parts of one read."""
 
@@ -80,9 +143,12 @@ class S3BlobStore:
     def __init__(self, bucket: str, prefix: str = "", **options: str) -> None:
         unknown = set(options) - S3_OPTIONS
         if unknown:
-            raise BlobStoreError(f"unknown S3 option(s) {sorted(unknown)}; known: {sorted(S3_OPTIONS)}")
+            shown = sorted(n if _OPTION_NAME.fullmatch(n) else "(a name not shown)" for n in unknown)
+            raise BlobStoreError(f"unknown S3 option(s) {shown}; known: {sorted(S3_OPTIONS)}")
         if not bucket:
             raise BlobStoreError("S3 URL has no bucket: use s3://bucket/prefix")
+        register_secrets(options)
+        _check_options(options)
         self._bucket = bucket
         self._prefix = prefix.strip("/")
         self._options = dict(options)
@@ -133,7 +199,7 @@ class S3BlobStore:
     @property
     def safe_options(self) -> dict[str, str]:
         """Options with secrets masked, for logs and ``--json`` output."""
-        return {k: ("***" if k in _SECRET_OPTIONS else v) for k, v in self._options.items()}
+        return {k: (MASK if k in _SECRET_OPTIONS else redact_url(v)) for k, v in self._options.items()}
 
     def _key(self, key: str, *, prefix: bool = False) -> str:
         # Refuses "..", absolute and non-canonical keys, exactly like the file store.
@@ -171,13 +237,21 @@ class S3BlobStore:
                 )
             return self._client
 
+    def _missing_bucket(self) -> MissingBucketError:
+        # statesnap creates prefixes, never buckets: a bucket carries policy (region, encryption,
+        # lifecycle, access) that is the operator's to choose.
+        return MissingBucketError(
+            f"bucket {self._bucket!r} does not exist ({self.url}); statesnap never creates buckets: "
+            "create it (with the region, encryption and access you want) or fix the URL"
+        )
+
     def _translate(self, e: Exception, what: str) -> BlobStoreError:
         from botocore.exceptions import BotoCoreError, ClientError
 
         if isinstance(e, ClientError):
             code = str(e.response.get("Error", {}).get("Code", ""))
             if code in {"NoSuchBucket"}:
-                return MissingBucketError(f"bucket {self._bucket!r} does not exist ({self.url})")
+                return self._missing_bucket()
             if code in {"NoSuchKey", "404", "NotFound"}:
                 return BlobNotFoundError(f"{self.url}/{what} does not exist")
             if code in {"PreconditionFailed", "412", "ConditionalRequestConflict"}:
@@ -185,9 +259,10 @@ class S3BlobStore:
             if code in {"AccessDenied", "403", "AllAccessDisabled"}:
                 return StoreNotWritableError(f"access denied to {self.url}/{what}")
             return BlobStoreError(f"S3 error {code} on {self.url}/{what}")
+        # botocore's messages quote the endpoint URL and sometimes a value it refused.
         if isinstance(e, BotoCoreError):
-            return BlobStoreError(f"cannot reach S3 for {self.url}: {e}")
-        return BlobStoreError(f"S3 failure on {self.url}/{what}: {e}")
+            return BlobStoreError(f"cannot reach S3 for {self.url}: {scrub(str(e))}")
+        return BlobStoreError(f"S3 failure on {self.url}/{what}: {scrub(str(e))}")
 
     def read(self, key: str) -> bytes:
         """The whole object; one GET when it fits in a part, else parallel ranged GETs.
@@ -319,7 +394,7 @@ class S3BlobStore:
         except Exception as e:
             err = self._translate(e, "")
             if isinstance(err, BlobNotFoundError):
-                err = MissingBucketError(f"bucket {self._bucket!r} does not exist ({self.url})")
+                err = self._missing_bucket()
             raise err from e
 
     def abort_stale_uploads(self, prefix: str, older_than: datetime, *, dry_run: bool = False) -> int:
