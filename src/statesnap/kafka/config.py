@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from statesnap.errors import ConfigError
-from statesnap.redaction import install_record_redaction, is_secret, register_secrets
+from statesnap.redaction import (
+    install_record_redaction,
+    is_secret,
+    register_secret,
+    register_secrets,
+    register_url_secrets,
+)
 
 __all__ = [
     "CLIENT_LOGGER",
@@ -48,6 +54,9 @@ class KafkaSettings:
             raise ConfigError(
                 "bootstrap servers are required (--bootstrap-servers / STATESNAP_BOOTSTRAP_SERVERS)"
             )
+        _refuse_credentials_in(str(self.bootstrap_servers))
+        if isinstance(self.config.get("bootstrap.servers"), str):  # the user's config wins
+            _refuse_credentials_in(self.config["bootstrap.servers"])
         # So that librdkafka or a traceback echoing one of them is masked in the logs.
         register_secrets(dict(self.config))
 
@@ -64,6 +73,28 @@ class KafkaSettings:
 
     def __repr__(self) -> str:
         return f"KafkaSettings(bootstrap_servers={self.bootstrap_servers!r}, config={redact(self.config)!r})"
+
+
+def _refuse_credentials_in(bootstrap_servers: str) -> None:
+    """Refuse ``user:password@host:9092`` (or ``SASL_SSL://user:password@host``) in the broker
+    list, without echoing it: librdkafka has no userinfo in ``bootstrap.servers`` (it would look
+    up a host named after the user), and the list is named in every connection error. The
+    credentials are remembered as secrets first, so nothing that saw the list prints them."""
+    entries = [e.strip() for e in bootstrap_servers.split(",")]
+    carrying = [e for e in entries if "@" in e]
+    if not carrying:
+        return
+    for entry in carrying:
+        info = entry.rpartition("@")[0]
+        info = info.split("://", 1)[1] if "://" in info else info
+        register_secret(info)
+        register_secret(info.partition(":")[2])
+    register_url_secrets(bootstrap_servers)
+    raise ConfigError(
+        f"bootstrap servers entry {entries.index(carrying[0]) + 1} carries credentials (user:password@, "
+        "not shown): give host:port only, and the credentials as sasl.username / sasl.password "
+        "(--kafka-config, a properties file or STATESNAP_KAFKA_SASL_USERNAME / _PASSWORD)"
+    )
 
 
 def redact(config: Mapping[str, Any]) -> dict[str, Any]:
