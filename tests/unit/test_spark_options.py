@@ -101,6 +101,29 @@ def test_bad_options_fail_in_one_line_naming_the_option(options: dict[str, str |
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("typo", "suggestion"),
+    [
+        ("startingOffset", "did you mean startingOffsets?"),
+        ("maxOfsetsPerTrigger", "did you mean maxOffsetsPerTrigger?"),
+        ("failOnDataLos", "did you mean failOnDataLoss?"),
+        ("fetchOffset.numRetry", "did you mean fetchOffset.numRetries?"),
+    ],
+)
+def test_a_typo_is_answered_with_the_documented_spelling(typo: str, suggestion: str) -> None:
+    """Spark lower-cases option names before a Python data source sees them (its own
+    ``CaseInsensitiveDict``, used here as Spark uses it): the error says so and suggests the
+    option's documented camelCase name, not a lower-cased one the user never wrote."""
+    from pyspark.sql.datasource import CaseInsensitiveDict
+
+    with pytest.raises(ConfigError) as info:
+        parse_options(CaseInsensitiveDict({**BASE, typo: "1"}), streaming=False)
+    message = str(info.value)
+    assert message.startswith(f"option {typo.lower()} (Spark passes option names lower-cased) is not")
+    assert message.endswith(suggestion)
+    assert "\n" not in message
+
+
 def test_offsets_json_timestamps_and_their_precedence() -> None:
     opts = parse(subscribe="a,b", startingOffsets='{"a":{"0":5,"1":-2},"b":{"0":-2}}')
     assert opts.starting == PartitionOffsets({("a", 0): 5, ("a", 1): -2, ("b", 0): -2})

@@ -13,6 +13,7 @@ Any other option is refused, naming it. docs/spark-kafka-source.md maps every op
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping
@@ -36,35 +37,39 @@ TP = tuple[str, int]
 #: and logs; under this key *every* property stays hidden (``sasl.jaas.config`` would not).
 SECRET_CONFIG_OPTION = "kafkaConfig.secret"
 
-#: Every source option this source knows (lower case), beside ``kafka.*``.
-KNOWN_OPTIONS = frozenset(
-    {
-        "subscribe",
-        "subscribepattern",
-        "assign",
-        "startingoffsets",
-        "endingoffsets",
-        "startingtimestamp",
-        "endingtimestamp",
-        "startingoffsetsbytimestamp",
-        "endingoffsetsbytimestamp",
-        "startingoffsetsbytimestampstrategy",
-        "maxoffsetspertrigger",
-        "minoffsetspertrigger",
-        "maxtriggerdelay",
-        "minpartitions",
-        "maxrecordsperpartition",
-        "failondataloss",
-        "includeheaders",
-        "groupidprefix",
-        "fetchoffset.numretries",
-        "fetchoffset.retryintervalms",
-        "kafkaconsumer.polltimeoutms",
-        "metadatatimeoutms",
-        "kafkaconfig.secret",
-        "path",
-    }
+#: Every source option this source knows, as documented (Spark's spelling), beside ``kafka.*``.
+#: Spark hands a Python data source its options with lower-cased names, so errors name an
+#: option by this spelling, never by the lower-cased one.
+OPTION_NAMES = (
+    "subscribe",
+    "subscribePattern",
+    "assign",
+    "startingOffsets",
+    "endingOffsets",
+    "startingTimestamp",
+    "endingTimestamp",
+    "startingOffsetsByTimestamp",
+    "endingOffsetsByTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "minPartitions",
+    "maxRecordsPerPartition",
+    "failOnDataLoss",
+    "includeHeaders",
+    "groupIdPrefix",
+    "fetchOffset.numRetries",
+    "fetchOffset.retryIntervalMs",
+    "kafkaConsumer.pollTimeoutMs",
+    "metadataTimeoutMs",
+    "kafkaConfig.secret",
+    "path",
 )
+#: Lower-cased name → documented spelling.
+CANONICAL = {name.lower(): name for name in OPTION_NAMES}
+#: Every source option this source knows (lower case), beside ``kafka.*``.
+KNOWN_OPTIONS = frozenset(CANONICAL)
 _REFUSED = {
     "topic": "it names the topic a Kafka *sink* writes to; to read, use subscribe",
 }
@@ -209,10 +214,7 @@ def parse_options(
         elif key in _REFUSED:
             raise ConfigError(f"option {original[key]} is not supported: {_REFUSED[key]}")
         elif key not in KNOWN_OPTIONS:
-            raise ConfigError(
-                f"option {original[key]} is not an option of the statesnap-kafka source (nor of "
-                "Spark's kafka source); Kafka client settings need the 'kafka.' prefix"
-            )
+            raise ConfigError(unknown_option(original[key]))
     java.update(_secret_config(opts))
     kafka_config, origin = translate(java)
 
@@ -266,6 +268,24 @@ def parse_options(
     if check_client:
         check_client_config(servers, kafka_config, origin)
     return parsed
+
+
+def unknown_option(name: str) -> str:
+    """The one line for an option this source does not know, suggesting the documented name it
+    is closest to (Spark passes *name* lower-cased: "startingoffset" → ``startingOffsets``)."""
+    close = difflib.get_close_matches(name.lower(), list(CANONICAL), n=1, cutoff=0.75)
+    hint = (
+        f"did you mean {CANONICAL[close[0]]}?"
+        if close
+        else "Kafka client settings need the 'kafka.' prefix (docs/spark-kafka-source.md lists the options)"
+    )
+    # Spark lower-cases option names before the source sees them: say so, or the user looks
+    # for a "startingoffset" they never wrote.
+    note = " (Spark passes option names lower-cased)" if name == name.lower() and close else ""
+    return (
+        f"option {name}{note} is not an option of the statesnap-kafka source nor of Spark's kafka "
+        f"source: {hint}"
+    )
 
 
 def _secret_config(opts: Mapping[str, str]) -> dict[str, str]:

@@ -297,6 +297,21 @@ def test_java_client_settings_are_translated_or_refused_at_load(
     assert len(read(spark, bootstrap, subscribe=topic_name, **accepted).collect()) == 1
 
 
+def test_a_typo_at_load_suggests_the_documented_option_name(spark: Any, topic_name: str) -> None:
+    """Through a real Spark ``load()``: Spark lower-cases option names on their way to a Python
+    data source, so the one-line answer to ``startingOffset`` names ``startingOffsets`` as the
+    docs spell it. No broker is contacted (the options fail first)."""
+    loader = (
+        spark.read.format("statesnap-kafka")
+        .option("kafka.bootstrap.servers", "127.0.0.1:9")
+        .option("subscribe", topic_name)
+        .option("startingOffset", "earliest")
+    )
+    with pytest.raises(Exception, match=r"startingoffset \(Spark passes option names lower-cased\)") as info:
+        loader.load()
+    assert "did you mean startingOffsets?" in str(info.value)
+
+
 def test_oracle_end_goes_back_when_a_topic_is_recreated(bootstrap: str, topic_name: str) -> None:
     """A running query's end probe starts where it saw the end last; on the dev broker a probe
     past the end of a recreated (shorter) partition gets no answer at all. The oracle probes again
