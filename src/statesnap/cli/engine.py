@@ -11,6 +11,7 @@ environment variables named in :data:`ENV` where a cluster differs.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import shutil
 from collections.abc import Mapping
@@ -125,8 +126,13 @@ def choose_engine(
         return EngineChoice("python", "the backlog is unknown; the python engine starts at once")
     py_s, spark_s = estimate_seconds(backlog, cores)
     mode = " before following" if follow else ""
+    above = crossover(cores)
+    if math.isinf(above):
+        verdict = f"Spark is not expected to be faster at any backlog on {cores} cores"
+    else:
+        verdict = f"Spark is expected to be faster above about {above:,.0f} records"
     estimate = (
-        f"estimated backlog {backlog:,} records{mode}: python ≈ {py_s:.1f}s, spark ≈ {spark_s:.1f}s "
-        f"on {cores} cores (crossover ≈ {crossover(cores):,.0f} records)"
+        f"the estimated backlog{mode} is {backlog:,} records: python ≈ {py_s:.1f}s, spark ≈ "
+        f"{spark_s:.1f}s on {cores} cores; {verdict}"
     )
     return EngineChoice("spark" if spark_s < py_s else "python", estimate)

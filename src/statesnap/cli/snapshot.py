@@ -180,6 +180,8 @@ def diff(
 ) -> None:
     """Keys added, removed and changed between snapshots OLD and NEW."""
     api = _api(url, table, storage_pairs)
+    for generation in (old, new):
+        api.get(generation)  # SnapshotNotFoundError naming it, on both engines, before any work
     if engine == "spark":
         from statesnap.cli.spark_engine import diff_on_spark
 

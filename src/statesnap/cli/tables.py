@@ -332,8 +332,10 @@ def _materialize_in_python(
         **kwargs,
     )
     deadline = Deadline(None)  # a one-shot run waits for its checkpoint as long as it takes
+    followed: dict[str, Any] | None = None
     try:
         report = start_with_progress(t, quiet)
+        restored_at, restored_offsets = time.monotonic(), t.offsets
         if follow:
             stop = stop_on_signals()
             if not quiet:
@@ -346,6 +348,10 @@ def _materialize_in_python(
             while not stop.wait(0.5):
                 t.raise_if_failed()
             deadline = Deadline(parse_duration(shutdown_timeout).total_seconds())
+            followed = {
+                "records": records_between(restored_offsets, t.offsets),
+                "seconds": round(time.monotonic() - restored_at, 3),
+            }
         write_started = time.monotonic()
         # One task of several cannot complete a snapshot alone; its peers report on their own.
         solo = not instances or instances == 1 or not follow
@@ -372,7 +378,16 @@ def _materialize_in_python(
         "seconds": round(time.monotonic() - started, 3),
         "bytes": current.total_bytes if current else 0,
         "url": t.repo.url if t.repo else None,
+        **({"followed": followed} if followed is not None else {}),
     }
+
+
+def records_between(start: dict[int, int], end: dict[int, int]) -> int:
+    """Records read from *start* to *end* (next offsets), over the partitions held at both ends (a
+    partition a group member gained meanwhile was restored, not read from *start*). Offsets count
+    records exactly on the dev broker; on Kafka, transaction markers and compacted gaps make it an
+    upper bound."""
+    return sum(max(0, end[p] - start[p]) for p in start.keys() & end.keys())
 
 
 def report_materialized(result: dict[str, Any], as_json: bool) -> None:
@@ -382,13 +397,27 @@ def report_materialized(result: dict[str, Any], as_json: bool) -> None:
     elif not result["written"]:
         click.echo(f"no new records since checkpoint {result['checkpoint']}; nothing written")
     else:
-        restore = result["restore"]
-        click.echo(
-            f"checkpoint {result['checkpoint']} of {result['table']} by {result['engine']}: "
-            f"{result['keys']:,} keys, {result['bytes']:,} bytes in {result['seconds']:.2f}s "
-            f"(read {restore['replayed_records']:,} records after checkpoint {restore['checkpoint']}) "
-            f"→ {result['url']}"
-        )
+        click.echo(summary(result))
+
+
+def summary(result: dict[str, Any]) -> str:
+    """The sentence for a written checkpoint. A one-shot run reads and writes in the time it
+    gives; a --follow run says how long it followed and what it read in that time, and how long
+    the final checkpoint took, so neither number is the other's."""
+    restore = result["restore"]
+    base = restore["checkpoint"]
+    since = f"after checkpoint {base}" if base is not None else "from the start of the topic"
+    head = f"checkpoint {result['checkpoint']} of {result['table']} by {result['engine']}: "
+    size = f"{result['keys']:,} keys, {result['bytes']:,} bytes"
+    followed = result.get("followed")
+    if followed is None:
+        read = f"read {restore['replayed_records']:,} records {since}"
+        return f"{head}{size} in {result['seconds']:.2f}s ({read}) → {result['url']}"
+    read = restore["replayed_records"] + followed["records"]
+    return (
+        f"{head}{size}, written in {result['checkpoint_seconds']:.2f}s after following for "
+        f"{followed['seconds']:.2f}s (read {read:,} records {since}) → {result['url']}"
+    )
 
 
 @click.command()

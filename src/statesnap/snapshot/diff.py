@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statesnap.checkpoint.repository import CheckpointRepository
+from statesnap.errors import BlobNotFoundError, SnapshotNotFoundError
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +41,12 @@ class SnapshotDiff:
 
 
 def load_rows(repo: CheckpointRepository, generation: int) -> pa.Table:
-    """Every (key, value) of a checkpoint, all partitions merged."""
-    manifest = repo.read_manifest(generation)
+    """Every (key, value) of a checkpoint, all partitions merged; a generation that is gone (deleted,
+    collected) is :class:`SnapshotNotFoundError`, as ``snapshot show`` and ``delete`` say."""
+    try:
+        manifest = repo.read_manifest(generation)
+    except BlobNotFoundError:
+        raise SnapshotNotFoundError(f"no snapshot generation {generation} in {repo.url}") from None
     parts = [rows.select(["key", "value"]) for _p, rows in repo.iter_partitions(manifest)]
     if not parts:
         return pa.table({"key": pa.array([], pa.binary()), "value": pa.array([], pa.binary())})
