@@ -41,6 +41,7 @@ from pydantic import BaseModel, Field
 from statesnap import __version__
 from statesnap.errors import ConfigError, StatesnapError, TableStateError
 from statesnap.follower import Follower
+from statesnap.redaction import scrub
 from statesnap.serve.docs import mount_docs
 from statesnap.serve.metrics import CONTENT_TYPE, FollowerCollector, HttpMetrics, MetricsMiddleware, render
 from statesnap.serve.params import ParameterError, parse_min_offsets
@@ -240,6 +241,16 @@ def _validation_detail(exc: RequestValidationError) -> str:
     return "; ".join(parts) or "invalid request"
 
 
+def _validation_errors(exc: RequestValidationError) -> list[Any]:
+    """pydantic's errors without the ``input`` each one echoes: a 5000-digit ``wait_ms`` came back
+    whole (and an int of that size cannot even be JSON-encoded); the type, location and message say
+    what is wrong."""
+    return [
+        jsonable_encoder({k: v for k, v in err.items() if k in ("type", "loc", "msg", "ctx")})
+        for err in exc.errors()
+    ]
+
+
 def _without_422(spec: dict[str, Any]) -> dict[str, Any]:
     """The OpenAPI document without FastAPI's generated 422 answers: this API answers 400."""
     for methods in spec.get("paths", {}).values():
@@ -300,7 +311,7 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        body = {"detail": _validation_detail(exc), "errors": jsonable_encoder(exc.errors())}
+        body = {"detail": _validation_detail(exc), "errors": _validation_errors(exc)}
         return JSONResponse(body, status_code=400)
 
     @app.exception_handler(TableStateError)
@@ -310,12 +321,12 @@ def create_app(
     @app.exception_handler(StatesnapError)
     async def _replica_failed(_request: Request, exc: StatesnapError) -> JSONResponse:
         # The background consumer failed while a request waited on it (broker lost, …).
-        detail = f"replica failed: {type(exc).__name__}: {exc}"
+        detail = f"replica failed: {type(exc).__name__}: {scrub(str(exc))}"
         return JSONResponse({"detail": detail}, status_code=503, headers={"Retry-After": "1"})
 
     @app.exception_handler(ConfigError)
     async def _bad_request(_request: Request, exc: ConfigError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=400)
+        return JSONResponse({"detail": scrub(str(exc))}, status_code=400)
 
     def require_table(table: str) -> None:
         if table != follower.name:
