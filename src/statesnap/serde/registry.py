@@ -13,7 +13,10 @@ the client and codecs are built on first use, in the process that uses them.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import threading
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -104,6 +107,7 @@ class SchemaRegistry:
     def client(self) -> Any:
         """A new ``confluent_kafka.schema_registry.SchemaRegistryClient`` for these settings."""
         try:
+            _import_registry_quietly()
             from confluent_kafka.schema_registry import SchemaRegistryClient
         except ImportError as e:  # authlib, cachetools, … are extras of confluent-kafka
             raise ConfigError(f"schema-registry serdes need extra packages ({e.name}): {INSTALL_HINT}") from e
@@ -112,6 +116,29 @@ class SchemaRegistry:
         except (ValueError, TypeError) as e:
             # Messages name settings, not their values; the URL is never echoed.
             raise ConfigError(f"schema registry {self.safe_url}: {_no_url(str(e), self.url)}") from e
+
+
+#: The one warning :func:`_import_registry_quietly` silences: authlib (a dependency of
+#: confluent-kafka's registry client) warns on import that its ``httpx`` integration is
+#: deprecated, which users of statesnap can do nothing about.
+_AUTHLIB_HTTPX_WARNING = r"The httpx module is deprecated"
+_import_lock = threading.Lock()
+
+
+def _import_registry_quietly() -> None:
+    """Import confluent-kafka's registry client without authlib's ``AuthlibDeprecationWarning``.
+
+    Narrow on purpose: only that message, only during this import (Python caches the module, so
+    later imports are silent anyway). ``authlib.deprecate`` is imported first, outside the guard,
+    because on import it puts an ``always`` filter for its warnings at the front of the global
+    filter list, which would shadow ours, and must keep doing so for authlib's other warnings.
+    """
+    with _import_lock:
+        with contextlib.suppress(ImportError):  # reported by the import below, with the hint
+            importlib.import_module("authlib.deprecate")  # its filter goes in before ours
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_AUTHLIB_HTTPX_WARNING, category=DeprecationWarning)
+            import confluent_kafka.schema_registry  # noqa: F401
 
 
 def _no_url(message: str, url: str) -> str:
