@@ -1,0 +1,189 @@
+"""A Spark user's first job: ``format("kafka")`` → ``format("statesnap-kafka")`` and nothing else.
+
+Each job runs as a user runs it — a fresh ``python job.py`` (or ``spark-submit job.py``) with its
+own SparkSession, never inside pytest — against the session's Tansu broker. The rows are checked
+against a plain confluent-kafka consumer loop (``kafka.read_all``, read to partition EOF), not
+against anything statesnap reads. Proven on Tansu: produce, ``assign`` and partition EOF, which
+is all the source needs here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+#: The venv the tests run in: the one a user would have activated.
+VENV = Path(sys.prefix)
+DOCS = Path(__file__).resolve().parents[3] / "docs"
+
+#: A job as written for Spark's own Kafka source. The test swaps the format name and nothing else:
+#: no statesnap import, no register() call.
+KAFKA_JOB = """
+import json, sys
+from pyspark.sql import SparkSession
+
+spark = SparkSession.builder.appName("orders-report").getOrCreate()
+df = (
+    spark.read.format("kafka")
+    .option("kafka.bootstrap.servers", sys.argv[1])
+    .option("subscribe", sys.argv[2])
+    .option("startingOffsets", "earliest")
+    .load()
+)
+for r in df.select("partition", "offset", "key", "value").collect():
+    key = None if r.key is None else bytes(r.key).hex()
+    value = None if r.value is None else bytes(r.value).hex()
+    print("ROW", json.dumps([r.partition, r.offset, key, value]))
+spark.stop()
+"""
+
+#: docs/spark-cluster.md's spark-submit line for a venv that is not activated.
+SUBMIT_LINE = 'PYSPARK_PYTHON="$PWD/.venv/bin/python" .venv/bin/spark-submit job.py'
+
+
+def _swapped_job(path: Path, extra: str = "") -> Path:
+    text = KAFKA_JOB.replace('format("kafka")', 'format("statesnap-kafka")')
+    assert text.count("statesnap") == 1  # only the format name changed
+    if extra:
+        text = text.replace("df = (", f"{extra}\ndf = (", 1)
+    path.write_text(text)
+    return path
+
+
+def _plain_env() -> dict[str, str]:
+    """A shell where the venv is NOT activated: no venv on PATH, no PySpark/Spark settings."""
+    bin_dir = str(VENV / "bin")
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if p and p != bin_dir)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYSPARK_", "SPARK_", "VIRTUAL_ENV", "PYTHON"))
+    }
+    env["PATH"] = path
+    return env
+
+
+def _activated_env() -> dict[str, str]:
+    """What ``source .venv/bin/activate`` does: the venv's bin first on PATH, VIRTUAL_ENV set."""
+    env = _plain_env()
+    env["PATH"] = f"{VENV / 'bin'}{os.pathsep}{env['PATH']}"
+    env["VIRTUAL_ENV"] = str(VENV)
+    return env
+
+
+def _needs_java_and_venv() -> None:
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.skip("Spark needs a Java runtime")
+    if not (VENV / "pyvenv.cfg").exists():
+        pytest.skip("the tests must run in a venv (a user's activated venv is the case proven)")
+
+
+def _rows(stdout: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    out = []
+    for line in stdout.splitlines():
+        if line.startswith("ROW "):
+            p, o, k, v = json.loads(line[4:])
+            out.append(
+                (p, o, None if k is None else bytes.fromhex(k), None if v is None else bytes.fromhex(v))
+            )
+    return sorted(out)
+
+
+def _truth(kafka: Any, topic: str, partitions: int) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    return sorted((r.partition, r.offset, r.key, r.value) for r in kafka.read_all(topic, range(partitions)))
+
+
+def _produce(kafka: Any, topic: str) -> None:
+    kafka.create_topic(topic, 3)
+    records: list[tuple[int, bytes | None, bytes | None]] = [
+        (i % 3, f"k{i % 17}".encode(), f"v{i}".encode()) for i in range(300)
+    ]
+    records += [(1, b"k1", None), (2, None, b"no-key")]  # a tombstone and a keyless record
+    kafka.produce(topic, records)
+
+
+def test_users_own_job_reads_with_only_the_format_name_changed(
+    kafka: Any, topic_name: str, tmp_path: Path
+) -> None:
+    """In an activated venv, ``python job.py`` with its own SparkSession finds ``statesnap-kafka``
+    without ``register`` (PySpark's lookup of ``pyspark_*`` modules finds ``pyspark_statesnap``)
+    and reads every record a plain consumer reads, nulls included."""
+    _needs_java_and_venv()
+    _produce(kafka, topic_name)
+    job = _swapped_job(tmp_path / "job.py")
+    done = subprocess.run(
+        ["python", str(job), kafka.bootstrap, topic_name],  # `python` as the activated shell finds it
+        cwd=tmp_path,
+        env=_activated_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert _rows(done.stdout) == _truth(kafka, topic_name, 3)
+
+
+def test_workers_without_statesnap_are_one_line_at_register(tmp_path: Path) -> None:
+    """``.venv/bin/python job.py`` from a shell where the venv is not activated: Spark's workers
+    are ``python3`` from PATH, which cannot import statesnap. ``register(spark)`` says so in one
+    line naming the fix (before: every read failed with Spark's 17-line
+    ``PYTHON_DATA_SOURCE_ERROR``). No broker is contacted: the check fails first."""
+    _needs_java_and_venv()
+    env = _plain_env()
+    python3 = shutil.which("python3", path=env["PATH"])
+    probe = [python3 or "python3", "-c", "import statesnap"]
+    if python3 is None or subprocess.run(probe, capture_output=True, check=False).returncode == 0:
+        pytest.skip("needs a python3 on PATH without statesnap (the un-activated case)")
+    register = "from statesnap.spark import register\nregister(spark)"
+    job = _swapped_job(tmp_path / "job.py", extra=register)
+    done = subprocess.run(
+        [str(VENV / "bin" / "python"), str(job), "127.0.0.1:9", "t"],
+        cwd=tmp_path,
+        env={**env, "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 1
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("statesnap.errors.ConfigError")]
+    assert len(errors) == 1, done.stderr[-4000:]
+    (line,) = errors
+    assert line.startswith("statesnap.errors.ConfigError: Spark's Python workers (python3 = ")
+    assert "cannot run statesnap (No module named" in line
+    assert f"PYSPARK_PYTHON={VENV / 'bin' / 'python'}" in line
+    assert "PYTHON_DATA_SOURCE_ERROR" not in done.stderr
+
+
+def test_docs_spark_submit_line_runs_from_a_venv_that_is_not_activated(
+    kafka: Any, topic_name: str, tmp_path: Path
+) -> None:
+    """docs/spark-cluster.md's ``spark-submit`` line, run by bash in a shell where the venv is not
+    activated (``.venv/bin/spark-submit`` alone exits 127: "Could not find valid SPARK_HOME"),
+    submits the swapped job and reads what a plain consumer reads."""
+    _needs_java_and_venv()
+    assert SUBMIT_LINE in (DOCS / "spark-cluster.md").read_text()
+    _produce(kafka, topic_name)
+    _swapped_job(tmp_path / "job.py")
+    (tmp_path / ".venv").symlink_to(VENV, target_is_directory=True)
+    done = subprocess.run(
+        ["bash", "-c", f"{SUBMIT_LINE} {kafka.bootstrap} {topic_name}"],
+        cwd=tmp_path,
+        env=_plain_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert _rows(done.stdout) == _truth(kafka, topic_name, 3)
