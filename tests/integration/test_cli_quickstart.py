@@ -87,3 +87,8 @@ def test_demo_tells_the_whole_story_on_embedded_services(tmp_path: Path, engine:
             text.stdout,
         ), text.stdout
         assert "Traceback" not in text.stderr
+        # The verdict once (it was printed to stderr too), and the store auto chose by its name
+        # (it said "restored into a auto store"); the table's title may wrap, so whitespace is folded.
+        assert "faster" not in text.stderr, text.stderr
+        told = " ".join(text.stderr.split())
+        assert "restored into a memory store" in told, told

@@ -66,7 +66,10 @@ def cli(log_level: str) -> None:
     a blob store (a directory or s3://bucket/prefix), and restores from the newest valid one plus
     the topic's tail — so start-up cost follows the table's size, not the history's length.
     """
-    logging.basicConfig(level=log_level.upper(), handlers=[_log_handler()])
+    handler = _log_handler()
+    if log_level.upper() != "DEBUG":
+        handler.addFilter(_typed_errors_in_one_line)
+    logging.basicConfig(level=log_level.upper(), handlers=[handler])
     install_log_redaction()  # secrets never reach a log line, whoever logs (botocore, urllib3, …)
     logging.getLogger("statesnap").setLevel(log_level.upper())
     # librdkafka reports every failed connection attempt; the typed error after the timeout says it
@@ -82,6 +85,16 @@ class OneLineFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         return super().format(record).replace("\n", "\\n")
+
+
+def _typed_errors_in_one_line(record: logging.LogRecord) -> bool:
+    """A statesnap error logged with its traceback shows as its one line (tracebacks at DEBUG):
+    its message already names what is wrong, and the command's own error line follows."""
+    error = record.exc_info[1] if record.exc_info else None
+    if isinstance(error, StatesnapError):
+        record.msg, record.args = f"{record.getMessage()}: {type(error).__name__}: {error}", ()
+        record.exc_info, record.exc_text = None, None
+    return True
 
 
 def _log_handler() -> logging.Handler:

@@ -1,0 +1,223 @@
+"""What an operator meets on first contact, run as an operator runs it (a fresh ``statesnap``
+process): ``--timeout`` on every command that talks to Kafka and a hint when the client's TLS or
+SASL settings do not fit the listener, summaries that count and time what they say, and
+``snapshot diff`` naming a missing generation as ``show`` and ``delete`` do.
+
+Broker behaviour proved on Tansu (the session broker, a plaintext listener without SASL).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from integration.cli_runner import STATESNAP, ok, statesnap
+from statesnap.cli.engine import spark_available
+
+pytestmark = pytest.mark.integration
+
+SECRET = "hunter2-not-for-logs"
+SASL_SSL = [
+    *("--kafka-config", "security.protocol=SASL_SSL"),
+    *("--kafka-config", "sasl.mechanism=PLAIN"),
+    *("--kafka-config", "sasl.username=ops"),
+    *("--kafka-config", f"sasl.password={SECRET}"),
+]
+
+
+def _timed(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], float]:
+    started = time.monotonic()
+    result = statesnap(*args, timeout=90, env=env)
+    return result, time.monotonic() - started
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["materialize", "--checkpoints", "{tmp}/c"],
+        ["dump"],
+        ["serve", "--checkpoints", "{tmp}/c", "--port", "0"],
+        ["produce-sample", "--updates", "10"],
+    ],
+    ids=lambda c: c[0],
+)
+def test_every_kafka_command_takes_timeout_and_hints_at_a_tls_mismatch(
+    bootstrap: str, tmp_path: Path, command: list[str]
+) -> None:
+    """SASL_SSL against Tansu's plaintext listener: the client's TLS hello is never answered and
+    librdkafka reports nothing. Each command gives up after its --timeout (not a fixed 15 s) with
+    one typed line that names the address, the deadline and the likely cause, never the password.
+    Before: only `snapshot create` had --timeout (exit 2 here), and the error had no hint."""
+    args = [a.replace("{tmp}", str(tmp_path)) for a in command]
+    result, seconds = _timed(*args, "-b", bootstrap, "-t", "ops-tls", "--timeout", "2s", *SASL_SSL)
+    assert result.returncode == 1, result.stderr[-2000:]
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(
+        f"Error: BrokerUnavailableError: no Kafka broker answered at {bootstrap} within 2s"
+    )
+    assert "is security.protocol right for this listener? (it is SASL_SSL)" in last, last
+    assert "Traceback" not in result.stderr
+    assert SECRET not in result.stderr + result.stdout
+    assert seconds < 12, f"{seconds:.1f}s with --timeout 2s"
+
+
+def test_timeout_comes_from_the_environment_too(kafka: Any, tmp_path: Path) -> None:
+    """STATESNAP_TIMEOUT sets the same deadline, also for a snapshot command on a topic store
+    (whose own --timeout is the snapshot's deadline). Tansu, SSL client on a plaintext listener."""
+    bootstrap, url = kafka.bootstrap, str(tmp_path / "c")
+    topic = kafka.create_topic(f"ops-env-{uuid.uuid4().hex[:8]}", 1)
+    kafka.produce(topic, [(0, b"k", b"v")])
+    store = f"topic:{topic}-snapshots"
+    ok(
+        statesnap(
+            "materialize", "-b", bootstrap, "-t", topic, "--checkpoints", url, "--snapshot-store", store
+        )
+    )
+    env = {"STATESNAP_TIMEOUT": "2s"}
+    dump, seconds = _timed(
+        "dump", "-b", bootstrap, "-t", "ops-env", "--kafka-config", "security.protocol=SSL", env=env
+    )
+    assert dump.returncode == 1
+    assert "within 2s" in dump.stderr, dump.stderr[-2000:]
+    assert "no answer to the TLS handshake — is security.protocol right" in dump.stderr
+    assert seconds < 12
+    listed, seconds = _timed(
+        *("snapshot", "list", url, "--table", topic, "--snapshot-store", store),
+        *("-b", bootstrap, "--kafka-config", "security.protocol=SSL"),
+        env=env,
+    )
+    assert listed.returncode == 1
+    assert "within 2s" in listed.stderr, listed.stderr[-2000:]
+    assert seconds < 12
+
+
+def test_a_sasl_mismatch_names_what_librdkafka_saw(bootstrap: str) -> None:
+    """SASL_PLAINTEXT with a mechanism the listener does not offer: Tansu answers the handshake
+    with "Unsupported SASL mechanism", and the error says so with the hint, not only "no broker
+    answered"."""
+    result, _ = _timed(
+        *("dump", "-b", bootstrap, "-t", "ops-sasl", "--timeout", "2s"),
+        *("--kafka-config", "security.protocol=SASL_PLAINTEXT"),
+        *("--kafka-config", "sasl.mechanism=SCRAM-SHA-512"),
+        *("--kafka-config", "sasl.username=ops", "--kafka-config", f"sasl.password={SECRET}"),
+    )
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert "authentication failed: SASL SCRAM-SHA-512 mechanism handshake failed" in last, last
+    assert "is security.protocol right for this listener? (it is SASL_PLAINTEXT)" in last
+    assert SECRET not in result.stderr
+
+
+class _Lines:
+    """A background reader of a pipe, so a test can wait for a line with a deadline."""
+
+    def __init__(self, pipe: Any) -> None:
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
+        self._thread.start()
+
+    def _read(self, pipe: Any) -> None:
+        for line in pipe:
+            self.lines.append(line)
+
+    def wait_for(self, text: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in self.lines):
+            assert time.monotonic() < deadline, (
+                f"no {text!r} within {timeout}s: {''.join(self.lines)[-2000:]}"
+            )
+            time.sleep(0.1)
+
+
+def test_summaries_count_and_time_what_they_say(kafka: Any, tmp_path: Path) -> None:
+    """A first run reads "from the start of the topic" (it said "after checkpoint None"); auto's
+    reason is a sentence (it said "crossover ≈ inf records"); a --follow run counts the records
+    it read while following (it said 0) and times following and its final checkpoint apart (it
+    gave the whole run's time). Tansu."""
+    topic = kafka.create_topic(f"ops-follow-{uuid.uuid4().hex[:8]}", 2)
+    kafka.produce(topic, [(i % 2, b"k%d" % (i % 50), b"v%d" % i) for i in range(300)])
+    url = str(tmp_path / "ckpt")
+    base = ["materialize", "-b", kafka.bootstrap, "-t", topic, "--checkpoints", url]
+    first = statesnap(*base, "--engine", "auto")
+    text = ok(first)
+    assert re.fullmatch(
+        rf"checkpoint 1 of {topic} by python: 50 keys, [\d,]+ bytes in \d+\.\d\ds "
+        rf"\(read 300 records from the start of the topic\) → \S+\n",
+        text,
+    ), text
+    engine_line = next(line for line in first.stderr.splitlines() if line.startswith("engine: "))
+    assert "inf" not in engine_line, engine_line
+    assert "None" not in engine_line, engine_line
+    if spark_available():  # the number is Tansu's under-reported watermark: an estimate, as labelled
+        assert re.search(
+            r"the estimated backlog is [\d,]+ records: python ≈ \d+\.\ds, spark ≈ \d+\.\ds on \d+ cores; "
+            r"Spark is (not expected to be faster at any backlog on \d+ cores|expected to be faster "
+            r"above about [\d,]+ records)\)$",
+            engine_line,
+        ), engine_line
+
+    proc = subprocess.Popen(
+        [*STATESNAP, *base, "--engine", "python", "--follow", "--commit-interval", "1s"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+    )
+    try:
+        err = _Lines(proc.stderr)
+        err.wait_for("following", 60)
+        kafka.produce(topic, [(i % 2, b"k%d" % (i % 80), b"w%d" % i) for i in range(120)])
+        time.sleep(4)  # the follower reads them within a poll or two (fetch.wait.max.ms is short)
+        proc.send_signal(signal.SIGINT)
+        out = proc.communicate(timeout=120)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, "".join(err.lines)[-2000:]
+    m = re.fullmatch(
+        rf"checkpoint 2 of {topic} by python: 80 keys, [\d,]+ bytes, written in (\d+\.\d\d)s after "
+        rf"following for (\d+\.\d\d)s \(read 120 records after checkpoint 1\) → \S+\n",
+        out,
+    )
+    assert m, out
+    written_s, followed_s = float(m[1]), float(m[2])
+    assert followed_s >= 4
+    assert written_s < followed_s
+
+
+def test_diff_of_a_deleted_generation_is_snapshot_not_found(kafka: Any, tmp_path: Path) -> None:
+    """`snapshot diff` names a deleted generation as `show` does (it raised BlobNotFoundError),
+    on either engine, before any Spark starts. Tansu."""
+    topic = kafka.create_topic(f"ops-diff-{uuid.uuid4().hex[:8]}", 1)
+    url = str(tmp_path / "ckpt")
+    for n in range(2):
+        kafka.produce(topic, [(0, b"k%d" % i, b"v%d-%d" % (n, i)) for i in range(20)])
+        ok(statesnap("materialize", "-b", kafka.bootstrap, "-t", topic, "--checkpoints", url, "-q"))
+    snap = ["snapshot"]
+    table = [url, "--table", topic]
+    ok(statesnap(*snap, "delete", *table, "1"))
+    shown = statesnap(*snap, "show", *table, "1")
+    assert shown.returncode == 1
+    assert "SnapshotNotFoundError" in shown.stderr
+    for engine in ("python", "spark"):
+        diffed = statesnap(*snap, "diff", *table, "1", "2", "--engine", engine, "--json")
+        assert diffed.returncode == 1, diffed.stdout
+        last = diffed.stderr.strip().splitlines()[-1]
+        assert last.startswith("Error: SnapshotNotFoundError: no snapshot generation 1 "), last
+        assert diffed.stdout == ""
+    changed = ok(statesnap(*snap, "diff", *table, "2", "2", "--json"))
+    assert (changed["changed"], changed["unchanged"], changed["examples"]) == (
+        0,
+        20,
+        {"added": [], "removed": [], "changed": []},
+    )
