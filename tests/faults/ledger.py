@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import pytest
 
 #: What the suite injects.
-TRIED = ("kills", "corruptions", "bad_inputs", "races", "infrastructure_faults")
+TRIED = ("kills", "corruptions", "bad_inputs", "races", "infrastructure_faults", "url_forms")
 #: What must never happen.
 FINDINGS = ("wrong_tables", "data_lost", "hangs", "secret_leaks")
 
