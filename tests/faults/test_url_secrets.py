@@ -75,6 +75,8 @@ class Form:
     bootstrap: Callable[[Ctx], str] | None = None
     #: Commands this form goes through (broker forms need a broker: not ``verify``).
     commands: tuple[str, ...] = ("verify", "materialize", "dump")
+    #: Run at ``--log-level debug``: botocore's and librdkafka's records pass the log filter.
+    debug: bool = False
 
 
 def _s3(userinfo: str, scheme: str = "s3") -> Callable[[Ctx], str]:
@@ -133,6 +135,16 @@ FORMS: dict[str, Form] = {
             aws_session_token=TOKEN,
         )
     ),
+    "query-secret-access-key-debug": Form(
+        _on_endpoint(
+            endpoint_url="{endpoint}",
+            region="us-east-1",
+            aws_access_key_id=KEY_ID,
+            aws_secret_access_key=SECRET_KEY,
+            aws_session_token=TOKEN,
+        ),
+        debug=True,
+    ),
     # --- other schemes ------------------------------------------------------------------------------
     "https-checkpoint-url-userinfo": Form(lambda c: f"https://{KEY_ID}:{PASSWORD}@example.invalid/ckpt"),
     "file-url-userinfo": Form(lambda c: f"file://{KEY_ID}:{PASSWORD}@localhost/tmp/ckpt"),
@@ -148,6 +160,11 @@ FORMS: dict[str, Form] = {
     "broker-in-kafka-config": Form(
         extra=lambda c: ["--kafka-config", f"bootstrap.servers=u:{PASSWORD}@{c.bootstrap}"],
         commands=_BROKER_ONLY,
+    ),
+    "broker-userinfo-debug": Form(
+        bootstrap=lambda c: f"SASL_SSL://{KEY_ID}:{SECRET_KEY}@{c.bootstrap}",
+        commands=_BROKER_ONLY,
+        debug=True,
     ),
     "kafka-config-value-is-a-pasted-secret": Form(
         extra=lambda c: ["--kafka-config", f"fetch.wait.max.ms={PASSWORD}"], commands=_BROKER_ONLY
@@ -165,6 +182,11 @@ def _args(command: str, form: Form, c: Ctx) -> list[str]:
     url = form.url(c) if form.url is not None else c.file_url
     bootstrap = form.bootstrap(c) if form.bootstrap is not None else c.bootstrap
     extra = form.extra(c)
+    debug = ["--log-level", "debug"] if form.debug else []
+    return [*debug, *_command(command, url, bootstrap, c.topic, extra)]
+
+
+def _command(command: str, url: str, bootstrap: str, topic: str, extra: list[str]) -> list[str]:
     if command == "verify":
         return ["checkpoints", "verify", url, "--json", *extra]
     if command == "materialize":
@@ -176,13 +198,13 @@ def _args(command: str, form: Form, c: Ctx) -> list[str]:
             "-b",
             bootstrap,
             "-t",
-            c.topic,
+            topic,
             "--checkpoints",
             url,
             "--json",
             *extra,
         ]
-    return ["dump", "-b", bootstrap, "-t", c.topic, "--checkpoints", url, "--digest", "--json", *extra]
+    return ["dump", "-b", bootstrap, "-t", topic, "--checkpoints", url, "--digest", "--json", *extra]
 
 
 @pytest.fixture(scope="module")
@@ -244,7 +266,7 @@ def test_url_form_never_shows_its_secret(
     for result in outcomes[name]:
         judge_cli(ledger, result)  # hangs, and the suite's own secrets
         # Named by form and command only: the arguments hold the secrets.
-        what = f"statesnap {' '.join(a for a in result.args[:2] if a.isalpha())} ({name})"
+        what = f"statesnap {' '.join(a for a in result.args[:4] if a.isalpha())} ({name})"
         leak = _leaked(result.output)
         ledger.check(leak is None, "secret_leaks", f"{what}: {leak}")
         assert "Traceback" not in result.stderr, f"{what}\n{_masked(result.stderr[-2000:])}"
