@@ -9,15 +9,21 @@ is all the source needs here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from statesnap.devstack.process import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -46,6 +52,8 @@ for r in df.select("partition", "offset", "key", "value").collect():
 spark.stop()
 """
 
+#: Marks docs/spark-cluster.md's standalone-cluster block, which a test runs as written.
+CLUSTER_MARKER = "<!-- run as written by tests/integration/spark/test_first_job.py"
 #: docs/spark-cluster.md's spark-submit line for a venv that is not activated.
 SUBMIT_LINE = 'PYSPARK_PYTHON="$PWD/.venv/bin/python" .venv/bin/spark-submit job.py'
 
@@ -187,3 +195,76 @@ def test_docs_spark_submit_line_runs_from_a_venv_that_is_not_activated(
     )
     assert done.returncode == 0, done.stderr[-4000:]
     assert _rows(done.stdout) == _truth(kafka, topic_name, 3)
+
+
+def _docs_cluster_block() -> list[str]:
+    text = (DOCS / "spark-cluster.md").read_text()
+    block = text[text.index(CLUSTER_MARKER) :].split("```bash\n", 1)[1].split("```", 1)[0]
+    return block.strip().splitlines()
+
+
+def _alive_workers(ui_port: int) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as r:
+            status = json.loads(r.read())
+    except (OSError, ValueError):  # not up yet, or still serving HTML at /json/ while starting
+        return 0
+    return sum(1 for w in status.get("workers", []) if w.get("state") == "ALIVE")
+
+
+def test_docs_standalone_cluster_block_runs_from_a_venv_that_is_not_activated(
+    kafka: Any, topic_name: str, tmp_path: Path
+) -> None:
+    """docs/spark-cluster.md's block — a master and a worker started with the venv's
+    ``spark-class`` (pip's pyspark has no ``sbin/``), then the job submitted to them with the
+    venv's ``spark-submit`` — run by bash as written (ports changed) in a shell where the venv is
+    not activated. The swapped job runs on the cluster's executor and reads what a plain
+    consumer reads."""
+    _needs_java_and_venv()
+    export, master, worker, submit = _docs_cluster_block()
+    mp, ui, wui = free_port(), free_port(), free_port()
+
+    def ports(line: str) -> str:
+        return line.replace("7077", str(mp)).replace("8080", str(ui)).replace("8081", str(wui))
+
+    _produce(kafka, topic_name)
+    _swapped_job(tmp_path / "job.py")
+    (tmp_path / ".venv").symlink_to(VENV, target_is_directory=True)
+    env = {**_plain_env(), "SPARK_LOG_DIR": str(tmp_path / "logs")}
+    with (tmp_path / "daemons.log").open("wb") as log:
+        daemons = subprocess.Popen(
+            ["bash", "-c", "\n".join([export, ports(master), ports(worker), "wait"])],
+            cwd=tmp_path,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # one process group: master, worker and its executors
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while _alive_workers(ui) < 1:
+            assert daemons.poll() is None, (tmp_path / "daemons.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, (tmp_path / "daemons.log").read_text()[-3000:]
+            time.sleep(0.5)
+        done = subprocess.run(
+            ["bash", "-c", f"{export}\n{ports(submit)} {kafka.bootstrap} {topic_name}"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-4000:]
+        assert f"spark://127.0.0.1:{mp}" in ports(submit)
+        assert _rows(done.stdout) == _truth(kafka, topic_name, 3)
+        assert any((tmp_path / "spark-work").iterdir())  # an executor of the worker ran the tasks
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(daemons.pid, signal.SIGTERM)
+        try:
+            daemons.wait(20)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(daemons.pid, signal.SIGKILL)
+            daemons.wait(5)
