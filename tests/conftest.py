@@ -1,4 +1,8 @@
-"""Session-wide real services: one Tansu broker and one moto S3 server, started on first use."""
+"""Session-wide real services: one Tansu broker and one moto S3 server, started on first use.
+
+They stop at the session's end, and on Linux also when the test run is killed without a teardown
+(a timeout's SIGKILL): the dev stack asks the kernel to signal them when their parent dies
+(``statesnap.devstack.orphans``; proved by ``test_services_die_with_a_killed_test_run``)."""
 
 from __future__ import annotations
 

@@ -8,6 +8,7 @@ Broker behaviour proved on Tansu (the session broker, a plaintext listener witho
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -221,3 +222,77 @@ def test_diff_of_a_deleted_generation_is_snapshot_not_found(kafka: Any, tmp_path
         20,
         {"added": [], "removed": [], "changed": []},
     )
+
+
+_SERVICES_TEST = """
+import json, os, time
+from pathlib import Path
+
+
+def test_hold_services(broker, s3_server, tmp_path):
+    pids = [broker.pid, s3_server.pid]
+    if os.environ.get("WITH_SPARK_CLUSTER"):
+        from standalone import StandaloneCluster
+
+        cluster = StandaloneCluster(tmp_path / "spark", workers=1, cores=1, memory="512m")
+        cluster.start()
+        pids += cluster.pids
+    Path(os.environ["PIDS_FILE"]).write_text(json.dumps(pids))
+    time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Running, not merely a zombie waiting for its new parent to reap it."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+@pytest.mark.parametrize(
+    "spark", [False, pytest.param(True, marks=pytest.mark.spark)], ids=["tansu+moto", "spark"]
+)
+def test_services_die_with_a_killed_test_run(tmp_path: Path, spark: bool) -> None:
+    """A test run killed by a timeout (SIGKILL: no fixture teardown, no atexit) takes its broker,
+    its moto server (the venv's own) and its Spark standalone daemons with it. Before, they lived
+    on as orphans. Linux (PR_SET_PDEATHSIG); Tansu, moto and Spark's master and worker JVMs."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the parent-death signal is Linux's")
+    if spark and not spark_available():
+        pytest.skip("a Spark standalone cluster needs pyspark and Java")
+    tests = Path(__file__).resolve().parents[1]
+    (tmp_path / "test_hold.py").write_text(_SERVICES_TEST)
+    pids_file = tmp_path / "pids.json"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tests), str(tests / "integration" / "spark_cluster")]),
+        "PIDS_FILE": str(pids_file),
+        "WITH_SPARK_CLUSTER": "1" if spark else "",
+    }
+    run = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-p", "conftest", "-p", "no:cacheprovider", "test_hold.py"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not pids_file.exists():
+            assert run.poll() is None, f"the inner pytest exited with {run.returncode}"
+            assert time.monotonic() < deadline, "the inner pytest did not start its services in time"
+            time.sleep(0.2)
+        time.sleep(0.2)  # the file is written in one call; let it land
+        pids = json.loads(pids_file.read_text())
+        assert len(pids) == (4 if spark else 2)
+        assert all(_alive(p) for p in pids)
+        moto = Path(f"/proc/{pids[1]}/cmdline").read_bytes().split(b"\0")
+        assert Path(sys.executable).with_name("moto_server") in {Path(a.decode()) for a in moto}
+    finally:
+        run.kill()  # SIGKILL, as a timeout does
+        run.wait(30)
+    deadline = time.monotonic() + 20
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p for p in pids if _alive(p)], "services outlived the killed test run"

@@ -1,5 +1,6 @@
 """Real services on loopback for the demo, tests and benchmarks: the Tansu Kafka broker and a
-moto S3 server. Each starts on a free port, is waited for until it answers, and stops on exit."""
+moto S3 server. Each starts on a free port, is waited for until it answers, and stops on exit —
+or, on Linux, when the process that started it dies, however it dies (see ``orphans``)."""
 
 from statesnap.devstack.broker import EmbeddedBroker
 from statesnap.devstack.s3 import EmbeddedS3

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Self
 
+from statesnap.devstack.orphans import guarded
 from statesnap.errors import StatesnapError
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ class LoopbackService:
         fd, path = tempfile.mkstemp(prefix=f"statesnap-{self.name}-", suffix=".log")
         self._log_path = Path(path)
         self._proc = subprocess.Popen(
-            list(self.command()),
+            guarded(self.command()),  # dies with this process, even on SIGKILL
             stdout=fd,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -93,6 +94,11 @@ class LoopbackService:
         if self._log_path is None or not self._log_path.exists():
             return ""
         return "\n".join(self._log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    @property
+    def pid(self) -> int | None:
+        """The service's process id (its process group's too) while it runs."""
+        return self._proc.pid if self._proc is not None else None
 
     @property
     def running(self) -> bool:

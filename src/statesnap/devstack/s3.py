@@ -26,10 +26,15 @@ class EmbeddedS3(LoopbackService):
     name = "moto"
 
     def command(self) -> Sequence[str]:
-        exe = shutil.which("moto_server") or str(Path(sys.executable).with_name("moto_server"))
-        if not Path(exe).exists():
-            raise DevServiceError("moto_server not found: pip install 'moto[server]'")
-        return [exe, "-H", self.host, "-p", str(self.port)]
+        # This interpreter's own moto first: one found on PATH may belong to another Python
+        # (another moto version, another set of dependencies).
+        exe = Path(sys.executable).with_name("moto_server")
+        if not exe.exists():
+            found = shutil.which("moto_server")
+            if found is None:
+                raise DevServiceError("moto_server not found: pip install 'moto[server]'")
+            exe = Path(found)
+        return [str(exe), "-H", self.host, "-p", str(self.port)]
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from statesnap.devstack.orphans import guarded
 from statesnap.devstack.process import free_port, port_open
 
 #: Environment variables a worker must not inherit from the test process (a real cluster's
@@ -73,6 +74,11 @@ class StandaloneCluster:
     def logs(self) -> Path:
         return self.root / "logs"
 
+    @property
+    def pids(self) -> list[int]:
+        """The daemons' process ids (master first)."""
+        return [d.proc.pid for d in self._daemons]
+
     def _env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(_PRIVATE_PREFIXES)}
         env.update(
@@ -88,7 +94,8 @@ class StandaloneCluster:
         log = self.logs / f"{name}.log"
         with log.open("ab") as out:
             proc = subprocess.Popen(
-                [str(spark_home() / "bin" / "spark-class"), main_class, *args],
+                # SIGTERM if the test run dies: the JVMs' shutdown hooks stop executors too.
+                guarded([str(spark_home() / "bin" / "spark-class"), main_class, *args], signal.SIGTERM),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
