@@ -1,4 +1,5 @@
-"""The manifest: the small JSON document that makes a checkpoint exist (format version 1)."""
+"""The manifest: the small JSON document that makes a checkpoint exist (format version 2: it carries
+its own checksum; version 1 is still read)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from statesnap.checkpoint.manifest import (
     CheckpointState,
     DataFile,
     PartitionCheckpoint,
+    canonical_checksum,
 )
 from statesnap.errors import CorruptCheckpointError
 
@@ -22,6 +24,7 @@ from .conftest import T0, make_manifest
 
 BASE = DataFile("data/00000000000000000001/p00000-base-0.parquet", "base", 3, 1200, "a" * 64)
 DELTA = DataFile("data/00000000000000000002/p00000-delta-0.parquet", "delta", 1, 400, "b" * 64)
+DELTA2 = DataFile("data/00000000000000000002/p00000-delta-1.parquet", "delta", 1, 400, "c" * 64)
 
 
 def test_round_trip_keeps_every_field() -> None:
@@ -36,7 +39,8 @@ def test_round_trip_keeps_every_field() -> None:
 
 def test_json_is_the_documented_layout() -> None:
     obj = json.loads(make_manifest(3, files={0: (BASE,)}).to_bytes())
-    assert obj["format_version"] == FORMAT_VERSION == 1
+    assert obj["format_version"] == FORMAT_VERSION == 2
+    assert obj["checksum"] == canonical_checksum(obj)
     assert {
         "table",
         "topic",
@@ -51,32 +55,32 @@ def test_json_is_the_documented_layout() -> None:
     assert obj["created_at"].endswith("+00:00")
 
 
-_files = st.lists(
-    st.builds(
-        DataFile,
-        path=st.from_regex(r"data/[0-9]{20}/p[0-9]{5}-(base|delta)-[0-9]\.parquet", fullmatch=True),
-        kind=st.just("delta"),
-        rows=st.integers(0, 10**9),
-        bytes=st.integers(0, 10**12),
-        sha256=st.from_regex(r"[0-9a-f]{64}", fullmatch=True),
-    ),
-    max_size=3,
-)
+def _delta(partition: int, generation: int, n: int, rows: int, size: int, sha: str) -> DataFile:
+    return DataFile(f"data/{generation:020d}/p{partition:05d}-delta-{n}.parquet", "delta", rows, size, sha)
+
+
+_file_names = st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 99)), max_size=3, unique=True)
 
 
 @given(
-    generation=st.integers(0, 10**15),
-    partitions=st.dictionaries(st.integers(0, 10_000), st.tuples(st.integers(0, 2**62), _files), max_size=5),
+    generation=st.integers(10**6, 10**15),
+    partitions=st.dictionaries(
+        st.integers(0, 10_000), st.tuples(st.integers(0, 2**62), _file_names), max_size=5
+    ),
     millis=st.integers(0, 4_000_000_000_000),
     state=st.sampled_from(CheckpointState),
     table=st.text(min_size=1, max_size=20),
+    size=st.integers(1, 10**12),
+    sha=st.from_regex(r"[0-9a-f]{64}", fullmatch=True),
 )
 def test_round_trip_property(
     generation: int,
-    partitions: dict[int, tuple[int, list[DataFile]]],
+    partitions: dict[int, tuple[int, list[tuple[int, int]]]],
     millis: int,
     state: CheckpointState,
     table: str,
+    size: int,
+    sha: str,
 ) -> None:
     created = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=millis)
     m = CheckpointManifest(
@@ -84,7 +88,10 @@ def test_round_trip_property(
         topic="t",
         cluster_id="c",
         generation=generation,
-        partitions={p: PartitionCheckpoint(p, off, tuple(fs)) for p, (off, fs) in partitions.items()},
+        partitions={
+            p: PartitionCheckpoint(p, off, tuple(_delta(p, g, n, 1, size, sha) for g, n in sorted(names)))
+            for p, (off, names) in partitions.items()
+        },
         created_at=created,
         state=state,
     )
@@ -95,19 +102,25 @@ def test_created_at_from_another_timezone_is_normalized_to_utc() -> None:
     m = make_manifest()
     obj = json.loads(m.to_bytes())
     obj["created_at"] = "2024-05-01T14:00:00.000+02:00"
+    obj["checksum"] = canonical_checksum(obj)  # as another writer would have signed it
     back = CheckpointManifest.from_bytes(json.dumps(obj).encode())
     assert back.created_at == T0
     obj["created_at"] = "2024-05-01T12:00:00"  # naive: read as UTC
+    obj["checksum"] = canonical_checksum(obj)
     assert CheckpointManifest.from_bytes(json.dumps(obj).encode()).created_at == T0
 
 
-def _mutated(**changes: object) -> bytes:
-    obj = json.loads(make_manifest(files={0: (BASE,)}).to_bytes())
+def _mutated(*, sign: bool = True, **changes: object) -> bytes:
+    """The test manifest with *changes*, re-signed (so the checks behind the checksum are what is
+    tested) unless *sign* is false."""
+    obj = json.loads(make_manifest(2, files={0: (BASE,)}).to_bytes())
     for key, value in changes.items():
         if value is _DELETE:
             del obj[key]
         else:
             obj[key] = value
+    if sign:
+        obj["checksum"] = canonical_checksum(obj)
     return json.dumps(obj).encode()
 
 
@@ -122,24 +135,26 @@ _DELETE = object()
         (b"", "not valid JSON"),
         (b"\xff\xfe\x00garbage", "not valid JSON"),
         (b"[1, 2, 3]", "not a JSON object"),
-        (_mutated(format_version=2), "unknown format version 2"),
+        (_mutated(format_version=3), "unknown format version 3"),
         (_mutated(format_version=0), "unknown format version 0"),
         (_mutated(format_version="1"), "unknown format version '1'"),
+        (_mutated(format_version=True), "unknown format version True"),
         (_mutated(format_version=_DELETE), "unknown format version None"),
-        (_mutated(topic=_DELETE), "malformed"),
-        (_mutated(partitions=_DELETE), "malformed"),
-        (_mutated(partitions=[1, 2]), "malformed"),
-        (_mutated(partitions={"zero": {"next_offset": 1, "files": []}}), "malformed"),
-        (_mutated(partitions={"0": {"files": []}}), "malformed"),
-        (_mutated(partitions={"0": {"next_offset": -1, "files": []}}), "negative offset"),
-        (_mutated(partitions={"0": {"next_offset": 1, "files": [{"path": "x"}]}}), "malformed"),
+        (_mutated(topic=_DELETE), "topic is null"),
+        (_mutated(partitions=_DELETE), "partitions is null"),
+        (_mutated(partitions=[1, 2]), "partitions is a JSON array"),
+        (_mutated(partitions={"zero": {"next_offset": 1, "files": []}}), "not a partition number"),
+        (_mutated(partitions={"0": {"files": []}}), "next_offset is null"),
+        (_mutated(partitions={"0": {"next_offset": -1, "files": []}}), r"next_offset is -1, outside"),
+        (_mutated(partitions={"0": {"next_offset": 1, "files": [{"path": "x"}]}}), "not under data/"),
         (
             _mutated(partitions={"0": {"next_offset": 1, "files": [{**BASE.to_json(), "kind": "full"}]}}),
-            "malformed",
+            "unknown file kind 'full'",
         ),
         (_mutated(created_at="yesterday"), "malformed"),
         (_mutated(state="HALF_DONE"), "malformed"),
-        (_mutated(generation="seven"), "malformed"),
+        (_mutated(generation="seven"), "generation is the string 'seven', not an integer"),
+        (_mutated(sign=False, table="other"), "does not match its own checksum"),
     ],
 )
 def test_corrupt_manifests_raise_corrupt_checkpoint_error(data: bytes, match: str) -> None:
@@ -150,7 +165,7 @@ def test_corrupt_manifests_raise_corrupt_checkpoint_error(data: bytes, match: st
 
 def test_unknown_format_version_is_refused_even_if_otherwise_well_formed() -> None:
     """A future writer's format must not be misread by this reader: skip, don't guess."""
-    with pytest.raises(CorruptCheckpointError, match=r"reads \[1\]"):
+    with pytest.raises(CorruptCheckpointError, match=r"reads \[1, 2\]"):
         CheckpointManifest.from_bytes(_mutated(format_version=FORMAT_VERSION + 1))
 
 
@@ -170,7 +185,7 @@ def test_base_after_delta_is_corrupt(files: list[dict[str, object]]) -> None:
 
 
 def test_delta_only_and_base_then_deltas_are_valid() -> None:
-    for files in ([DELTA.to_json()], [BASE.to_json(), DELTA.to_json(), DELTA.to_json()], []):
+    for files in ([DELTA.to_json()], [BASE.to_json(), DELTA.to_json(), DELTA2.to_json()], []):
         data = _mutated(partitions={"0": {"next_offset": 5, "files": files}})
         assert CheckpointManifest.from_bytes(data).partitions[0].next_offset == 5
 

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from statesnap.checkpoint.jsonfields import as_int, load_json
 from statesnap.checkpoint.manifest import CheckpointManifest, DataFile
 from statesnap.checkpoint.repository import CheckpointRepository
 from statesnap.errors import BlobNotFoundError, CorruptCheckpointError
@@ -68,18 +69,20 @@ class BatchEntry:
 
     @classmethod
     def from_bytes(cls, data: bytes, source: str) -> BatchEntry:
+        obj = load_json(data, source=source)
         try:
-            obj = json.loads(data)
             return cls(
-                int(obj["batch_id"]),
+                as_int(obj["batch_id"], f"{source}: batch_id"),
                 {
-                    int(p): BatchRange(
-                        int(r["start"]), int(r["end"]), DataFile.from_json(r["file"]) if r["file"] else None
+                    as_int(int(p), f"{source}: partition", hi=2**31 - 1): BatchRange(
+                        as_int(r["start"], f"{source}: start"),
+                        as_int(r["end"], f"{source}: end"),
+                        DataFile.from_json(r["file"]) if r["file"] else None,
                     )
                     for p, r in obj["partitions"].items()
                 },
             )
-        except (ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise CorruptCheckpointError(f"{source}: malformed journal entry ({e!r})") from e
 
 

@@ -6,24 +6,58 @@ a manifest finds a complete checkpoint, and a crash before it leaves only unrefe
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any
 
+from statesnap.checkpoint.jsonfields import as_int, as_map, as_optional_int, as_str, load_json
 from statesnap.errors import CorruptCheckpointError
 
-#: Bumped on any change a reader of the previous version would misread.
-FORMAT_VERSION = 1
-SUPPORTED_FORMAT_VERSIONS = frozenset({1})
+__all__ = [
+    "FORMAT_VERSION",
+    "SUPPORTED_FORMAT_VERSIONS",
+    "CheckpointManifest",
+    "CheckpointState",
+    "DataFile",
+    "FileKind",
+    "PartitionCheckpoint",
+    "canonical_checksum",
+]
 
-FileKind = Literal["base", "delta"]
+#: Bumped on any change a reader of the previous version would misread. Version 2 adds the
+#: manifest's own ``checksum``; version 1 manifests (no checksum) are still read.
+FORMAT_VERSION = 2
+SUPPORTED_FORMAT_VERSIONS = frozenset({1, 2})
+#: Kafka partitions are int32.
+_MAX_PARTITION = 2**31 - 1
+
 #: Data files live in the table's own ``data/<generation>/`` directory, nowhere else: a manifest
-#: naming any other path (``../..``, an absolute one) is corrupt, not followed.
-_DATA_PATH_RE = re.compile(r"^data/\d+/[A-Za-z0-9_][A-Za-z0-9._-]*\.parquet$")
+#: naming any other path (``../..``, an absolute one) is corrupt, not followed. Writers name them
+#: ``p<partition>-<kind>-<n>``; the name must agree with where the manifest lists the file.
+_DATA_PATH_RE = re.compile(r"^data/(\d{1,20})/[A-Za-z0-9_][A-Za-z0-9._-]*\.parquet$")
+_DATA_NAME_RE = re.compile(r"^data/\d+/p(\d+)-(base|delta)-(\d{1,18})\.parquet$")
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+class FileKind(StrEnum):
+    """A data file's role: a partition's full contents, or changes to apply on top (in order)."""
+
+    BASE = "base"
+    DELTA = "delta"
+
+
+def canonical_checksum(obj: Mapping[str, Any]) -> str:
+    """``sha256:<hex>`` of *obj* without its ``checksum`` key, in canonical JSON (sorted keys, no
+    spaces, ASCII): what a manifest's ``checksum`` must equal, whatever its indentation."""
+    body = {k: v for k, v in obj.items() if k != "checksum"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
 class CheckpointState(StrEnum):
@@ -44,24 +78,47 @@ class DataFile:
     bytes: int
     sha256: str
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", FileKind(self.kind))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "path": self.path,
-            "kind": self.kind,
+            "kind": self.kind.value,
             "rows": self.rows,
             "bytes": self.bytes,
             "sha256": self.sha256,
         }
 
+    @property
+    def order(self) -> tuple[int, int]:
+        """(generation, n) from the file's name: the order writers create a partition's files in."""
+        match = _DATA_NAME_RE.fullmatch(self.path)
+        if match is None:
+            return (int(self.path.split("/")[1]), 0)
+        return (int(self.path.split("/")[1]), int(match.group(3)))
+
     @classmethod
-    def from_json(cls, obj: Mapping[str, Any]) -> DataFile:
-        kind = obj["kind"]
+    def from_json(cls, obj: Any) -> DataFile:
+        """Parse one file entry; anything malformed is a :class:`CorruptCheckpointError`."""
+        obj = as_map(obj, "a file entry")
+        path = as_str(obj.get("path"), "a file's path")
+        match = _DATA_PATH_RE.fullmatch(path)
+        if match is None:
+            raise CorruptCheckpointError(f"data file path {path[:120]!r} is not under data/<generation>/")
+        kind = obj.get("kind")
         if kind not in ("base", "delta"):
-            raise ValueError(f"unknown file kind {kind!r}")
-        path = str(obj["path"])
-        if not _DATA_PATH_RE.fullmatch(path):
-            raise ValueError(f"data file path {path!r} is not under data/<generation>/")
-        return cls(path, kind, int(obj["rows"]), int(obj["bytes"]), str(obj["sha256"]))
+            raise CorruptCheckpointError(f"{path}: unknown file kind {str(kind)[:40]!r}")
+        sha = as_str(obj.get("sha256"), f"{path}: sha256")
+        if not _SHA256_RE.fullmatch(sha):
+            raise CorruptCheckpointError(f"{path}: sha256 is not 64 hex digits")
+        return cls(
+            path,
+            FileKind(kind),
+            as_int(obj.get("rows"), f"{path}: rows"),
+            as_int(obj.get("bytes"), f"{path}: bytes", lo=1),
+            sha,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,14 +146,49 @@ class PartitionCheckpoint:
         return obj
 
     @classmethod
-    def from_json(cls, partition: int, obj: Mapping[str, Any]) -> PartitionCheckpoint:
-        keys = obj.get("keys")
-        return cls(
+    def from_json(cls, partition: int, obj: Any) -> PartitionCheckpoint:
+        """Parse one partition entry and check it could have been written (see :meth:`problem`)."""
+        obj = as_map(obj, f"partition {partition}")
+        files = obj.get("files")
+        if not isinstance(files, list):
+            raise CorruptCheckpointError(f"partition {partition}: files is not a list")
+        parsed = cls(
             partition,
-            int(obj["next_offset"]),
-            tuple(DataFile.from_json(f) for f in obj["files"]),
-            None if keys is None else int(keys),
+            as_int(obj.get("next_offset"), f"partition {partition}: next_offset"),
+            tuple(DataFile.from_json(f) for f in files),
+            as_optional_int(obj.get("keys"), f"partition {partition}: keys"),
         )
+        problem = parsed.problem()
+        if problem is not None:
+            raise CorruptCheckpointError(f"partition {partition}: {problem}")
+        return parsed
+
+    def problem(self) -> str | None:
+        """Why no writer could have described a partition so, or None.
+
+        Writers name every file after its partition and create a partition's files in
+        (generation, n) order, a base first; a base holds no tombstones, so with a base alone the
+        live keys are its rows; keys never exceed the rows that hold them.
+        """
+        for f in self.files:
+            match = _DATA_NAME_RE.fullmatch(f.path)
+            if match is None or int(match.group(1)) != self.partition or match.group(2) != f.kind:
+                return f"file {f.path} is not a {f.kind} file of partition {self.partition}"
+        kinds = [f.kind for f in self.files]
+        if FileKind.BASE in kinds[1:]:
+            return "a base file after a delta"
+        deltas = [f.order for f in self.files if f.kind is FileKind.DELTA]
+        base_generation = self.files[0].order[0] if kinds[:1] == [FileKind.BASE] else 0
+        if any(later <= earlier for earlier, later in itertools.pairwise(deltas)) or (
+            deltas and deltas[0][0] < base_generation
+        ):
+            return "files are not in the order they were written"
+        if self.keys is not None:
+            if self.keys > self.rows:
+                return f"claims {self.keys} keys in {self.rows} rows"
+            if kinds == [FileKind.BASE] and self.keys != self.rows:
+                return f"claims {self.keys} keys but its base file holds {self.rows}"
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +242,8 @@ class CheckpointManifest:
         return ((now or datetime.now(UTC)) - self.created_at).total_seconds()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        """The manifest as written; from version 2 on it carries the checksum of its content."""
+        obj: dict[str, Any] = {
             "format_version": self.format_version,
             "table": self.table,
             "topic": self.topic,
@@ -162,52 +255,72 @@ class CheckpointManifest:
             **({"topic_id": self.topic_id} if self.topic_id else {}),
             "partitions": {str(p): pc.to_json() for p, pc in sorted(self.partitions.items())},
         }
+        if self.format_version >= 2:
+            obj["checksum"] = canonical_checksum(obj)
+        return obj
 
     def to_bytes(self) -> bytes:
         return json.dumps(self.to_json(), indent=2, sort_keys=False).encode() + b"\n"
 
     @classmethod
     def from_bytes(cls, data: bytes, *, source: str = "manifest") -> CheckpointManifest:
-        """Parse and validate; anything malformed is a :class:`CorruptCheckpointError`."""
-        try:
-            obj = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise CorruptCheckpointError(f"{source}: not valid JSON ({e})") from e
+        """Parse and validate; anything malformed or implausible is a :class:`CorruptCheckpointError`.
+
+        A version-2 manifest must match its own checksum, so a file list edited by hand (a delta
+        dropped, files swapped between partitions) is refused even where every data file is intact.
+        """
+        obj = load_json(data, source=source)
         if not isinstance(obj, dict):
             raise CorruptCheckpointError(f"{source}: not a JSON object")
         version = obj.get("format_version")
-        if version not in SUPPORTED_FORMAT_VERSIONS:
+        if isinstance(version, bool) or version not in SUPPORTED_FORMAT_VERSIONS:
+            shown = repr(version) if len(repr(version)) <= 40 else "an oversized value"
             raise CorruptCheckpointError(
-                f"{source}: unknown format version {version!r} "
+                f"{source}: unknown format version {shown} "
                 f"(this statesnap reads {sorted(SUPPORTED_FORMAT_VERSIONS)})"
             )
-        try:
-            partitions = {
-                int(p): PartitionCheckpoint.from_json(int(p), pc) for p, pc in obj["partitions"].items()
-            }
-            created = datetime.fromisoformat(obj["created_at"])
-            if created.tzinfo is None:
-                created = created.replace(tzinfo=UTC)
-            manifest = cls(
-                table=str(obj["table"]),
-                topic=str(obj["topic"]),
-                cluster_id=str(obj["cluster_id"]),
-                generation=int(obj["generation"]),
-                partitions=partitions,
-                created_at=created,
-                state=CheckpointState(obj.get("state", "COMPLETED")),
-                writer=dict(obj.get("writer") or {}),
-                format_version=int(version),
-                topic_id=str(obj["topic_id"]) if obj.get("topic_id") else None,
+        if version >= 2 and obj.get("checksum") != canonical_checksum(obj):
+            raise CorruptCheckpointError(
+                f"{source}: the manifest does not match its own checksum (edited or damaged)"
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise CorruptCheckpointError(f"{source}: malformed manifest ({e!r})") from e
-        for pc in partitions.values():
-            if pc.next_offset < 0:
-                raise CorruptCheckpointError(f"{source}: negative offset in partition {pc.partition}")
-            kinds = [f.kind for f in pc.files]
-            if "base" in kinds[1:]:
-                raise CorruptCheckpointError(
-                    f"{source}: partition {pc.partition} has a base file after a delta"
-                )
-        return manifest
+        try:
+            return cls._from_json(obj, int(version))
+        except CorruptCheckpointError as e:
+            raise CorruptCheckpointError(f"{source}: {e}") from e
+
+    @classmethod
+    def _from_json(cls, obj: Mapping[str, Any], version: int) -> CheckpointManifest:
+        raw_partitions = as_map(obj.get("partitions"), "partitions")
+        partitions: dict[int, PartitionCheckpoint] = {}
+        for name, entry in raw_partitions.items():
+            if not (name.isascii() and name.isdigit() and len(name) <= 10):
+                raise CorruptCheckpointError(f"partition {name[:40]!r} is not a partition number")
+            p = as_int(int(name), "a partition number", hi=_MAX_PARTITION)
+            partitions[p] = PartitionCheckpoint.from_json(p, entry)
+        paths = [f.path for pc in partitions.values() for f in pc.files]
+        if len(paths) != len(set(paths)):
+            raise CorruptCheckpointError("a data file is listed twice")
+        generation = as_int(obj.get("generation"), "generation")
+        newest = max((f.order[0] for pc in partitions.values() for f in pc.files), default=0)
+        if newest > generation:
+            raise CorruptCheckpointError(f"generation {generation} lists files of generation {newest}")
+        try:
+            created = datetime.fromisoformat(as_str(obj.get("created_at"), "created_at", max_len=64))
+            state = CheckpointState(obj.get("state", "COMPLETED"))
+        except (TypeError, ValueError) as e:
+            raise CorruptCheckpointError(f"malformed manifest ({str(e)[:120]})") from e
+        if created.tzinfo is None:
+            created = created.replace(tzinfo=UTC)
+        topic_id = obj.get("topic_id")
+        return cls(
+            table=as_str(obj.get("table"), "table", max_len=255),
+            topic=as_str(obj.get("topic"), "topic", max_len=255),
+            cluster_id=as_str(obj.get("cluster_id"), "cluster_id", max_len=255),
+            generation=generation,
+            partitions=partitions,
+            created_at=created,
+            state=state,
+            writer=dict(as_map(obj.get("writer") or {}, "writer")),
+            format_version=version,
+            topic_id=as_str(topic_id, "topic_id", max_len=64) if topic_id else None,
+        )

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc_compute
 
 from statesnap.blob import BlobStore
 from statesnap.checkpoint import datafile, layout
-from statesnap.checkpoint.manifest import CheckpointManifest, DataFile
+from statesnap.checkpoint.manifest import CheckpointManifest, DataFile, FileKind, PartitionCheckpoint
 from statesnap.errors import (
     BlobExistsError,
     BlobNotFoundError,
@@ -136,17 +137,18 @@ class CheckpointRepository:
         return datafile.decode(data, expected_sha256=f.sha256, source=f"{self.url}/{f.path}")
 
     def load_partition(self, manifest: CheckpointManifest, partition: int) -> pa.Table:
-        """The partition's table at this checkpoint: base + deltas merged, tombstones removed."""
+        """The partition's table at this checkpoint: base + deltas merged, tombstones removed,
+        once the files agree with what the manifest claims (see :func:`checked_merge`)."""
         pc = manifest.partitions[partition]
-        return datafile.merge([self.read_file(f) for f in pc.files])
+        return checked_merge(pc, [self.read_file(f) for f in pc.files], source=self.url)
 
     def decode_partition(
         self, manifest: CheckpointManifest, partition: int, downloads: list[Future[bytes]]
     ) -> pa.Table:
         """:meth:`load_partition` for files whose downloads are under way (one future per file)."""
-        files = manifest.partitions[partition].files
-        pairs = zip(files, downloads, strict=True)
-        return datafile.merge([self.decode_file(f, d.result()) for f, d in pairs])
+        pc = manifest.partitions[partition]
+        pairs = zip(pc.files, downloads, strict=True)
+        return checked_merge(pc, [self.decode_file(f, d.result()) for f, d in pairs], source=self.url)
 
     def iter_partitions(
         self, manifest: CheckpointManifest, partitions: list[int] | None = None
@@ -268,7 +270,11 @@ class CheckpointRepository:
                 f"{self.url}/{rel} already exists: another writer is using generation {generation}"
             ) from e
         return DataFile(
-            rel, "base" if kind == "base" else "delta", encoded.rows, len(encoded.data), encoded.sha256
+            rel,
+            FileKind.BASE if kind == "base" else FileKind.DELTA,
+            encoded.rows,
+            len(encoded.data),
+            encoded.sha256,
         )
 
     def ensure_descriptor(
@@ -325,6 +331,47 @@ class CheckpointRepository:
             manifest.total_rows,
             manifest.total_bytes,
         )
+
+
+def checked_merge(pc: PartitionCheckpoint, tables: list[pa.Table], *, source: str) -> pa.Table:
+    """Merge a partition's decoded files, refusing files that do not add up to the manifest.
+
+    Every file's checksum may match and the manifest still be wrong (edited by hand, or by a
+    writer's bug): each file must hold the rows the manifest says; every row's offset lies below
+    the partition's next offset; a delta holds only records newer than the base's (a base covers
+    everything below a checkpoint's offsets, a delta what came after; deltas may overlap each
+    other when a partition was restored and replayed between two checkpoints); and the merged
+    table has the keys the manifest claims.
+    """
+    base_newest = -1
+    for f, table in zip(pc.files, tables, strict=True):
+        where = f"{source}/{f.path}"
+        if table.num_rows != f.rows:
+            raise CorruptCheckpointError(f"{where}: {table.num_rows} rows, the manifest says {f.rows}")
+        if not table.num_rows:
+            continue
+        bounds = pc_compute.min_max(table.column("offset"))
+        low, high = bounds["min"].as_py(), bounds["max"].as_py()
+        if low is None or high is None:
+            continue
+        if high >= pc.next_offset:
+            raise CorruptCheckpointError(
+                f"{where}: holds offset {high}, at or past the partition's next offset {pc.next_offset}"
+            )
+        if f.kind is FileKind.BASE:
+            base_newest = high
+        elif low <= base_newest:
+            raise CorruptCheckpointError(
+                f"{where}: delta holds offset {low}, not newer than its base's {base_newest} "
+                "(files out of order or from another partition)"
+            )
+    merged = datafile.merge(tables)
+    if pc.keys is not None and merged.num_rows != pc.keys:
+        raise CorruptCheckpointError(
+            f"{source}: partition {pc.partition} merges to {merged.num_rows} keys, the manifest says "
+            f"{pc.keys} (a file missing from the manifest?)"
+        )
+    return merged
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,8 +15,12 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from statesnap.checkpoint.jsonfields import MAX_INT64, as_int, as_map, load_json
 from statesnap.checkpoint.manifest import PartitionCheckpoint
 from statesnap.errors import CorruptCheckpointError
+
+#: Kafka partitions are int32.
+_MAX_PARTITION = 2**31 - 1
 
 
 class SnapshotState(StrEnum):
@@ -32,6 +36,8 @@ def _ts(value: datetime | None) -> str | None:
 def _parse_ts(value: str | None) -> datetime | None:
     if value is None:
         return None
+    if not isinstance(value, str) or len(value) > 64:
+        raise ValueError("a timestamp is not an ISO 8601 string")
     parsed = datetime.fromisoformat(value)
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
@@ -54,8 +60,18 @@ class CheckpointRef:
     def from_json(cls, obj: Mapping[str, Any]) -> CheckpointRef:
         return cls(
             str(obj["location"]),
-            {int(p): PartitionCheckpoint.from_json(int(p), pc) for p, pc in obj["partitions"].items()},
+            {
+                _partition(p): PartitionCheckpoint.from_json(_partition(p), pc)
+                for p, pc in as_map(obj["partitions"], "a checkpoint reference's partitions").items()
+            },
         )
+
+
+def _partition(name: Any) -> int:
+    """A partition number written as a JSON key (a string) or value (an integer)."""
+    if isinstance(name, str) and name.isascii() and name.isdigit() and len(name) <= 10:
+        name = int(name)
+    return as_int(name, "a partition number", hi=_MAX_PARTITION)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +106,10 @@ class TaskSnapshot:
     def from_json(cls, obj: Mapping[str, Any]) -> TaskSnapshot:
         return cls(
             str(obj["task_id"]),
-            {(str(o["topic"]), int(o["partition"])): int(o["next_offset"]) for o in obj["offsets"]},
+            {
+                (str(o["topic"]), _partition(o["partition"])): as_int(o["next_offset"], "next_offset")
+                for o in obj["offsets"]
+            },
             {str(n): CheckpointRef.from_json(r) for n, r in (obj.get("checkpoints") or {}).items()},
             _parse_ts(obj.get("reported_at")) or datetime.now(UTC),
             dict(obj.get("writer") or {}),
@@ -163,28 +182,25 @@ class Snapshot:
         try:
             tasks = [TaskSnapshot.from_json(t) for t in obj.get("tasks", [])]
             return cls(
-                generation=int(obj["generation"]),
+                generation=as_int(obj["generation"], "the record's generation"),
                 state=SnapshotState(obj["state"]),
                 created_at=_parse_ts(obj["created_at"]) or datetime.now(UTC),
                 updated_at=_parse_ts(obj.get("updated_at")) or datetime.now(UTC),
-                expected_partitions=tuple(int(p) for p in obj.get("expected_partitions", [])),
+                expected_partitions=tuple(_partition(p) for p in obj.get("expected_partitions", [])),
                 tasks={t.task_id: t for t in tasks},
                 label=obj.get("label"),
                 pinned=bool(obj.get("pinned", False)),
                 expires_at=_parse_ts(obj.get("expires_at")),
                 deadline=_parse_ts(obj.get("deadline")),
                 error=obj.get("error"),
-                version=int(obj.get("version", 0)),
+                version=as_int(obj.get("version", 0), "the record's version", hi=MAX_INT64),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise CorruptCheckpointError(f"malformed snapshot record: {e!r}") from e
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Snapshot:
-        try:
-            return cls.from_json(json.loads(data))
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise CorruptCheckpointError(f"snapshot record is not JSON: {e}") from e
+        return cls.from_json(load_json(data, source="snapshot record"))
 
 
 #: The snapshot that exists before any other.

@@ -102,6 +102,7 @@ from typing import Any, Literal, Self
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
+from statesnap.checkpoint.jsonfields import as_int, load_json
 from statesnap.errors import (
     BrokerUnavailableError,
     ConfigError,
@@ -203,8 +204,8 @@ def decode_record(topic: str, offset: int, value: bytes | None) -> _Record | Non
     if value is None:
         return None
     try:
-        obj = json.loads(value)
-    except ValueError:  # JSONDecodeError and UnicodeDecodeError
+        obj = load_json(value, source=f"offset {offset} of snapshot topic {topic!r}")
+    except CorruptCheckpointError:  # not JSON, or hostile JSON: not a record of ours
         obj = None
     if not isinstance(obj, dict) or obj.get("statesnap_record") != RECORD_KIND:
         log.warning("skipping offset %d of snapshot topic %r: not a snapshot record", offset, topic)
@@ -225,8 +226,8 @@ def decode_record(topic: str, offset: int, value: bytes | None) -> _Record | Non
             offset=offset,
             table=None if table is None else str(table),
             op=op,
-            generation=int(obj["generation"]),
-            prev=int(obj["prev"]),
+            generation=as_int(obj["generation"], "generation"),
+            prev=as_int(obj["prev"], "prev", lo=-1),
             writer=str(obj["writer"]),
             snapshot=Snapshot.from_json(obj["snapshot"]) if op == "put" else None,
         )

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from statesnap.checkpoint import datafile, layout
 from statesnap.checkpoint.datafile import latest_per_key
-from statesnap.checkpoint.manifest import DataFile
+from statesnap.checkpoint.manifest import DataFile, FileKind
 from statesnap.checkpoint.repository import CheckpointRepository
 from statesnap.errors import CheckpointConflictError
 
@@ -73,7 +73,11 @@ def write_data_file(
         data = repo.store.read(repo.key(rel))
         count = pq.read_metadata(pa.BufferReader(data)).num_rows
         return DataFile(
-            rel, "base" if kind == "base" else "delta", count, len(data), hashlib.sha256(data).hexdigest()
+            rel,
+            FileKind.BASE if kind == "base" else FileKind.DELTA,
+            count,
+            len(data),
+            hashlib.sha256(data).hexdigest(),
         )
 
 
