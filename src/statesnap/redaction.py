@@ -165,7 +165,8 @@ def redact_url(url: str) -> str:
     Anything that does not parse as a URL is scrubbed as text instead.
     """
     try:
-        parts = urlsplit(url)
+        # The pattern first: urlsplit ends the host at the first '/', inside a password.
+        parts = urlsplit(mask_userinfo(url))
         netloc = parts.netloc
         if "@" in netloc:
             netloc = f"{MASK}@{netloc.rpartition('@')[2]}"

@@ -13,6 +13,8 @@ import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -22,6 +24,7 @@ from statesnap.errors import (
     ConfigError,
     InvalidBlobKeyError,
     InvalidStoreUrlError,
+    MissingBucketError,
     StatesnapError,
     StoreNotWritableError,
     UnknownSchemeError,
@@ -110,12 +113,101 @@ def test_redact_url() -> None:
     assert redact_url("s3://b/p?region=eu&aws_secret_access_key=abc") == (
         "s3://b/p?region=eu&aws_secret_access_key=***"
     )
-    assert redact_url("https://alice:pw@host:8080/x") == "https://alice:***@host:8080/x"
+    assert redact_url("https://alice:pw@host:8080/x") == "https://***@host:8080/x"  # the user too
     assert redact_url("https://token@host/x") == "https://***@host/x"
     assert redact_url("/plain/path") == "/plain/path"
     assert redact_url(f"s3://b/p?X-Amz-Signature=sig&X-Amz-Credential={SECRET}") == (
         "s3://b/p?X-Amz-Signature=***&X-Amz-Credential=***"
     )
+
+
+# --- credentials in s3:// URLs and unparsable S3 options (issue 22) ------------------------------
+
+KEY_ID = "AKIABLOBURLS7Q9ZPL"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"s3://{KEY_ID}:{SECRET}@bucket/p",
+        f"s3://{KEY_ID}@bucket/p",
+        f"s3a://{KEY_ID}:{SECRET}@bucket/p",
+        f"s3://{KEY_ID}:abc/{SECRET}@bucket/p",  # '/' in the secret ends urlsplit's host early
+        f"s3://{KEY_ID}:p%40ss{SECRET}@bucket/p",
+        f"s3://{KEY_ID}:p@ss@{SECRET}@bucket/p",
+        f"s3://{KEY_ID}:{SECRET}@bucket/p?region=eu-west-1",
+    ],
+)
+def test_s3_urls_with_credentials_are_refused_without_echoing_them(url: str) -> None:
+    """``checkpoints verify 's3://KEY:SECRET@bucket/p'`` printed key and secret twice (botocore
+    took ``KEY:SECRET@bucket`` for a bucket name). Refused before any I/O, the URL not shown."""
+    with pytest.raises(InvalidStoreUrlError) as info:
+        open_blob_store(url)
+    message = str(info.value)
+    for piece in (KEY_ID, SECRET, "p@ss"):
+        assert piece not in message
+    assert "aws_secret_access_key" in message  # says where credentials go
+    assert "\n" not in message
+
+
+BAD_OPTIONS = [
+    ("connect_timeout", SECRET),
+    ("connect_timeout", "-1"),
+    ("read_timeout", "nan"),
+    ("read_timeout", "inf"),
+    ("max_attempts", SECRET),
+    ("max_attempts", "0"),
+    ("max_attempts", "9" * 5000),
+    ("region", f"eu west {SECRET}"),
+    ("addressing_style", SECRET),
+    ("endpoint_url", SECRET),
+    ("endpoint_url", f"ftp://{SECRET}"),
+    ("endpoint_url", "http://[::1"),
+    ("endpoint_url", f"http://u:{SECRET}@127.0.0.1:9000"),
+    ("endpoint_url", f"https://{SECRET}@s3.example.invalid"),
+]
+
+
+@pytest.mark.parametrize(("name", "value"), BAD_OPTIONS)
+def test_unparsable_s3_options_are_typed_errors_that_never_show_the_value(name: str, value: str) -> None:
+    """``?connect_timeout=<pasted secret>`` escaped as "could not convert string to float:
+    '<secret>'", and ``endpoint_url=<secret>`` as botocore's "Invalid endpoint: <secret>"."""
+    for url, options in (
+        (f"s3://bucket/p?{name}={quote(value, safe='')}", {}),
+        ("s3://bucket/p", {name: value}),
+    ):
+        with pytest.raises(InvalidStoreUrlError) as info:
+            open_blob_store(url, **options)
+        message = str(info.value)
+        assert name in message
+        assert SECRET not in message
+        assert "9" * 50 not in message
+        assert "not shown" in message
+    assert SECRET not in scrub(f"botocore: Invalid endpoint: {SECRET}")  # and masked in logs after
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"connect_timeout": "2.5", "read_timeout": "30", "max_attempts": "5"},
+        {"region": "eu-west-1", "addressing_style": "path"},
+        {"endpoint_url": "http://127.0.0.1:9000"},
+        {"endpoint_url": "https://s3.example.invalid/base"},
+    ],
+)
+def test_good_s3_options_are_accepted(options: dict[str, str]) -> None:
+    store = open_blob_store("s3://bucket/p", **options)
+    assert store.url == "s3://bucket/p"
+
+
+def test_a_missing_bucket_says_statesnap_never_creates_buckets(s3_server: Any) -> None:
+    """Proven on the moto S3 server: HEAD of a missing bucket answers 404."""
+    import uuid
+
+    store = open_blob_store(f"s3://no-such-{uuid.uuid4().hex[:10]}/p", **s3_server.storage_options())
+    with pytest.raises(MissingBucketError, match="statesnap never creates buckets") as info:
+        store.check(writable=False)
+    assert "\n" not in str(info.value)
 
 
 # --- keys ----------------------------------------------------------------------------------------
