@@ -181,6 +181,46 @@ def test_settings_register_their_secrets_for_the_log_scrubber() -> None:
     assert scrub(f"librdkafka said: auth failed for {value}") == "librdkafka said: auth failed for ***"
 
 
+# --- credentials in the broker list (issue 22) ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "bootstrap",
+    [
+        f"alice:{SECRET}@127.0.0.1:9092",
+        f"{SECRET}@127.0.0.1:9092",
+        f"SASL_SSL://alice:{SECRET}@broker:9093",
+        f"b1:9092,SASL_SSL://alice:{SECRET}@b2:9093",
+        f"b1:9092, alice:p@ss{SECRET}@b2:9093",
+        f"SASL_SSL://alice:{SECRET}/x@b2:9093",
+    ],
+)
+def test_credentials_in_the_broker_list_are_refused_without_echoing_them(bootstrap: str) -> None:
+    """The list was named, whole, in every connection error ("no Kafka broker answered at
+    user:SECRET@…"); librdkafka has no userinfo there, so it is refused, the entry named by number."""
+    from statesnap.redaction import scrub
+
+    for settings in (
+        lambda: KafkaSettings(bootstrap),
+        lambda: KafkaSettings("127.0.0.1:9092", {"bootstrap.servers": bootstrap}),
+    ):
+        with pytest.raises(ConfigError, match="carries credentials") as info:
+            settings()
+        message = str(info.value)
+        assert SECRET not in message
+        assert "alice" not in message
+        assert "sasl.username" in message
+        assert "\n" not in message
+    assert SECRET not in scrub(f"connect to {bootstrap.split('@')[-2]} failed")  # registered
+
+
+@pytest.mark.parametrize(
+    "bootstrap", ["127.0.0.1:9092", "SASL_SSL://b1:9093,PLAINTEXT://b2:9092", "[::1]:9092"]
+)
+def test_plain_broker_lists_are_accepted(bootstrap: str) -> None:
+    assert KafkaSettings(bootstrap).client_config()["bootstrap.servers"] == bootstrap
+
+
 # --- librdkafka refuses a setting: a typed error naming the property (issue 11) ---------------
 
 
@@ -189,7 +229,7 @@ def test_settings_register_their_secrets_for_the_log_scrubber() -> None:
     ("config", "prop", "text"),
     [
         ({"no.such.prop": "1"}, "no.such.prop", "unknown Kafka client property 'no.such.prop'"),
-        ({"security.protocol": "bogus"}, "security.protocol", "invalid value 'bogus'"),
+        ({"security.protocol": "bogus"}, "security.protocol", "invalid value"),
         ({"fetch.wait.max.ms": "abc"}, "fetch.wait.max.ms", "'fetch.wait.max.ms'"),
         # The README's SASL example without credentials.
         ({"security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"}, None, "sasl.password must be set"),
@@ -241,3 +281,21 @@ def test_an_invalid_secret_value_is_not_echoed() -> None:
         {"ssl.key.password": SECRET},
     )
     assert SECRET not in str(other)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 22: kafka/clients.py config_error() shows the refused value of non-secret "
+    "properties; the fix belongs there (drop the value); remove this marker with it",
+)
+def test_a_refused_value_of_any_property_is_not_echoed() -> None:
+    """A value that fails to parse may be a secret pasted in the wrong place
+    (``--kafka-config fetch.wait.max.ms=<password>``): librdkafka refuses it, and the typed error
+    must name the property only. Proven on librdkafka itself (no broker needed)."""
+    from statesnap.errors import KafkaConfigError
+    from statesnap.kafka import clients
+
+    with pytest.raises(KafkaConfigError) as info:
+        clients.new_producer(KafkaSettings("127.0.0.1:1", {"fetch.wait.max.ms": SECRET}))
+    assert info.value.property == "fetch.wait.max.ms"
+    assert SECRET not in str(info.value)
