@@ -212,6 +212,47 @@ def _alive_workers(ui_port: int) -> int:
     return sum(1 for w in status.get("workers", []) if w.get("state") == "ALIVE")
 
 
+def _python_without_statesnap(env: dict[str, str]) -> str | None:
+    python3 = shutil.which("python3", path=env["PATH"])
+    probe = [python3 or "python3", "-c", "import statesnap"]
+    if python3 is None or subprocess.run(probe, capture_output=True, check=False).returncode == 0:
+        return None
+    return python3
+
+
+def _bad_workers_get_the_cluster_wording(
+    tmp_path: Path, env: dict[str, str], export: str, submit: str
+) -> None:
+    """The same submit with executors on a Python without statesnap: ``register`` answers in one
+    line with the fix for a cluster (ship statesnap), not the local-mode one."""
+    python3 = _python_without_statesnap(env)
+    if python3 is None:
+        return
+    job = _swapped_job(tmp_path / "bad_job.py", extra="from statesnap.spark import register\nregister(spark)")
+    confs = (
+        f'--conf spark.pyspark.python={python3} --conf spark.pyspark.driver.python="$PWD/.venv/bin/python"'
+    )
+    line = submit.replace(" job.py", f" {confs} {job.name}")
+    done = subprocess.run(
+        ["bash", "-c", f"{export}\n{line} 127.0.0.1:9 t"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    out = done.stdout + done.stderr  # spark-submit merges the driver's stderr into its stdout
+    errors = [ln for ln in out.splitlines() if ln.startswith("statesnap.errors.ConfigError")]
+    assert done.returncode != 0
+    assert len(errors) == 1, out[-4000:]
+    (message,) = errors
+    assert f"Spark's Python workers ({python3})" in message
+    assert "ship statesnap and its dependencies to the executors" in message
+    assert "local" not in message
+    assert "activated" not in message
+
+
 def test_docs_standalone_cluster_block_runs_from_a_venv_that_is_not_activated(
     kafka: Any, topic_name: str, tmp_path: Path
 ) -> None:
@@ -246,6 +287,7 @@ def test_docs_standalone_cluster_block_runs_from_a_venv_that_is_not_activated(
             assert daemons.poll() is None, (tmp_path / "daemons.log").read_text()[-3000:]
             assert time.monotonic() < deadline, (tmp_path / "daemons.log").read_text()[-3000:]
             time.sleep(0.5)
+        _bad_workers_get_the_cluster_wording(tmp_path, env, export, ports(submit))
         done = subprocess.run(
             ["bash", "-c", f"{export}\n{ports(submit)} {kafka.bootstrap} {topic_name}"],
             cwd=tmp_path,
