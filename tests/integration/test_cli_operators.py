@@ -8,15 +8,19 @@ Broker behaviour proved on Tansu (the session broker, a plaintext listener witho
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import threading
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +121,73 @@ def test_a_sasl_mismatch_names_what_librdkafka_saw(bootstrap: str) -> None:
     assert "authentication failed: SASL SCRAM-SHA-512 mechanism handshake failed" in last, last
     assert "is security.protocol right for this listener? (it is SASL_PLAINTEXT)" in last
     assert SECRET not in result.stderr
+
+
+def _self_signed(tmp: Path) -> ssl.SSLContext:
+    """A server-side TLS context with a throwaway certificate for 127.0.0.1."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=1))
+        .not_valid_after(now + timedelta(hours=1))
+        .sign(key, hashes.SHA256())
+    )
+    (tmp / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp / "key.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp / "cert.pem", tmp / "key.pem")
+    return context
+
+
+def test_a_plaintext_client_on_a_tls_listener_gets_the_hint(tmp_path: Path) -> None:
+    """The reverse mismatch: the default PLAINTEXT client against a TLS listener (a loopback TLS
+    endpoint here, standing in for a broker's SSL listener: the handshake fails before any Kafka
+    byte is read). librdkafka only logs "Disconnected … in state APIVERSION_QUERY"; the error
+    says the broker hung up on the first request and asks about security.protocol."""
+    context = _self_signed(tmp_path)
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with contextlib.suppress(OSError, ssl.SSLError), conn:
+                context.wrap_socket(conn, server_side=True).recv(1)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+        result, seconds = _timed("dump", "-b", address, "-t", "ops-plain", "--timeout", "2s")
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"Error: BrokerUnavailableError: no Kafka broker answered at {address} within 2s")
+    assert "the broker hung up on the first request — is security.protocol right for this listener? " in last
+    assert "(it is PLAINTEXT)" in last
+    assert seconds < 12
 
 
 class _Lines:

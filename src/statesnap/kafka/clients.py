@@ -9,6 +9,7 @@ never a secret value.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Callable, Mapping
@@ -71,26 +72,34 @@ def config_error(e: BaseException, conf: Mapping[str, Any]) -> KafkaConfigError:
 #: librdkafka error codes that mean "a broker answered, but not in the way this client speaks".
 _AUTHENTICATION = -169  # RD_KAFKA_RESP_ERR__AUTHENTICATION: SASL handshake or credentials
 _SSL = -181  # RD_KAFKA_RESP_ERR__SSL: TLS handshake or certificate
+_TRANSPORT = -195  # RD_KAFKA_RESP_ERR__TRANSPORT: the connection failed or was closed
+_ALL_BROKERS_DOWN = -187  # RD_KAFKA_RESP_ERR__ALL_BROKERS_DOWN
 _TLS_SETTINGS = ("SSL", "SASL_SSL")
 
 
 class ConnectionErrors:
-    """The last connection error librdkafka reported for one client (its ``error_cb``), turned
-    into a one-line hint when the client gives up: a TLS or SASL mismatch with the listener
-    otherwise surfaces only as "no broker answered within N s".
-
-    librdkafka calls ``error_cb`` from ``poll()`` (or a future's wait) on the caller's thread; the
-    lock is for a reader on another thread.
+    """What librdkafka said about one client's connections — its errors (``error_cb``) and its
+    connection-failure log lines (``logger``) — turned into a one-line hint when the client gives
+    up: a TLS or SASL mismatch with the listener otherwise surfaces only as "no broker answered
+    within N s". Both callbacks are served by ``poll()`` on the caller's thread; the lock is for a
+    reader on another thread. Every log line still reaches the logger the client had.
     """
 
-    def __init__(self, conf: Mapping[str, Any], chained: Callable[[Any], None] | None = None) -> None:
+    def __init__(
+        self,
+        conf: Mapping[str, Any],
+        chained: Callable[[Any], None] | None = None,
+        logger: logging.Logger | None = None,
+    ) -> None:
         self._conf = conf
         self._chained = chained
+        self._logger = logger
         self._lock = threading.Lock()
         self._code: int | None = None
         self._text = ""
 
     def __call__(self, err: Any) -> None:
+        """``error_cb``."""
         code, text = int(err.code()), str(err.str())
         # "1/1 brokers are down" says nothing a specific error did not say already.
         if "brokers are down" not in text or self._code is None:
@@ -98,6 +107,17 @@ class ConnectionErrors:
                 self._code, self._text = code, text
         if self._chained is not None:
             self._chained(err)
+
+    def log(self, level: int, msg: str, *args: Any) -> None:
+        """``logger``: a connection closed during the first request (``APIVERSION_QUERY``) is
+        logged, not reported as an error — a plaintext client hanging up on a TLS listener."""
+        text = msg % args if args else msg
+        if "APIVERSION_QUERY" in text or "ApiVersion" in text:
+            with self._lock:
+                if self._code in (None, _TRANSPORT, _ALL_BROKERS_DOWN):
+                    self._code, self._text = _TRANSPORT, text
+        if self._logger is not None:
+            self._logger.log(level, msg, *args)
 
     def hint(self) -> str:
         """``"; <what librdkafka saw> — <what to check>"``, or ``""`` when nothing points at the
@@ -109,7 +129,7 @@ class ConnectionErrors:
         detail = _scrub_conf(_short(text), self._conf)
         if code == _AUTHENTICATION or "SASL" in text:
             return f"; authentication failed: {detail} — {check}; then sasl.mechanism and the credentials"
-        if "ApiVersion" in text:  # librdkafka: "Disconnected while requesting ApiVersion: …"
+        if "APIVERSION_QUERY" in text or "ApiVersion" in text:
             return f"; the broker hung up on the first request — {check}"
         if code == _SSL or "SSL" in text or "TLS" in text:
             return f"; TLS handshake failed: {detail} — {check}"
@@ -164,6 +184,7 @@ def new_watched_admin(settings: KafkaSettings, **overrides: Any) -> tuple[Any, C
     """``new_admin`` plus the :class:`ConnectionErrors` its ``error_cb`` records (a user's own
     ``error_cb`` still gets every error)."""
     conf = settings.client_config(**overrides)
-    errors = ConnectionErrors(conf, conf.get("error_cb"))
+    errors = ConnectionErrors(conf, conf.get("error_cb"), conf.get("logger"))
     conf["error_cb"] = errors
+    conf["logger"] = errors
     return _create(AdminClient, conf), errors
