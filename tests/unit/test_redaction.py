@@ -122,3 +122,19 @@ def test_the_schema_registry_client_imports_without_authlibs_deprecation_warning
     assert result.returncode == 0, result.stderr
     assert "httpx module is deprecated" not in result.stderr
     assert "another authlib deprecation" in result.stderr  # not hidden globally
+
+
+def test_schema_registry_urls_with_a_slash_in_the_password_are_masked() -> None:
+    """``https://user:pa/ss@registry`` split at the '/': the registry's own redaction saw no
+    userinfo and every message showed the URL whole."""
+    from statesnap.errors import ConfigError
+    from statesnap.serde.registry import SchemaRegistry
+
+    reg = SchemaRegistry(f"https://{KEY_ID}:{SECRET}@registry:8081,http://u:{TOKEN}@r2:8081")
+    assert reg.safe_url == "https://***@registry:8081,http://***@r2:8081"
+    for piece in (KEY_ID, TOKEN, *SECRET.split("/")):
+        assert piece not in repr(reg)
+    with pytest.raises(ConfigError) as info:
+        SchemaRegistry(f"ftp://{KEY_ID}:{SECRET}@registry")
+    for piece in (KEY_ID, *SECRET.split("/")):
+        assert piece not in str(info.value)

@@ -20,7 +20,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from statesnap.errors import (
     ConfigError,
@@ -29,6 +29,7 @@ from statesnap.errors import (
     SerdeError,
     SerializationError,
 )
+from statesnap.redaction import redact_url, register_secret, register_url_secrets
 
 #: Registry client settings whose values are secrets: never shown in reprs, logs or errors.
 _SECRET_MARKERS = ("password", "secret", "user.info", "token", "key.password")
@@ -40,16 +41,9 @@ Codec = Callable[[Any, Any], Any]
 
 
 def _redact_url(url: str) -> str:
-    """*url* without user:password (the registry client accepts credentials in the URL)."""
-    parts = []
-    for one in url.split(","):
-        split = urlsplit(one.strip())
-        if split.username is not None or split.password is not None:
-            host = split.hostname or ""
-            netloc = f"***@{host}" + (f":{split.port}" if split.port else "")
-            split = split._replace(netloc=netloc)
-        parts.append(urlunsplit(split))
-    return ",".join(parts)
+    """*url* (a comma-separated list) without userinfo: the registry client accepts credentials
+    in the URL, and a password holding '/' would end ``urlsplit``'s host early and show."""
+    return ",".join(redact_url(one.strip()) for one in url.split(","))
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +70,11 @@ class SchemaRegistry:
         if "url" in self.config:
             raise ConfigError("give the schema registry url as `url`, not inside its config")
         object.__setattr__(self, "config", dict(self.config))
+        # So that the client's own errors and logs, which may quote them, are masked.
+        register_url_secrets(self.url)
+        for key, value in self.config.items():
+            if any(m in key.lower() for m in _SECRET_MARKERS):
+                register_secret(value)
 
     @classmethod
     def of(
