@@ -172,6 +172,19 @@ def test_malformed_pairs_never_echo_the_value(pairs: list[str], named: str | Non
         assert repr(named) in message
 
 
+@pytest.mark.parametrize(
+    "pair", ["sasl.password UnparsedPaste-71d2", "UnparsedPaste-71d2", "Unparsed Paste-71d2=x"]
+)
+def test_an_entry_that_fails_to_parse_is_masked_afterwards(pair: str) -> None:
+    """Issue 22: a value that fails to parse may be a pasted secret; besides not being echoed, it
+    is masked in any log line that quotes it later."""
+    from statesnap.redaction import scrub
+
+    with pytest.raises(ConfigError):
+        parse_properties([pair])
+    assert "Paste-71d2" not in scrub(f"librdkafka: cannot use {pair}")
+
+
 def test_settings_register_their_secrets_for_the_log_scrubber() -> None:
     from statesnap.redaction import scrub
 

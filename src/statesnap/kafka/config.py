@@ -142,9 +142,17 @@ def parse_properties(
             head = _split_property(pair.strip())[0]
             # Name the would-be key only when something follows it: a lone word may be a secret.
             hint = f" ({head!r})" if head != pair.strip() and _PROPERTY_NAME.fullmatch(head) else ""
+            _register_unparsable(pair, head)
             raise ConfigError(f"{where}{hint} is not KEY=VALUE (the value is not shown)")
         out[_checked_name(key.strip(), where)] = value
     return out
+
+
+def _register_unparsable(entry: str, head: str) -> None:
+    """An entry that failed to parse may be a pasted secret: mask it (and what follows its would-be
+    key) wherever secrets are masked, in case a later log line quotes it."""
+    register_secret(entry)
+    register_secret(entry.strip()[len(head) :].lstrip(" \t:="))
 
 
 def _logical_lines(text: str) -> list[tuple[int, str]]:
@@ -180,6 +188,7 @@ def _checked_name(key: str, where: str) -> str:
     if not key:
         raise ConfigError(f"{where}: empty property name (expected KEY=VALUE)")
     if not _PROPERTY_NAME.fullmatch(key):
+        register_secret(key)
         raise ConfigError(
             f"{where}: not a librdkafka property name (letters, digits, '.', '_', '-'; "
             "the entry is not shown in case it holds a secret)"
