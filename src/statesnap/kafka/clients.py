@@ -40,8 +40,8 @@ _FAILED = re.compile(r"Failed to create [a-z ]+?: ")
 def config_error(e: BaseException, conf: Mapping[str, Any]) -> KafkaConfigError:
     """Translate librdkafka's complaint about *conf* into a message that names the property.
 
-    Values are shown only for properties that are not secret; whatever else librdkafka says is
-    scrubbed of every secret value in *conf*.
+    A refused value is never shown (it may be a secret in the wrong place); whatever else
+    librdkafka says is scrubbed of every secret value in *conf*.
     """
     err = e.args[0] if isinstance(e, KafkaException) and e.args else e
     text = err.str() if hasattr(err, "str") else str(err)
@@ -57,10 +57,10 @@ def config_error(e: BaseException, conf: Mapping[str, Any]) -> KafkaConfigError:
         )
     m = _INVALID.search(text)
     if m:
+        # Never the value, whatever the property: one that fails to parse may be a secret pasted
+        # in the wrong place (``fetch.wait.max.ms=<password>``).
         prop = m["prop"]
-        value = conf.get(prop)
-        shown = f" {str(value)!r}" if value is not None and not is_secret(prop) else ""
-        return KafkaConfigError(f"invalid value{shown} for Kafka client property {prop!r}", prop)
+        return KafkaConfigError(f"invalid value for Kafka client property {prop!r}", prop)
     detail = _FAILED.sub("", text)
     for key, value in conf.items():
         if is_secret(str(key)) and isinstance(value, str) and value:
