@@ -19,6 +19,9 @@ _RECORD_GEN_RE = re.compile(r"^generations/(\d{20})/")
 #: A small write-once descriptor (table, topic, cluster, partitions) that makes a table
 #: discoverable before its first checkpoint exists.
 DESCRIPTOR = "table.json"
+#: The highest generation a writer ever used, so numbers are never reused after records or
+#: manifests are deleted (``{"generation": N}``, overwritten as it grows).
+HIGH_WATER = "generations/high-water.json"
 _TABLE_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
 

@@ -77,18 +77,28 @@ class DataFile:
     rows: int
     bytes: int
     sha256: str
+    #: The partition's next offset when the file was written: it holds records below it only.
+    next_offset: int | None = None
+    #: A delta's: the ``next_offset`` of the file it applies on top of, so a partition's files form
+    #: a chain in which a missing or reordered delta shows (None where the writer did not record it).
+    after: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", FileKind(self.kind))
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        obj: dict[str, Any] = {
             "path": self.path,
             "kind": self.kind.value,
             "rows": self.rows,
             "bytes": self.bytes,
             "sha256": self.sha256,
         }
+        if self.next_offset is not None:
+            obj["next_offset"] = self.next_offset
+        if self.after is not None:
+            obj["after"] = self.after
+        return obj
 
     @property
     def order(self) -> tuple[int, int]:
@@ -118,6 +128,8 @@ class DataFile:
             as_int(obj.get("rows"), f"{path}: rows"),
             as_int(obj.get("bytes"), f"{path}: bytes", lo=1),
             sha,
+            as_optional_int(obj.get("next_offset"), f"{path}: next_offset"),
+            as_optional_int(obj.get("after"), f"{path}: after"),
         )
 
 
@@ -168,8 +180,12 @@ class PartitionCheckpoint:
 
         Writers name every file after its partition and create a partition's files in
         (generation, n) order, a base first; a base holds no tombstones, so with a base alone the
-        live keys are its rows; keys never exceed the rows that hold them.
+        live keys are its rows; keys never exceed the rows that hold them. Every writer writes a
+        partition's first checkpoint as a base file (empty if need be) and every record it reads
+        leaves a row, so a partition past offset 0 with no files has lost them.
         """
+        if not self.files and self.next_offset > 0:
+            return f"no files, yet it resumes at offset {self.next_offset} (its base file is missing)"
         for f in self.files:
             match = _DATA_NAME_RE.fullmatch(f.path)
             if match is None or int(match.group(1)) != self.partition or match.group(2) != f.kind:
@@ -183,6 +199,19 @@ class PartitionCheckpoint:
             deltas and deltas[0][0] < base_generation
         ):
             return "files are not in the order they were written"
+        for earlier, later in itertools.pairwise(self.files):
+            if (
+                later.after is not None
+                and earlier.next_offset is not None
+                and later.after != earlier.next_offset
+            ):
+                return (
+                    f"{later.path} applies after offset {later.after}, "
+                    f"the file before it ends at {earlier.next_offset} (a delta missing or moved?)"
+                )
+        for f in self.files:
+            if f.next_offset is not None and f.next_offset > self.next_offset:
+                return f"{f.path} holds records up to {f.next_offset}, past partition's {self.next_offset}"
         if self.keys is not None:
             if self.keys > self.rows:
                 return f"claims {self.keys} keys in {self.rows} rows"

@@ -21,7 +21,14 @@ import pyarrow.compute as pc_compute
 
 from statesnap.blob import BlobStore
 from statesnap.checkpoint import datafile, layout
-from statesnap.checkpoint.manifest import CheckpointManifest, DataFile, FileKind, PartitionCheckpoint
+from statesnap.checkpoint.jsonfields import as_int, as_map, as_str, load_json
+from statesnap.checkpoint.manifest import (
+    CheckpointManifest,
+    DataFile,
+    FileKind,
+    PartitionCheckpoint,
+    canonical_checksum,
+)
 from statesnap.errors import (
     BlobExistsError,
     BlobNotFoundError,
@@ -215,15 +222,15 @@ class CheckpointRepository:
                 problems.append(f"{f.path}: size {size} != {f.bytes} recorded in the manifest")
         if deep and not problems:
 
-            def check(f: DataFile) -> str | None:
+            def check(partition: int) -> str | None:
                 try:
-                    self.read_file(f)
+                    self.load_partition(manifest, partition)  # checksums, rows, offsets, keys
                 except CorruptCheckpointError as e:
                     return str(e)
                 return None
 
-            with ThreadPoolExecutor(IO_THREADS) as pool:
-                problems.extend(p for p in pool.map(check, manifest.files) if p)
+            with ThreadPoolExecutor(READ_AHEAD) as pool:
+                problems.extend(p for p in pool.map(check, sorted(manifest.partitions)) if p)
         if problems and not self.store.exists(self.key(layout.manifest_key(generation))):
             return VerifyResult(generation, None, (), vanished=True)  # GC took it meanwhile
         return VerifyResult(generation, manifest, tuple(problems))
@@ -292,26 +299,46 @@ class CheckpointRepository:
             "partitions": partitions,
             "snapshot_store": snapshot_store,
         }
+        body["checksum"] = canonical_checksum(body)
         with contextlib.suppress(BlobExistsError):
             self.store.write(self.key(layout.DESCRIPTOR), json.dumps(body).encode(), if_absent=True)
         return self.descriptor() or body
 
     def verify_descriptor(self) -> list[str]:
-        """Problems with the table descriptor (a missing one is fine: older tables have none)."""
+        """Problems with the table descriptor (a missing one is fine: older tables have none).
+
+        It must name this directory's table and cluster, a positive partition count and match its
+        own checksum where it has one (descriptors written before format 2 have none).
+        """
         try:
-            obj = json.loads(self.store.read(self.key(layout.DESCRIPTOR)))
+            data = self.store.read(self.key(layout.DESCRIPTOR))
         except BlobNotFoundError:
             return []
-        except (ValueError, UnicodeDecodeError) as e:
-            return [f"{layout.DESCRIPTOR}: not valid JSON ({e})"]
-        if not isinstance(obj, dict) or not {"table", "topic", "cluster_id"} <= set(obj):
-            return [f"{layout.DESCRIPTOR}: not a table descriptor (needs table, topic, cluster_id)"]
-        return []
+        try:
+            obj = as_map(load_json(data, source=layout.DESCRIPTOR), layout.DESCRIPTOR)
+            table = as_str(obj.get("table"), f"{layout.DESCRIPTOR}: table", max_len=255)
+            as_str(obj.get("topic"), f"{layout.DESCRIPTOR}: topic", max_len=255)
+            cluster_id = as_str(obj.get("cluster_id"), f"{layout.DESCRIPTOR}: cluster_id", max_len=255)
+            if "partitions" in obj:
+                as_int(obj["partitions"], f"{layout.DESCRIPTOR}: partitions", lo=1, hi=2**31 - 1)
+            as_str(obj.get("snapshot_store", "blob"), f"{layout.DESCRIPTOR}: snapshot_store", max_len=300)
+        except CorruptCheckpointError as e:
+            return [str(e)]
+        problems = []
+        if "checksum" in obj and obj["checksum"] != canonical_checksum(obj):
+            problems.append(f"{layout.DESCRIPTOR}: does not match its own checksum (edited or damaged)")
+        name = self.directory.rsplit("/", 1)[-1]
+        if name != layout.table_dir(cluster_id, table):
+            problems.append(
+                f"{layout.DESCRIPTOR}: names table {table!r} of cluster {cluster_id!r}, not the table "
+                f"directory {name!r}"
+            )
+        return problems
 
     def descriptor(self) -> dict[str, Any] | None:
         try:
-            obj = json.loads(self.store.read(self.key(layout.DESCRIPTOR)))
-        except (BlobNotFoundError, ValueError):
+            obj = load_json(self.store.read(self.key(layout.DESCRIPTOR)), source=layout.DESCRIPTOR)
+        except (BlobNotFoundError, CorruptCheckpointError):
             return None
         return obj if isinstance(obj, dict) else None
 
@@ -354,10 +381,9 @@ def checked_merge(pc: PartitionCheckpoint, tables: list[pa.Table], *, source: st
         low, high = bounds["min"].as_py(), bounds["max"].as_py()
         if low is None or high is None:
             continue
-        if high >= pc.next_offset:
-            raise CorruptCheckpointError(
-                f"{where}: holds offset {high}, at or past the partition's next offset {pc.next_offset}"
-            )
+        end = pc.next_offset if f.next_offset is None else f.next_offset
+        if high >= end:
+            raise CorruptCheckpointError(f"{where}: holds offset {high}, at or past the next offset {end}")
         if f.kind is FileKind.BASE:
             base_newest = high
         elif low <= base_newest:

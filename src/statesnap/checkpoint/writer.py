@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
@@ -87,10 +87,12 @@ def write_partition_files(
         before = previous.partitions.get(p) if previous is not None else None
         prior = before.files if before is not None else ()
         if (p, "base") in written:
-            files: tuple[DataFile, ...] = (written[(p, "base")],)
+            files: tuple[DataFile, ...] = (replace(written[(p, "base")], next_offset=upd.next_offset),)
             keys: int | None = written[(p, "base")].rows  # a base holds no tombstones
         elif (p, "delta") in written:
-            files, keys = (*prior, written[(p, "delta")]), upd.keys
+            after = prior[-1].next_offset if prior else None
+            delta = replace(written[(p, "delta")], next_offset=upd.next_offset, after=after)
+            files, keys = (*prior, delta), upd.keys
         else:
             files, keys = prior, (before.keys if before is not None else 0)
         partitions[p] = PartitionCheckpoint(p, upd.next_offset, files, keys)

@@ -8,7 +8,6 @@ import click
 
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, RetentionPolicy
-from statesnap.checkpoint.journal import verify_journal
 from statesnap.checkpoint.repository import TableLocation, discover_tables
 from statesnap.cli.options import (
     emit_json,
@@ -21,7 +20,7 @@ from statesnap.cli.options import (
 from statesnap.durations import parse_duration
 from statesnap.errors import CheckpointError, CorruptCheckpointError, TableNotFoundError
 from statesnap.snapshot.api import SnapshotApi
-from statesnap.snapshot.store import BlobSnapshotStore
+from statesnap.snapshot.audit import verify_table_metadata
 
 
 @click.group()
@@ -88,7 +87,9 @@ def list_cmd(url: str, table: str | None, storage_pairs: tuple[str, ...], as_jso
         if r["state"] == "CORRUPT":
             click.echo(f"{r['location']}  gen {r['generation']:>6}  CORRUPT  {r['error']}")
         else:
-            size = f"{r['keys']:>10,} keys" if r["keys"] is not None else f"{r['rows']:>10,} rows"
+            # ``keys`` is the table's key count; where a writer did not record it (Spark streaming
+            # deltas) the files' rows, which count superseded values and tombstones, are no stand-in.
+            size = f"{r['keys']:>10,} keys" if r["keys"] is not None else f"keys unknown ({r['rows']:,} rows)"
             click.echo(
                 f"{r['location']}  gen {r['generation']:>6}  {r['state']:<9} {r['created_at']}  "
                 f"{size}  {r['bytes']:>12,} B  engine={r['engine']}"
@@ -134,17 +135,22 @@ def show(
 
 @checkpoints.command()
 @common
+@snapshot_cluster_options
 @click.option("--shallow", is_flag=True, help="Only check files exist with the right size (no checksums).")
 def verify(url: str, table: str | None, storage_pairs: tuple[str, ...], as_json: bool, shallow: bool) -> None:
-    """Verify everything a restore reads: every checkpoint (manifest readable and of this table,
-    COMPLETED, files present, sizes and checksums), the table descriptor, snapshot records and the
-    Spark journal.
+    """Verify everything a restore reads: every checkpoint (the manifest readable, matching its own
+    checksum and of this table, COMPLETED, files present with their sizes and checksums, and holding
+    the rows, offsets and keys the manifest claims), the table descriptor, the generation high-water
+    mark, the snapshot records (agreeing with the manifests) and the Spark journal.
 
-    Exits 1 if anything is corrupt (restores would skip that checkpoint). A generation GC deletes
-    while it is checked is reported as gone, not corrupt.
+    A table whose snapshot records live in a Kafka topic needs -b to have them read; without it they
+    are reported as not checked. Exits 1 if anything is corrupt or unchecked (restores would skip a
+    corrupt checkpoint). A generation GC deletes while it is checked is reported as gone, not corrupt.
     """
     results: list[dict[str, Any]] = []
-    for repo in _locations(url, table, storage_pairs):
+    kafka = snapshot_store_args()["kafka"]
+    for loc in _tables(url, table, storage_pairs):
+        repo = CheckpointRepository(click.get_current_context().meta["statesnap.store"], loc.directory)
         for gen in repo.generations():
             verdict = repo.verify(gen, deep=not shallow)
             if verdict.vanished:
@@ -157,11 +163,7 @@ def verify(url: str, table: str | None, storage_pairs: tuple[str, ...], as_json:
                     "problems": list(verdict.problems),
                 }
             )
-        metadata = [
-            *repo.verify_descriptor(),
-            *BlobSnapshotStore(repo.store, repo.directory).verify(),
-            *verify_journal(repo),
-        ]
+        metadata = verify_table_metadata(repo, loc.table, kafka=kafka)
         results.append({"location": repo.url, "generation": None, "ok": not metadata, "problems": metadata})
     if as_json:
         emit_json(results)
@@ -171,7 +173,7 @@ def verify(url: str, table: str | None, storage_pairs: tuple[str, ...], as_json:
             what = (
                 f"gen {r['generation']:>6}"
                 if r["generation"] is not None
-                else "descriptor, snapshot records, journal"
+                else "descriptor, high-water mark, snapshot records, journal"
             )
             click.echo(f"{r['location']}  {what}  {status}")
     if not all(r["ok"] for r in results):

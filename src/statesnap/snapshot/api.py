@@ -25,10 +25,12 @@ from statesnap.checkpoint.retention import GcReport, RetentionPolicy, collect_ga
 from statesnap.durations import parse_duration
 from statesnap.errors import (
     BlobNotFoundError,
+    CorruptCheckpointError,
     SnapshotError,
     SnapshotNotFoundError,
 )
 from statesnap.kafka.config import KafkaSettings
+from statesnap.snapshot.audit import read_high_water
 from statesnap.snapshot.model import CheckpointRef, Snapshot, SnapshotState, TaskSnapshot
 from statesnap.snapshot.orchestrator import LocalOrchestrator
 from statesnap.snapshot.store import (
@@ -42,7 +44,6 @@ log = logging.getLogger(__name__)
 
 #: Beside the manifests: the highest generation ever handed out, so deleting the newest snapshot
 #: (and GC removing its files) can never let its number be used again.
-HIGH_WATER = "generations/high-water.json"
 
 
 class SnapshotApi:
@@ -368,9 +369,12 @@ class SnapshotApi:
     def _high_water(self) -> int:
         """The highest generation ever used: manifests, data directories, records and the mark."""
         top = self.repo.next_generation() - 1
-        with contextlib.suppress(BlobNotFoundError, ValueError, KeyError, TypeError):
-            top = max(top, int(json.loads(self.repo.store.read(self.repo.key(HIGH_WATER)))["generation"]))
-        return top
+        try:
+            mark = read_high_water(self.repo)
+        except CorruptCheckpointError as e:
+            log.warning("ignoring the generation high-water mark (checkpoints verify reports it): %s", e)
+            mark = None
+        return top if mark is None else max(top, mark)
 
     def raise_high_water(self, generation: int) -> None:
         """Record that *generation* was used (a writer remembers numbers a wiped store forgot)."""
@@ -378,7 +382,7 @@ class SnapshotApi:
             return
         log.debug("%s: generation high-water mark is now %d", self.repo.url, generation)
         body = json.dumps({"generation": generation}).encode()
-        self.repo.store.write(self.repo.key(HIGH_WATER), body)
+        self.repo.store.write(self.repo.key(layout.HIGH_WATER), body)
 
 
 def snapshot_json(snap: Snapshot) -> dict[str, Any]:
