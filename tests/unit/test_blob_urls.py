@@ -165,6 +165,8 @@ BAD_OPTIONS = [
     ("endpoint_url", "http://[::1"),
     ("endpoint_url", f"http://u:{SECRET}@127.0.0.1:9000"),
     ("endpoint_url", f"https://{SECRET}@s3.example.invalid"),
+    ("endpoint_url", f"http://u:abc/{SECRET}@127.0.0.1:9000"),  # '/' in the password
+    ("endpoint_url", "http://127.0.0.1:99999"),
 ]
 
 

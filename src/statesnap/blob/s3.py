@@ -27,7 +27,15 @@ from statesnap.errors import (
     MissingBucketError,
     StoreNotWritableError,
 )
-from statesnap.redaction import MASK, redact_url, register_secrets, register_url_secrets, scrub, unparsable
+from statesnap.redaction import (
+    MASK,
+    redact_url,
+    register_secrets,
+    register_url_secrets,
+    scrub,
+    unparsable,
+    userinfo_of,
+)
 
 #: Options the store understands; everything else is a typo and is rejected up front.
 S3_OPTIONS = frozenset(
@@ -100,20 +108,20 @@ def _check_endpoint(url: str) -> None:
     """``http(s)://host[:port][/path]`` without userinfo: S3 signs requests with the credentials
     (SigV4), never with a URL's ``user:password@``, and the endpoint is echoed by every connection
     error, so a URL carrying them is refused, not shown."""
-    try:
-        parts = urlsplit(url)
-        port_ok = parts.port is None or parts.port > 0
-    except ValueError:
-        parts, port_ok = None, False
-    if parts is None or parts.scheme.lower() not in {"http", "https"} or not parts.hostname or not port_ok:
-        raise InvalidStoreUrlError(unparsable("S3 option endpoint_url", url, "must be http(s)://host[:port]"))
-    if "@" in parts.netloc:
+    if userinfo_of(url):  # before parsing: a '/' in the password would end the host early
         register_url_secrets(url)
         raise InvalidStoreUrlError(
             "S3 option endpoint_url carries credentials (user:password@, not shown): S3 does not use "
             "them; give credentials through the AWS settings or the aws_access_key_id and "
             "aws_secret_access_key options"
         )
+    try:
+        parts = urlsplit(url)
+        valid = parts.scheme.lower() in {"http", "https"} and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a port that is not a number, an unbalanced '['
+        valid = False
+    if not valid or "@" in url:
+        raise InvalidStoreUrlError(unparsable("S3 option endpoint_url", url, "must be http(s)://host[:port]"))
 
 
 class _ObjectChangedError(Exception):
