@@ -27,7 +27,6 @@ from faults.ledger import CaseLedger
 from integration.conftest import KafkaTool, Rec
 from statesnap.blob import BlobStore, open_blob_store
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, layout
-from statesnap.snapshot.api import HIGH_WATER
 
 __all__ = ["KafkaTool", "Rec"]
 
@@ -436,7 +435,7 @@ def debris(loc: Location) -> list[str]:
     for table_dir, keys in loc.table_keys().items():
         assert table_dir == repo.directory, (table_dir, repo.directory)
         for key in keys:
-            if key in (layout.DESCRIPTOR, HIGH_WATER):
+            if key in (layout.DESCRIPTOR, layout.HIGH_WATER):
                 continue
             gen = layout.manifest_generation(key)
             if gen is not None and gen in gens:

@@ -17,9 +17,18 @@ from dataclasses import dataclass, field
 import pytest
 
 #: What the suite injects.
-TRIED = ("kills", "corruptions", "bad_inputs", "races", "infrastructure_faults", "url_forms")
+TRIED = (
+    "kills",
+    "corruptions",
+    "bad_inputs",
+    "races",
+    "infrastructure_faults",
+    "url_forms",
+    "parser_fuzz_cases",
+)
 #: What must never happen.
-FINDINGS = ("wrong_tables", "data_lost", "hangs", "secret_leaks")
+#: ``parser_crashes``: a stored document made a parser raise anything but CorruptCheckpointError.
+FINDINGS = ("wrong_tables", "data_lost", "hangs", "secret_leaks", "parser_crashes")
 
 
 @dataclass
