@@ -128,7 +128,7 @@ def check_workers(spark: Any) -> None:
         text = str(answer)
     except Exception as e:  # the worker died before the probe ran: unpickling, or Spark's own check
         text = str(e)
-        if not any(sign in text for sign in ("ModuleNotFoundError", "ImportError", _VERSION_MISMATCH)):
+        if not any(sign in text for sign in _WORKER_PROBLEMS):
             raise
     else:
         if not text.startswith("ImportError"):
@@ -142,6 +142,11 @@ def check_workers(spark: Any) -> None:
 
 #: Spark's error class when the workers' Python is another minor version than the driver's.
 _VERSION_MISMATCH = "PYTHON_VERSION_MISMATCH"
+#: What Spark says when the workers' Python does not start: a path that is not there, or an
+#: interpreter that exits at once (a pyenv shim of a version not selected, a broken venv).
+_NOT_RUNNABLE = "Cannot run program"
+_NO_START = "Error from python worker:"
+_WORKER_PROBLEMS = ("ModuleNotFoundError", "ImportError", _VERSION_MISMATCH, _NOT_RUNNABLE, _NO_START)
 
 
 def _workers_problem(text: str, python: str, *, local: bool) -> str:
@@ -155,6 +160,12 @@ def _workers_problem(text: str, python: str, *, local: bool) -> str:
         found = re.search(r"different version: ([\d.]+) than that in driver: ([\d.]+)", text)
         versions = f"Python {found.group(1)}, the driver's {found.group(2)}" if found else "another Python"
         what = f"run {versions} (PySpark needs the same minor version)"
+    elif _NOT_RUNNABLE in text:
+        found = re.search(r'Cannot run program "[^"]*": error=\d+, (.+)', text)
+        what = f"cannot be started ({found.group(1).strip() if found else 'no such program'})"
+    elif _NO_START in text:
+        said = [ln.strip() for ln in text.split(_NO_START, 1)[1].splitlines() if ln.strip()]
+        what = f"exited at start ({said[0][:120] if said else 'no output'})"
     else:
         found = re.search(r"(?:ModuleNotFound|Import)Error: (.+)", text)
         missing = (found.group(1) if found else text.strip().splitlines()[0])[:120]

@@ -141,23 +141,61 @@ def test_users_own_job_reads_with_only_the_format_name_changed(
     assert _rows(done.stdout) == _truth(kafka, topic_name, 3)
 
 
-def test_workers_without_statesnap_are_one_line_at_register(tmp_path: Path) -> None:
+def _other_minor_python() -> str | None:
+    """An interpreter of another minor version than this one (PATH, then pyenv's versions)."""
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    for minor in ("3.12", "3.13", "3.10", "3.9"):
+        if minor == here:
+            continue
+        on_path = shutil.which(f"python{minor}", path=_plain_env()["PATH"])
+        for found in [
+            *([on_path] if on_path else []),
+            *map(str, sorted(pyenv.glob(f"{minor}.*/bin/python{minor}"))),
+        ]:
+            # a pyenv shim of a version not selected does not run
+            if subprocess.run([found, "-c", ""], capture_output=True, check=False).returncode == 0:
+                return found
+    return None
+
+
+@pytest.mark.parametrize("case", ["python3-on-path", "other-version", "exits-at-start", "no-such-program"])
+def test_workers_that_cannot_run_statesnap_are_one_line_at_register(case: str, tmp_path: Path) -> None:
     """``.venv/bin/python job.py`` from a shell where the venv is not activated: Spark's workers
-    are ``python3`` from PATH, which cannot import statesnap. ``register(spark)`` says so in one
-    line naming the fix (before: every read failed with Spark's 17-line
-    ``PYTHON_DATA_SOURCE_ERROR``). No broker is contacted: the check fails first."""
+    are ``python3`` from PATH, which cannot import statesnap; or ``PYSPARK_PYTHON`` names a Python
+    of another minor version, one that exits at once (a pyenv shim of a version not selected),
+    or no program at all. ``register(spark)`` says so in one line naming the fix (before: every
+    read failed with Spark's 17-line ``PYTHON_DATA_SOURCE_ERROR``; the other three were Spark's
+    raw Java trace). No broker is contacted: the check fails first."""
     _needs_java_and_venv()
-    env = _plain_env()
-    python3 = shutil.which("python3", path=env["PATH"])
-    probe = [python3 or "python3", "-c", "import statesnap"]
-    if python3 is None or subprocess.run(probe, capture_output=True, check=False).returncode == 0:
-        pytest.skip("needs a python3 on PATH without statesnap (the un-activated case)")
+    env = {**_plain_env(), "HOME": str(tmp_path)}
+    if case == "python3-on-path":
+        python = shutil.which("python3", path=env["PATH"])
+        probe = [python or "python3", "-c", "import statesnap"]
+        if python is None or subprocess.run(probe, capture_output=True, check=False).returncode == 0:
+            pytest.skip("needs a python3 on PATH without statesnap (the un-activated case)")
+        shown, problem = "python3 = ", "cannot run statesnap (No module named"
+    elif case == "other-version":
+        python = _other_minor_python()
+        if python is None:
+            pytest.skip("needs a Python of another minor version")
+        env["PYSPARK_PYTHON"] = python
+        shown, problem = f"{python}) run Python ", "(PySpark needs the same minor version)"
+    elif case == "exits-at-start":
+        script = tmp_path / "python"
+        script.write_text("#!/bin/sh\necho 'pyenv: python3.99: command not found' >&2\nexit 127\n")
+        script.chmod(0o755)
+        env["PYSPARK_PYTHON"] = str(script)
+        shown, problem = f"{script}) exited at start", "(pyenv: python3.99: command not found)"
+    else:
+        env["PYSPARK_PYTHON"] = str(tmp_path / "no-python")
+        shown, problem = f"{tmp_path / 'no-python'}) cannot be started", "(No such file or directory)"
     register = "from statesnap.spark import register\nregister(spark)"
     job = _swapped_job(tmp_path / "job.py", extra=register)
     done = subprocess.run(
         [str(VENV / "bin" / "python"), str(job), "127.0.0.1:9", "t"],
         cwd=tmp_path,
-        env={**env, "HOME": str(tmp_path)},
+        env=env,
         capture_output=True,
         text=True,
         timeout=240,
@@ -167,8 +205,8 @@ def test_workers_without_statesnap_are_one_line_at_register(tmp_path: Path) -> N
     errors = [ln for ln in done.stderr.splitlines() if ln.startswith("statesnap.errors.ConfigError")]
     assert len(errors) == 1, done.stderr[-4000:]
     (line,) = errors
-    assert line.startswith("statesnap.errors.ConfigError: Spark's Python workers (python3 = ")
-    assert "cannot run statesnap (No module named" in line
+    assert line.startswith(f"statesnap.errors.ConfigError: Spark's Python workers ({shown}"), line
+    assert problem in line
     assert f"PYSPARK_PYTHON={VENV / 'bin' / 'python'}" in line
     assert "PYTHON_DATA_SOURCE_ERROR" not in done.stderr
 
