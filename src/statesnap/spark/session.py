@@ -108,7 +108,11 @@ def is_local(spark: Any) -> bool:
 
 def check_workers(spark: Any) -> None:
     """Run one tiny task that imports statesnap; a worker that cannot fails here, in one line,
-    instead of deep inside the first real job. Checked once per Spark application."""
+    instead of deep inside the first real job. Checked once per Spark application; a Spark
+    Connect session has no SparkContext to run it with (its server owns the workers) and is not
+    checked."""
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        return
     sc = spark.sparkContext
     app = str(sc.applicationId)
     if app in _checked:
