@@ -171,12 +171,6 @@ FORMS: dict[str, Form] = {
     ),
 }
 
-#: Known defects: the fix lies in a file this change could not touch (see the reason).
-KNOWN = {
-    "kafka-config-value-is-a-pasted-secret": "kafka/clients.py config_error() echoes the value librdkafka "
-    "refused ('invalid value ... for Kafka client property'); it must not show values",
-}
-
 
 def _args(command: str, form: Form, c: Ctx) -> list[str]:
     url = form.url(c) if form.url is not None else c.file_url
@@ -252,13 +246,7 @@ def _leaked(text: str) -> str | None:
     return None
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KNOWN[n])) if n in KNOWN else n
-        for n in FORMS
-    ],
-)
+@pytest.mark.parametrize("name", list(FORMS))
 def test_url_form_never_shows_its_secret(
     name: str, outcomes: dict[str, list[CliResult]], ledger: CaseLedger
 ) -> None:

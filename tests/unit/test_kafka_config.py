@@ -296,11 +296,6 @@ def test_an_invalid_secret_value_is_not_echoed() -> None:
     assert SECRET not in str(other)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 22: kafka/clients.py config_error() shows the refused value of non-secret "
-    "properties; the fix belongs there (drop the value); remove this marker with it",
-)
 def test_a_refused_value_of_any_property_is_not_echoed() -> None:
     """A value that fails to parse may be a secret pasted in the wrong place
     (``--kafka-config fetch.wait.max.ms=<password>``): librdkafka refuses it, and the typed error
