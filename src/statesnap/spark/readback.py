@@ -36,7 +36,8 @@ from pyspark.sql.types import (
 
 from statesnap.blob import BlobStore, open_blob_store
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, datafile, locate_table
-from statesnap.checkpoint.manifest import DataFile
+from statesnap.checkpoint.manifest import PartitionCheckpoint
+from statesnap.checkpoint.repository import checked_merge
 from statesnap.checkpoint.restore import CheckpointSelector
 from statesnap.errors import ConfigError
 from statesnap.kafka.admin import KafkaAdmin
@@ -82,10 +83,12 @@ class PartitionFiles(InputPartition):
     """One task: the files of one Kafka partition, in apply order, then its tail offsets
     ``[start, end)`` (empty unless ``as_of="now"``)."""
 
-    def __init__(self, partition: int, files: tuple[DataFile, ...], start: int = 0, end: int = 0) -> None:
+    def __init__(
+        self, partition: int, checkpoint: PartitionCheckpoint | None, start: int = 0, end: int = 0
+    ) -> None:
         super().__init__(partition)
         self.partition = partition
-        self.files = files
+        self.checkpoint = checkpoint
         self.start = start
         self.end = end
 
@@ -136,25 +139,27 @@ class CheckpointReader(DataSourceReader):
         self.options = dict(options)
 
     def partitions(self) -> list[InputPartition]:
-        files: dict[int, tuple[DataFile, ...]] = {}
+        files: dict[int, PartitionCheckpoint] = {}
         if "generation" in self.options:
             manifest = _repo(self.options).read_manifest(int(self.options["generation"]))
-            files = {p: pc_.files for p, pc_ in manifest.partitions.items()}
+            files = {p: pc_ for p, pc_ in manifest.partitions.items() if pc_.files}
         tail = _tail(self.options)
         out: list[InputPartition] = []
         for p in sorted(set(files) | set(tail)):
             start, end = tail.get(p, (0, 0))
-            if files.get(p) or end > start:
-                out.append(PartitionFiles(p, files.get(p, ()), start, end))
+            if p in files or end > start:
+                out.append(PartitionFiles(p, files.get(p), start, end))
         return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, PartitionFiles):
             return iter(())
         rows = datafile.empty_table()
-        if partition.files:
+        if partition.checkpoint is not None:  # the files, checked against what the manifest claims
             repo = _repo(self.options)
-            rows = datafile.merge([repo.read_file(f) for f in partition.files])
+            rows = checked_merge(
+                partition.checkpoint, [repo.read_file(f) for f in partition.checkpoint.files], source=repo.url
+            )
         if partition.end > partition.start:
             opts = _kafka_options(self.options)
             rows = fold_tail(opts, partition.partition, rows, partition.start, partition.end)
@@ -206,12 +211,12 @@ def count_keys(spark: Any, repo: CheckpointRepository, manifest: CheckpointManif
     known = manifest.keys
     if known is not None:
         return known
-    work = [(p, pc.files) for p, pc in sorted(manifest.partitions.items()) if pc.files]
+    work = [p for p, pc_ in sorted(manifest.partitions.items()) if pc_.files]
     if not work:
         return 0
 
-    def merged(item: tuple[int, tuple[DataFile, ...]]) -> int:
-        return int(datafile.merge([repo.read_file(f) for f in item[1]]).num_rows)
+    def merged(partition: int) -> int:
+        return int(repo.load_partition(manifest, partition).num_rows)
 
     return int(sum(spark.sparkContext.parallelize(work, len(work)).map(merged).collect()))
 
