@@ -153,7 +153,7 @@ def test_every_checkpoint_is_a_snapshot(written: Written) -> None:
     assert shown["generation"] == newest
     assert shown["missing_partitions"] == []
     assert ok(written.snap("current", "--json"))["generation"] == newest
-    assert all(r["ok"] for r in ok(written.ckpt("verify", "--json")))
+    assert all(r["ok"] for r in ok(written.ckpt("verify", "--json", *written.snapshot_args)))
 
 
 def test_restore_from_either_engine_equals_ground_truth(written: Written, kafka: Any) -> None:
@@ -198,7 +198,7 @@ def test_pinned_snapshot_survives_gc_and_dry_run_says_so(written: Written) -> No
     (real,) = ok(written.ckpt("gc", *gc_args))
     assert sorted(real["retained"]) == sorted(dry["retained"])
     assert {c["generation"] for c in ok(written.ckpt("list", "--json"))} == {oldest, newest}
-    assert all(r["ok"] for r in ok(written.ckpt("verify", "--json")))
+    assert all(r["ok"] for r in ok(written.ckpt("verify", "--json", *written.snapshot_args)))
     ok(written.snap("unpin", str(oldest)))
     (after,) = ok(written.ckpt("gc", *gc_args))
     assert after["deleted_generations"] == [oldest]
