@@ -138,3 +138,32 @@ def test_schema_registry_urls_with_a_slash_in_the_password_are_masked() -> None:
         SchemaRegistry(f"ftp://{KEY_ID}:{SECRET}@registry")
     for piece in (KEY_ID, *SECRET.split("/")):
         assert piece not in str(info.value)
+
+
+def test_log_records_lose_the_userinfo_of_any_url() -> None:
+    """Records of botocore, urllib3 and statesnap pass the record hook: a token-only userinfo and a
+    broker list's userinfo (both shown whole before) are masked, whatever handler prints them."""
+    import io
+    import logging
+
+    from statesnap.redaction import install_record_redaction
+
+    install_record_redaction()
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    for name in ("botocore.endpoint", "urllib3.connectionpool", "statesnap.kafka"):
+        log = logging.getLogger(name)
+        log.addHandler(handler)
+        level = log.level
+        log.setLevel(logging.DEBUG)
+        try:
+            log.debug("Starting new HTTP connection (1): http://%s@127.0.0.1:9000", TOKEN)
+            log.warning("brokers SASL_SSL://u:%s@b1:9093,PLAINTEXT://%s@b2:9092", SECRET, KEY_ID)
+        finally:
+            log.removeHandler(handler)
+            log.setLevel(level)
+    out = stream.getvalue()
+    for piece in (TOKEN, KEY_ID, *SECRET.split("/")):
+        assert piece not in out
+    assert "b1:9093" in out
+    assert "b2:9092" in out
