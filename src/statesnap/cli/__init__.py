@@ -17,7 +17,7 @@ from rich.logging import RichHandler
 from statesnap import __version__
 from statesnap.cli.progress import stderr
 from statesnap.errors import StatesnapError
-from statesnap.redaction import install_log_redaction
+from statesnap.redaction import install_log_redaction, scrub
 
 EXAMPLES = """
 \b
@@ -38,7 +38,8 @@ class StatesnapGroup(click.Group):
         try:
             return super().invoke(ctx)
         except StatesnapError as e:
-            raise click.ClickException(f"{type(e).__name__}: {e}") from e
+            # The last line a user sees: scrubbed again, whichever module built the message.
+            raise click.ClickException(f"{type(e).__name__}: {scrub(str(e))}") from e
 
 
 @click.group(
