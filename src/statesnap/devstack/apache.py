@@ -1,0 +1,271 @@
+"""A real Apache Kafka broker on loopback: single-node KRaft, jars from the Maven cache.
+
+Tansu (``broker.py``) needs no Java but is not Kafka: it never compacts or deletes, misreports high
+watermarks and shows aborted transactions (see DESIGN.md). Tests that prove Kafka behaviour run on
+this broker instead. ``bash scripts/setup.sh`` fetches the pinned version's jars (kafka_2.13 and its
+runtime dependencies, via ``scripts/apache-kafka/pom.xml``) into
+``~/.cache/statesnap/apache-kafka-<version>/libs/``; :meth:`ApacheKafkaBroker.start` formats a
+fresh KRaft log directory in a temporary directory, starts ``kafka.Kafka`` on it and removes it on
+``stop()``. The settings let the log cleaner and retention act within seconds, so a test can
+watch compaction and deletion happen.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from statesnap.devstack.process import DevServiceError, LoopbackService, free_port
+
+__all__ = [
+    "APACHE_KAFKA_VERSION",
+    "ApacheKafkaBroker",
+    "ApacheKafkaUnavailableError",
+    "apache_kafka_missing",
+    "apache_kafka_libs",
+]
+
+#: The pinned broker version; scripts/apache-kafka/pom.xml must name the same one.
+APACHE_KAFKA_VERSION = "4.1.1"
+
+#: Broker settings that make the log cleaner and retention act within a test's seconds rather than
+#: the production minutes/hours, and let one node hold every internal topic.
+TEST_SETTINGS: Mapping[str, str] = {
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "4",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "transaction.state.log.num.partitions": "4",
+    "group.initial.rebalance.delay.ms": "0",
+    "num.partitions": "1",
+    "auto.create.topics.enable": "false",
+    "log.cleaner.backoff.ms": "200",
+    "log.cleaner.min.compaction.lag.ms": "0",
+    "log.cleaner.min.cleanable.ratio": "0.01",
+    "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
+    "log.cleaner.threads": "1",
+    "log.retention.check.interval.ms": "200",
+    "log.segment.delete.delay.ms": "0",
+    "log.initial.task.delay.ms": "0",
+    "log.flush.offset.checkpoint.interval.ms": "500",
+    "log.flush.start.offset.checkpoint.interval.ms": "500",
+    "file.delete.delay.ms": "0",
+}
+
+
+class ApacheKafkaUnavailableError(DevServiceError):
+    """Java or the Apache Kafka jars are missing: install Java 17+ (``java`` on PATH or
+    ``JAVA_HOME``) and Maven, then run ``bash scripts/setup.sh`` to fetch the jars."""
+
+
+def apache_kafka_libs(version: str = APACHE_KAFKA_VERSION) -> Path:
+    """Where ``scripts/setup.sh`` puts the broker's jars (``$XDG_CACHE_HOME`` or ``~/.cache``)."""
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(root) / "statesnap" / f"apache-kafka-{version}" / "libs"
+
+
+def _java() -> str | None:
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").is_file():
+        return str(Path(home) / "bin" / "java")
+    return shutil.which("java")
+
+
+def apache_kafka_missing(version: str = APACHE_KAFKA_VERSION) -> str | None:
+    """Why the broker cannot start here (one line), or None when Java and the jars are present."""
+    if _java() is None:
+        return "Apache Kafka needs Java 17+: install a JDK (java on PATH or JAVA_HOME), then bash scripts/setup.sh"
+    libs = apache_kafka_libs(version)
+    if not (libs / f"kafka_2.13-{version}.jar").is_file():
+        return f"Apache Kafka {version} jars not found in {libs}: run bash scripts/setup.sh (needs mvn)"
+    return None
+
+
+def _cluster_id() -> str:
+    """A KRaft cluster id as ``kafka-storage random-uuid`` makes one: 16 random bytes, URL-safe
+    base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+_LOG4J2 = """\
+status = warn
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = warn
+rootLogger.appenderRef.out.ref = OUT
+logger.cleaner.name = kafka.log.LogCleaner
+logger.cleaner.level = info
+"""
+
+
+class ApacheKafkaBroker(LoopbackService):
+    """Single-node KRaft Apache Kafka (broker and controller in one JVM) on 127.0.0.1.
+
+    ``settings`` override or add broker properties on top of :data:`TEST_SETTINGS`.
+    """
+
+    name = "apache-kafka"
+    #: A controlled shutdown of one node takes a second or two; its data is thrown away anyway.
+    stop_grace = 10.0
+
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        version: str = APACHE_KAFKA_VERSION,
+        settings: Mapping[str, str] | None = None,
+        heap: str = "512m",
+    ) -> None:
+        super().__init__(port)
+        self.version = version
+        self.controller_port = free_port()
+        self.heap = heap
+        self.settings = {**TEST_SETTINGS, **(settings or {})}
+        self.cluster_id = _cluster_id()
+        self._dir: Path | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def _java_command(self, main: str, *args: str) -> list[str]:
+        java = _java()
+        missing = apache_kafka_missing(self.version)
+        if java is None or missing is not None:
+            raise ApacheKafkaUnavailableError(missing or "java not found")
+        assert self._dir is not None
+        return [
+            java,
+            f"-Xmx{self.heap}",
+            "-Xss1m",
+            "-XX:+UseG1GC",
+            "-XX:TieredStopAtLevel=1",  # C1 only: starts ~1 s sooner, fast enough for tests
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self._dir / 'log4j2.properties'}",
+            "-cp",
+            str(apache_kafka_libs(self.version) / "*"),
+            main,
+            *args,
+        ]
+
+    def command(self) -> Sequence[str]:
+        assert self._dir is not None
+        return self._java_command("kafka.Kafka", str(self._dir / "server.properties"))
+
+    def server_properties(self) -> dict[str, str]:
+        assert self._dir is not None
+        return {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@{self.host}:{self.controller_port}",
+            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self._dir / "data"),
+            **self.settings,
+        }
+
+    def start(self, timeout: float = 60.0) -> None:
+        """Format a fresh log directory, start the broker, wait until it serves metadata.
+
+        Raises :class:`ApacheKafkaUnavailableError` when Java or the jars are missing, and
+        :class:`DevServiceError` (one line) when formatting or start-up fails or outlives *timeout*.
+        """
+        if self._proc is not None:
+            return
+        missing = apache_kafka_missing(self.version)
+        if missing is not None:
+            raise ApacheKafkaUnavailableError(missing)
+        deadline = time.monotonic() + timeout
+        self._dir = Path(tempfile.mkdtemp(prefix="statesnap-apache-kafka-"))
+        try:
+            props = "".join(f"{k}={v}\n" for k, v in self.server_properties().items())
+            (self._dir / "server.properties").write_text(props)
+            (self._dir / "log4j2.properties").write_text(_LOG4J2)
+            self._format(deadline)
+            try:
+                super().start(max(1.0, deadline - time.monotonic()))
+            except DevServiceError as e:
+                reason = self._failure_line() or str(e).splitlines()[0]
+                raise DevServiceError(
+                    f"Apache Kafka {self.version} on {self.bootstrap_servers}: {reason}"
+                ) from None
+        except BaseException:
+            self.stop()
+            raise
+
+    def _format(self, deadline: float) -> None:
+        """``kafka-storage format``: write the cluster id and bootstrap metadata into the log dir."""
+        assert self._dir is not None
+        cmd = self._java_command(
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            self.cluster_id,
+            "-c",
+            str(self._dir / "server.properties"),
+        )
+        try:
+            out = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                timeout=max(1.0, deadline - time.monotonic()),
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise DevServiceError(
+                f"Apache Kafka {self.version}: formatting the KRaft log directory did not finish in time"
+            ) from None
+        if out.returncode != 0:
+            lines = (out.stderr + out.stdout).strip().splitlines()
+            raise DevServiceError(
+                f"Apache Kafka {self.version}: formatting the KRaft log directory failed "
+                f"({out.returncode}): {lines[-1] if lines else 'no output'}"
+            )
+
+    def _failure_line(self) -> str:
+        """The first ERROR (or exception) line of the broker's log: the cause, not the stack."""
+        for line in self.log_tail(200).splitlines():
+            if " ERROR " in line or "Exception" in line:
+                return line.strip()[:300]
+        return ""
+
+    def wait_ready(self, deadline: float) -> None:
+        """Ready when the broker lists itself in a metadata answer (registered with the controller)."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        last = "no answer"
+        while True:
+            try:
+                if admin.list_topics(timeout=1).brokers:
+                    return
+                last = "no broker registered yet"
+            except Exception as e:
+                last = str(e)
+            if self._proc is not None and self._proc.poll() is not None:
+                raise DevServiceError(f"exited with {self._proc.returncode} while starting")
+            if time.monotonic() > deadline:
+                raise DevServiceError(f"did not serve metadata before the start-up deadline ({last})")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        super().stop()
+        d, self._dir = self._dir, None
+        if d is not None:
+            with contextlib.suppress(OSError):
+                shutil.rmtree(d)
