@@ -159,37 +159,17 @@ def _other_minor_python() -> str | None:
     return None
 
 
-@pytest.mark.parametrize("case", ["python3-on-path", "other-version", "exits-at-start", "no-such-program"])
-def test_workers_that_cannot_run_statesnap_are_one_line_at_register(case: str, tmp_path: Path) -> None:
+def test_workers_without_statesnap_are_one_line_at_register(tmp_path: Path) -> None:
     """``.venv/bin/python job.py`` from a shell where the venv is not activated: Spark's workers
-    are ``python3`` from PATH, which cannot import statesnap; or ``PYSPARK_PYTHON`` names a Python
-    of another minor version, one that exits at once (a pyenv shim of a version not selected),
-    or no program at all. ``register(spark)`` says so in one line naming the fix (before: every
-    read failed with Spark's 17-line ``PYTHON_DATA_SOURCE_ERROR``; the other three were Spark's
-    raw Java trace). No broker is contacted: the check fails first."""
+    are ``python3`` from PATH, which cannot import statesnap. ``register(spark)`` says so in one
+    line naming the fix (before: every read failed with Spark's 17-line
+    ``PYTHON_DATA_SOURCE_ERROR``). No broker is contacted: the check fails first."""
     _needs_java_and_venv()
     env = {**_plain_env(), "HOME": str(tmp_path)}
-    if case == "python3-on-path":
-        python = shutil.which("python3", path=env["PATH"])
-        probe = [python or "python3", "-c", "import statesnap"]
-        if python is None or subprocess.run(probe, capture_output=True, check=False).returncode == 0:
-            pytest.skip("needs a python3 on PATH without statesnap (the un-activated case)")
-        shown, problem = "python3 = ", "cannot run statesnap (No module named"
-    elif case == "other-version":
-        python = _other_minor_python()
-        if python is None:
-            pytest.skip("needs a Python of another minor version")
-        env["PYSPARK_PYTHON"] = python
-        shown, problem = f"{python}) run Python ", "(PySpark needs the same minor version)"
-    elif case == "exits-at-start":
-        script = tmp_path / "python"
-        script.write_text("#!/bin/sh\necho 'pyenv: python3.99: command not found' >&2\nexit 127\n")
-        script.chmod(0o755)
-        env["PYSPARK_PYTHON"] = str(script)
-        shown, problem = f"{script}) exited at start", "(pyenv: python3.99: command not found)"
-    else:
-        env["PYSPARK_PYTHON"] = str(tmp_path / "no-python")
-        shown, problem = f"{tmp_path / 'no-python'}) cannot be started", "(No such file or directory)"
+    python3 = shutil.which("python3", path=env["PATH"])
+    probe = [python3 or "python3", "-c", "import statesnap"]
+    if python3 is None or subprocess.run(probe, capture_output=True, check=False).returncode == 0:
+        pytest.skip("needs a python3 on PATH without statesnap (the un-activated case)")
     register = "from statesnap.spark import register\nregister(spark)"
     job = _swapped_job(tmp_path / "job.py", extra=register)
     done = subprocess.run(
@@ -205,10 +185,66 @@ def test_workers_that_cannot_run_statesnap_are_one_line_at_register(case: str, t
     errors = [ln for ln in done.stderr.splitlines() if ln.startswith("statesnap.errors.ConfigError")]
     assert len(errors) == 1, done.stderr[-4000:]
     (line,) = errors
-    assert line.startswith(f"statesnap.errors.ConfigError: Spark's Python workers ({shown}"), line
-    assert problem in line
+    assert line.startswith("statesnap.errors.ConfigError: Spark's Python workers (python3 = "), line
+    assert "cannot run statesnap (No module named" in line
     assert f"PYSPARK_PYTHON={VENV / 'bin' / 'python'}" in line
     assert "PYTHON_DATA_SOURCE_ERROR" not in done.stderr
+
+
+#: One driver, one session per workers' Python (sessions restart cheaply; the JVM does not).
+SESSIONS_JOB = """
+import json, os, sys
+from pyspark.sql import SparkSession
+from statesnap.errors import ConfigError
+from statesnap.spark import register
+
+for case, python in json.loads(sys.argv[1]):
+    os.environ["PYSPARK_PYTHON"] = python
+    spark = SparkSession.builder.master("local[1]").getOrCreate()
+    try:
+        register(spark)
+        print("CASE", case, "no error")
+    except ConfigError as e:
+        print("CASE", case, json.dumps(str(e)))
+    spark.stop()
+"""
+
+
+def test_workers_whose_python_is_wrong_are_one_line_at_register(tmp_path: Path) -> None:
+    """``PYSPARK_PYTHON`` naming a Python of another minor version, one that exits at once (a
+    pyenv shim of a version not selected) or no program at all: ``register(spark)`` says which
+    and how to fix it in one line (before: Spark's raw Java trace, dozens of lines)."""
+    _needs_java_and_venv()
+    script = tmp_path / "python"
+    script.write_text("#!/bin/sh\necho 'pyenv: python3.99: command not found' >&2\nexit 127\n")
+    script.chmod(0o755)
+    expected = {
+        "exits-at-start": (str(script), "exited at start (pyenv: python3.99: command not found)"),
+        "no-such-program": (str(tmp_path / "no-python"), "cannot be started (No such file or directory)"),
+    }
+    other = _other_minor_python()
+    if other is not None:
+        expected["other-version"] = (other, "(PySpark needs the same minor version)")
+    (tmp_path / "job.py").write_text(SESSIONS_JOB)
+    cases = json.dumps([(case, python) for case, (python, _problem) in expected.items()])
+    done = subprocess.run(
+        [str(VENV / "bin" / "python"), "job.py", cases],
+        cwd=tmp_path,
+        env={**_plain_env(), "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    answers = dict(line[5:].split(" ", 1) for line in done.stdout.splitlines() if line.startswith("CASE "))
+    assert set(answers) == set(expected), done.stdout
+    for case, (python, problem) in expected.items():
+        message = json.loads(answers[case])
+        assert message.startswith(f"Spark's Python workers ({python}) "), message
+        assert problem in message
+        assert f"PYSPARK_PYTHON={VENV / 'bin' / 'python'}" in message
+        assert "\n" not in message
 
 
 def test_docs_spark_submit_line_runs_from_a_venv_that_is_not_activated(
