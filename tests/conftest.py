@@ -1,4 +1,5 @@
-"""Session-wide real services: one Tansu broker and one moto S3 server, started on first use.
+"""Session-wide real services: one Tansu broker, one Apache Kafka broker and one moto S3 server,
+each started on first use (a session that asks for no Apache Kafka test starts no JVM).
 
 They stop at the session's end, and on Linux also when the test run is killed without a teardown
 (a timeout's SIGKILL): the dev stack asks the kernel to signal them when their parent dies
@@ -12,13 +13,28 @@ from dataclasses import dataclass
 
 import pytest
 
-from statesnap.devstack import EmbeddedBroker, EmbeddedS3
+from statesnap.devstack import ApacheKafkaBroker, EmbeddedBroker, EmbeddedS3
+from statesnap.devstack.apache import apache_kafka_missing
 
 
 @pytest.fixture(scope="session")
 def broker() -> Iterator[EmbeddedBroker]:
     """A real Kafka-protocol broker (Tansu, in-memory storage) on loopback."""
     b = EmbeddedBroker()
+    b.start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="session")
+def apache_kafka() -> Iterator[ApacheKafkaBroker]:
+    """A real Apache Kafka broker (single-node KRaft on loopback; settings that let compaction and
+    retention act within seconds). Skipped, with what to install, only where Java or the jars
+    ``bash scripts/setup.sh`` fetches are missing."""
+    missing = apache_kafka_missing()
+    if missing is not None:
+        pytest.skip(missing)
+    b = ApacheKafkaBroker()
     b.start()
     yield b
     b.stop()

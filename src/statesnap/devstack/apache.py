@@ -29,8 +29,8 @@ __all__ = [
     "APACHE_KAFKA_VERSION",
     "ApacheKafkaBroker",
     "ApacheKafkaUnavailableError",
-    "apache_kafka_missing",
     "apache_kafka_libs",
+    "apache_kafka_missing",
 ]
 
 #: The pinned broker version; scripts/apache-kafka/pom.xml must name the same one.
@@ -82,10 +82,10 @@ def _java() -> str | None:
 def apache_kafka_missing(version: str = APACHE_KAFKA_VERSION) -> str | None:
     """Why the broker cannot start here (one line), or None when Java and the jars are present."""
     if _java() is None:
-        return "Apache Kafka needs Java 17+: install a JDK (java on PATH or JAVA_HOME), then bash scripts/setup.sh"
+        return "Apache Kafka needs Java 17+: install a JDK (java on PATH or JAVA_HOME), then run setup.sh"
     libs = apache_kafka_libs(version)
     if not (libs / f"kafka_2.13-{version}.jar").is_file():
-        return f"Apache Kafka {version} jars not found in {libs}: run bash scripts/setup.sh (needs mvn)"
+        return f"Apache Kafka {version} jars not in {libs}: run bash scripts/setup.sh (needs Java and mvn)"
     return None
 
 
@@ -103,9 +103,17 @@ appender.out.layout.type = PatternLayout
 appender.out.layout.pattern = [%d] %p %m (%c)%n
 rootLogger.level = warn
 rootLogger.appenderRef.out.ref = OUT
-logger.cleaner.name = kafka.log.LogCleaner
-logger.cleaner.level = info
 """
+
+
+def _cause(output: str) -> str:
+    """The line of a JVM's output that says what went wrong: the first ERROR or exception line
+    (not a stack frame), else the last line; at most 300 characters."""
+    lines = [ln.strip() for ln in output.splitlines() if ln.strip() and not ln.lstrip().startswith("at ")]
+    for line in lines:
+        if " ERROR " in line or "Exception" in line:
+            return line[:300]
+    return lines[-1][:300] if lines else ""
 
 
 class ApacheKafkaBroker(LoopbackService):
@@ -231,18 +239,13 @@ class ApacheKafkaBroker(LoopbackService):
                 f"Apache Kafka {self.version}: formatting the KRaft log directory did not finish in time"
             ) from None
         if out.returncode != 0:
-            lines = (out.stderr + out.stdout).strip().splitlines()
             raise DevServiceError(
                 f"Apache Kafka {self.version}: formatting the KRaft log directory failed "
-                f"({out.returncode}): {lines[-1] if lines else 'no output'}"
+                f"({out.returncode}): {_cause(out.stderr + out.stdout) or 'no output'}"
             )
 
     def _failure_line(self) -> str:
-        """The first ERROR (or exception) line of the broker's log: the cause, not the stack."""
-        for line in self.log_tail(200).splitlines():
-            if " ERROR " in line or "Exception" in line:
-                return line.strip()[:300]
-        return ""
+        return _cause(self.log_tail(200))
 
     def wait_ready(self, deadline: float) -> None:
         """Ready when the broker lists itself in a metadata answer (registered with the controller)."""
