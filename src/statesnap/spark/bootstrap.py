@@ -12,6 +12,11 @@ Steps, in this order (the manifest last, so a crash leaves only unreferenced fil
 3. Driver: report every partition (next offset = the end its tasks reached) to the snapshot
    orchestrator, which commits the manifest and the snapshot record, then runs retention GC.
 
+What the run did is a :class:`BootstrapResult` (:func:`run_bootstrap`): the checkpoint it
+resumed from, the records it read and how long reading and committing took, measured by this
+run. The tasks read, fold and write each partition's file in one pass, so the restore time
+includes writing the data files; the checkpoint time is the commit (manifest, snapshot, GC).
+
 The Kafka reading runs in Python tasks directly (the same code as the ``statesnap-kafka``
 source) rather than through a DataFrame: the records never cross into the JVM and back.
 """
@@ -19,8 +24,9 @@ source) rather than through a DataFrame: the records never cross into the JVM an
 from __future__ import annotations
 
 import logging
+import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -36,6 +42,7 @@ from statesnap.checkpoint.datafile import latest_per_key
 from statesnap.checkpoint.manifest import DataFile
 from statesnap.durations import parse_duration
 from statesnap.errors import CheckpointError
+from statesnap.restoring import RestoreReport
 from statesnap.spark.changes import ChangeFolder, from_ipc, to_ipc, write_data_file
 from statesnap.spark.kafka_io import change_table, iter_range, split_ranges
 from statesnap.spark.options import KafkaSourceOptions
@@ -46,6 +53,23 @@ log = logging.getLogger(__name__)
 
 #: A partition is split over several tasks only in pieces of at least this many records.
 MIN_SPLIT_RECORDS = 200_000
+
+#: ``progress(records_read, tasks_done, tasks)`` while the job runs: counted as tasks finish.
+Progress = Callable[[int, int, int], None]
+
+#: How often a running job's progress is reported.
+PROGRESS_INTERVAL_SECONDS = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class BootstrapResult:
+    """What one bootstrap run did; ``manifest`` is the checkpoint it wrote, or the previous one
+    when nothing was appended (``written`` False)."""
+
+    manifest: CheckpointManifest
+    written: bool
+    restore: RestoreReport
+    checkpoint_seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +111,43 @@ def bootstrap(
     cluster's default parallelism, splitting only ranges of more than 2 × 200k records; an
     explicit value splits down to single records). An unreachable cluster fails after *timeout*.
     """
+    return run_bootstrap(
+        spark,
+        bootstrap_servers=bootstrap_servers,
+        topic=topic,
+        table=table,
+        checkpoints=checkpoints,
+        storage_options=storage_options,
+        kafka_config=kafka_config,
+        retention=retention,
+        min_partitions=min_partitions,
+        snapshot_store=snapshot_store,
+        snapshot_timeout=snapshot_timeout,
+        generation=generation,
+        require_checkpoint=require_checkpoint,
+        timeout=timeout,
+    ).manifest
+
+
+def run_bootstrap(
+    spark: Any,
+    *,
+    bootstrap_servers: str,
+    topic: str,
+    table: str,
+    checkpoints: str,
+    storage_options: Mapping[str, Any] | None = None,
+    kafka_config: Mapping[str, Any] | None = None,
+    retention: RetentionPolicy | None = None,
+    min_partitions: int | None = None,
+    snapshot_store: str | None = None,
+    snapshot_timeout: str | float | timedelta = "60s",
+    generation: int | None = None,
+    require_checkpoint: bool = False,
+    timeout: float = 15.0,
+    progress: Progress | None = None,
+) -> BootstrapResult:
+    """:func:`bootstrap`, returning what the run did; *progress* is called while the job runs."""
     started = time.monotonic()
     writer = SparkTableWriter.open(
         bootstrap_servers=bootstrap_servers,
@@ -105,14 +166,18 @@ def bootstrap(
         remote_executors=not is_local(spark),
     )
     try:
-        return _bootstrap(spark, writer, min_partitions, started)
+        return _bootstrap(spark, writer, min_partitions, started, progress)
     finally:
         writer.close()
 
 
 def _bootstrap(
-    spark: Any, writer: SparkTableWriter, min_partitions: int | None, started: float
-) -> CheckpointManifest:
+    spark: Any,
+    writer: SparkTableWriter,
+    min_partitions: int | None,
+    started: float,
+    progress: Progress | None,
+) -> BootstrapResult:
     repo, previous, partitions = writer.repo, writer.previous, writer.partitions
     assert writer.state.log_end is not None
     ends = dict(writer.state.log_end)
@@ -124,12 +189,15 @@ def _bootstrap(
         and all(starts[p] == ends[p] for p in partitions)
         and set(partitions) <= set(previous.partitions)
     ):
+        restore = RestoreReport(checkpoint=previous.generation, load_seconds=time.monotonic() - started)
         pending = participant.pending(block=True)
         if pending is None:
             log.info("%s: nothing appended since generation %d", repo.url, previous.generation)
-            return previous
+            return BootstrapResult(previous, False, restore, 0.0)
+        committing = time.monotonic()
         done = participant.submit(pending.generation, dict(previous.partitions), previous.offsets)
-        return _completed(done, pending.generation, repo.url)
+        joined = _completed(done, pending.generation, repo.url)
+        return BootstrapResult(joined, True, restore, time.monotonic() - committing)
 
     snapshot = participant.begin()
     generation = snapshot.generation
@@ -137,7 +205,7 @@ def _bootstrap(
     sc = spark.sparkContext
     target = min_partitions or sc.defaultParallelism
     splits = _plan(starts, ends, previous, target, min_split=1 if min_partitions else MIN_SPLIT_RECORDS)
-    results = _run(sc, splits, writer.opts, repo, generation)
+    results = _run(sc, splits, writer.opts, repo, generation, progress)
     ran = time.monotonic()
 
     files: dict[int, tuple[DataFile, ...]] = {}
@@ -151,6 +219,13 @@ def _bootstrap(
         if p not in files:  # nothing new: keep referencing what the previous checkpoint holds
             files[p] = prior[p].files if p in prior else ()
     written = [f for p in results for f in files[p]]
+    restore = RestoreReport(
+        checkpoint=previous.generation if previous is not None else None,
+        replayed_records=records,
+        load_seconds=planned - started,
+        replay_seconds=ran - planned,
+    )
+    committing = time.monotonic()
     manifest = participant.submit(
         generation,
         {p: PartitionCheckpoint(p, ends[p], files[p], keys=_keys(files[p])) for p in partitions},
@@ -177,7 +252,8 @@ def _bootstrap(
         len(splits),
         time.monotonic() - started,
     )
-    return _completed(manifest, generation, repo.url)
+    committed = _completed(manifest, generation, repo.url)
+    return BootstrapResult(committed, True, restore, time.monotonic() - committing)
 
 
 def _keys(files: tuple[DataFile, ...]) -> int | None:
@@ -223,12 +299,19 @@ def _plan(
 
 
 def _run(
-    sc: Any, splits: list[_Split], opts: KafkaSourceOptions, repo: CheckpointRepository, generation: int
+    sc: Any,
+    splits: list[_Split],
+    opts: KafkaSourceOptions,
+    repo: CheckpointRepository,
+    generation: int,
+    progress: Progress | None = None,
 ) -> dict[int, tuple[dict[str, Any], int, dict[str, float]]]:
     """Both stages; per partition: the written file (as JSON), records read, task seconds spent
-    reading (Kafka + Arrow conversion), folding and writing."""
+    reading (Kafka + Arrow conversion), folding and writing. *progress* hears the first stage's
+    finished tasks (accumulators: a retried task may count twice, the figures are progress only)."""
     if not splits:
         return {}
+    records_acc, tasks_acc = sc.accumulator(0), sc.accumulator(0)
 
     def read_split(split: _Split) -> tuple[int, tuple[Any, ...]]:
         clock = time.perf_counter
@@ -250,6 +333,8 @@ def _run(
         rows = folder.result()
         now = clock()
         spent["fold"] += now - mark
+        records_acc.add(count)
+        tasks_acc.add(1)
         if split.count == 1:
             written = write_data_file(repo, generation, split.partition, "base", 0, rows)
             spent["write"] += clock() - now
@@ -271,9 +356,24 @@ def _run(
 
     n_partitions = len({s.partition for s in splits})
     stage1 = sc.parallelize(splits, len(splits)).map(read_split)
-    if n_partitions == len(splits):  # every partition in one task: no second stage needed
-        collected: Iterator[Any] = iter(stage1.map(lambda kv: finish((kv[0], [kv[1]]))).collect())
-    else:
-        stage2 = stage1.groupByKey(min(n_partitions, sc.defaultParallelism)).map(finish)
-        collected = iter(stage2.collect())
-    return dict(collected)
+    done = threading.Event()
+
+    def report() -> None:  # a daemon thread: it ends with the job (or the process)
+        while not done.wait(PROGRESS_INTERVAL_SECONDS):
+            assert progress is not None
+            progress(int(records_acc.value), int(tasks_acc.value), len(splits))
+
+    if progress is not None:
+        threading.Thread(target=report, name="statesnap-bootstrap-progress", daemon=True).start()
+    try:
+        if n_partitions == len(splits):  # every partition in one task: no second stage needed
+            collected: Iterator[Any] = iter(stage1.map(lambda kv: finish((kv[0], [kv[1]]))).collect())
+        else:
+            stage2 = stage1.groupByKey(min(n_partitions, sc.defaultParallelism)).map(finish)
+            collected = iter(stage2.collect())
+    finally:
+        done.set()
+    out = dict(collected)
+    if progress is not None:
+        progress(sum(count for _meta, count, _spent in out.values()), len(splits), len(splits))
+    return out

@@ -23,23 +23,38 @@ lost is read again by the next batch. Spark's streaming state that disagrees wit
 (ahead of it, another topic incarnation, another cluster or store) is moved aside at start.
 Killed anywhere and restarted, the next checkpoint is still exactly a full replay. One
 materializer per table at a time.
+
+Generations stay consecutive: delta files are written before any generation is reserved (a
+checkpoint is committed only every ``checkpoint_interval``), so they go into the data directory
+of the checkpoint they build on (the table's highest generation in use before the first one),
+not into a directory of their own — a new directory number is a generation used, and the next
+snapshot would skip it. A run numbers its files past every file already in that directory, so a
+file left by a crashed or abandoned run is never mistaken for one of its own; a retried task of
+the same batch finds its own file (same name, same range, same content). A number is still
+skipped when a run reserves a generation and fails before committing it (a failed snapshot).
+
+What a run did is in :attr:`StreamMaterializer.restore` (the checkpoint it resumed from, the
+records it read until it reached the topic's end as found at start, and how long that took) —
+a manifest's ``writer`` metadata describes the checkpoint, not the run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
-from statesnap.checkpoint import CheckpointManifest, PartitionCheckpoint, RetentionPolicy, datafile
+from statesnap.checkpoint import CheckpointManifest, PartitionCheckpoint, RetentionPolicy, datafile, layout
 from statesnap.checkpoint.journal import BatchEntry, BatchJournal, BatchRange, pending_entries
 from statesnap.checkpoint.manifest import DataFile
 from statesnap.durations import parse_duration
 from statesnap.errors import CheckpointError, CheckpointHistoryLostError, ConfigError
+from statesnap.restoring import RestoreReport
 from statesnap.snapshot.model import Snapshot
 from statesnap.snapshot.participant import needs_base
 from statesnap.spark.changes import ChangeFolder, write_data_file
@@ -55,6 +70,9 @@ log = logging.getLogger(__name__)
 #: Called with (stage, batch id or generation): "deltas", "journaled", "checkpointed". Raising
 #: from it aborts the batch at that point, which is how the crash tests inject failures.
 Observer = Callable[[str, int], None]
+
+#: The number at the end of a data file's name (``p00000-delta-<n>.parquet``).
+_FILE_NUMBER_RE = re.compile(r"-(\d+)\.parquet$")
 
 
 class StreamMaterializer:
@@ -83,6 +101,7 @@ class StreamMaterializer:
     ) -> None:
         if compact_after < 1:
             raise ConfigError(f"compact_after must be >= 1, got {compact_after}")
+        opening = time.monotonic()
         self.spark = spark
         self.topic = topic
         self.table = table
@@ -118,10 +137,25 @@ class StreamMaterializer:
         #: Next offset per partition: everything below is in the base or a pending delta.
         self.offsets: dict[int, int] = {}
         self._adopt(self.journal.entries())
-        self.generation = self.repo.next_generation()
+        #: Where this run's delta files go: a directory and the first free file number in it.
+        self._delta_dir, self._delta_floor = self._delta_home()
         self._lock = threading.RLock()
         self._last_checkpoint_at = time.monotonic()
         self._stats = {"tasks": 0, "records": 0}
+        #: This run's progress: records read and batches that read something.
+        self.records_read = 0
+        self.batches = 0
+        #: What this run restored: the checkpoint it resumed from, then (once it reached the
+        #: partitions' ends found at start, or at stop) the records it read to get there and how
+        #: long that took after the checkpoint and journal were loaded.
+        self.restore = RestoreReport(
+            checkpoint=self.base.generation if self.base is not None else None,
+            load_seconds=time.monotonic() - opening,
+        )
+        self.caught_up = False
+        self._ends_at_start = dict(self.writer.state.log_end or {})
+        self._loaded_at = time.monotonic()
+        self._note_progress()
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
         self.timer_error: BaseException | None = None
@@ -138,6 +172,30 @@ class StreamMaterializer:
     @property
     def last_checkpoint(self) -> CheckpointManifest | None:
         return self.base
+
+    def _note_progress(self, *, stopping: bool = False) -> None:
+        """Complete :attr:`restore` once every partition reached its end as found at start (or at
+        *stopping*, with what was read so far)."""
+        if self.caught_up:
+            return
+        ends = self._ends_at_start
+        self.caught_up = all(self.offsets.get(p, 0) >= end for p, end in ends.items())
+        if self.caught_up or stopping:
+            self.restore.replayed_records = self.records_read
+            self.restore.replay_seconds = time.monotonic() - self._loaded_at
+
+    def _delta_home(self) -> tuple[int, int]:
+        """The data directory this run's delta files go to and the first file number free in it:
+        the newest generation it builds on (never a new number: see the module docstring)."""
+        homes = [self.base.generation if self.base is not None else self.repo.next_generation() - 1]
+        for entry in self.pending:
+            homes += [layout.data_generation(r.file.path) or 0 for r in entry.partitions.values() if r.file]
+        home = max(homes)
+        prefix = self.repo.key(f"{layout.DATA_DIR}/{home:020d}/")
+        taken = [
+            int(m.group(1)) for b in self.repo.store.list(prefix) if (m := _FILE_NUMBER_RE.search(b.key))
+        ]
+        return home, max(taken, default=-1) + 1
 
     def _adopt(self, entries: list[BatchEntry]) -> None:
         """Keep the journaled batches that continue the base checkpoint with all their files
@@ -242,7 +300,8 @@ class StreamMaterializer:
         if not work:
             log.info("batch %d: nothing new (already materialized)", batch_id)
             return
-        opts, repo, gen = self.opts, self.repo, self.generation
+        # Named past every file of earlier runs in the directory; a retried task finds its own.
+        opts, repo, home, number = self.opts, self.repo, self._delta_dir, self._delta_floor + batch_id
 
         def write_delta(item: tuple[int, tuple[int, int]]) -> tuple[int, int, int, Any, int]:
             p, (start, end) = item
@@ -252,7 +311,7 @@ class StreamMaterializer:
                 count += len(msgs)
                 folder.add(change_table(msgs))
             rows = folder.result()
-            written = write_data_file(repo, gen, p, "delta", batch_id, rows) if rows.num_rows else None
+            written = write_data_file(repo, home, p, "delta", number, rows) if rows.num_rows else None
             return p, start, end, written.to_json() if written else None, count
 
         items = sorted(work.items())
@@ -272,7 +331,11 @@ class StreamMaterializer:
         self.offsets.update({p: r.end for p, r in entry.partitions.items()})
         self.partitions.update(entry.partitions)
         self._stats["tasks"] += len(items)
-        self._stats["records"] += sum(r[4] for r in results)
+        read = sum(r[4] for r in results)
+        self._stats["records"] += read
+        self.records_read += read
+        self.batches += 1
+        self._note_progress()
 
     # --- checkpoints ---------------------------------------------------------------------------
 
@@ -356,7 +419,7 @@ class StreamMaterializer:
         done = [e.batch_id for e in self.pending]
         self.base = manifest
         self.pending = []
-        self.generation = max(self.repo.next_generation(), manifest.generation + 1)
+        self._delta_dir, self._delta_floor = self._delta_home()
         self._stats = {"tasks": 0, "records": 0}
         self.journal.delete(done)
         log.info("materializer %s: committed generation %d", self.repo.url, manifest.generation)
@@ -388,6 +451,8 @@ class StreamMaterializer:
         try:
             if self.query is not None:
                 self.query.stop()
+            with self._lock:
+                self._note_progress(stopping=True)
             return self.checkpoint(force=True) if checkpoint else None
         finally:
             self.writer.close()
