@@ -60,9 +60,21 @@ def register(spark: Any) -> None:
     with *spark*, so ``spark.read.format(...)`` finds them (idempotent).
 
     ``statesnap-kafka`` alone needs no call (PySpark finds it in :mod:`pyspark_statesnap`).
-    The workers are checked here too (:func:`check_workers`, once per application): Python
-    workers that cannot import statesnap fail now in one line, not at every read with Spark's
-    17-line ``PYTHON_DATA_SOURCE_ERROR``."""
-    for source in (KafkaDataSource, KafkaRangesDataSource, CheckpointDataSource):
-        spark.dataSource.register(source)
+    The workers are checked first (:func:`check_workers`, once per application): Python workers
+    that cannot import statesnap fail here in one line, not at every read with Spark's 17-line
+    ``PYTHON_DATA_SOURCE_ERROR``. A source the session already has is left as it is: Spark logs
+    a WARN line for every source registered over another."""
     check_workers(spark)
+    for source in (KafkaDataSource, KafkaRangesDataSource, CheckpointDataSource):
+        if not _has_source(spark, source.name()):
+            spark.dataSource.register(source)
+
+
+def _has_source(spark: Any, name: str) -> bool:
+    """Whether *spark* already knows the Python data source *name* (found by PySpark's lookup
+    of ``pyspark_*`` modules, or registered before)."""
+    try:
+        manager = spark._jsparkSession.sessionState().dataSourceManager()
+        return bool(manager.dataSourceExists(name))
+    except Exception:  # Spark Connect (no JVM in this process), or a Spark without the method
+        return False

@@ -384,3 +384,21 @@ def test_docs_standalone_cluster_block_runs_from_a_venv_that_is_not_activated(
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(daemons.pid, signal.SIGKILL)
             daemons.wait(5)
+
+
+def test_register_keeps_the_source_pyspark_found(spark: Any) -> None:
+    """In a session where PySpark's own lookup found ``statesnap-kafka`` (``pyspark_statesnap``),
+    ``register`` leaves it in place — registering over it made Spark log a WARN line ("replaced a
+    statically registered data source") at every call — and still adds the sources PySpark cannot
+    find (one ``DefaultSource`` per module)."""
+    from statesnap.spark import register
+
+    manager = spark._jsparkSession.sessionState().dataSourceManager()
+    identity = spark._jvm.System.identityHashCode
+
+    before = identity(manager.lookupDataSource("statesnap-kafka"))
+    register(spark)
+    register(spark)
+    assert identity(manager.lookupDataSource("statesnap-kafka")) == before
+    assert manager.dataSourceExists("statesnap-checkpoint")
+    assert manager.dataSourceExists("statesnap-kafka-ranges")
