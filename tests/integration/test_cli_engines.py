@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -459,3 +461,110 @@ def test_ctrl_c_during_a_spark_batch_run_is_one_line(kafka: Any, tmp_path: Path)
     assert "Traceback" not in err, err[-3000:]
     assert not [line for line in err.splitlines() if " ERROR " in line], err[-3000:]
     assert not list(ckpt.glob("*/snapshots/*.json")), "a cancelled run committed a checkpoint"
+
+
+def _wait_for(predicate: Any, proc: subprocess.Popen[str], what: str, timeout: float = 240) -> None:
+    """Poll *predicate* while *proc* runs (a Spark start-up on a busy 2-core machine is slow)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"exited {proc.returncode} before {what}\n{out}\n{err[-3000:]}")
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+@pytest.mark.spark
+def test_spark_follow_stopped_like_timeout_does_reports_its_own_run(kafka: Any, tmp_path: Path) -> None:
+    """`timeout -s INT` and process managers signal the command, then its process group (which
+    holds it too): two SIGINTs. A Spark `--follow` used to end "Aborted: stopped again before the
+    final checkpoint finished", exit 130, no JSON; its `--json` copied another checkpoint's writer
+    metadata into `restore` (restore_seconds == checkpoint_seconds) and its checkpoint skipped a
+    generation. Now: the final checkpoint is the next generation, exit 0, and the figures are
+    this run's. Broker: Tansu (embedded)."""
+    if not spark_available():
+        pytest.skip("Spark needs pyspark and Java")
+    topic = kafka.create_topic(f"stop-{uuid.uuid4().hex[:8]}", PARTITIONS)
+    kafka.produce(topic, records(1500, 1))
+    url = str(tmp_path / "ckpt")
+    base = ["materialize", "-b", kafka.bootstrap, "-t", topic, "--checkpoints", url, "--json"]
+    assert ok(statesnap(*base, "--engine", "python", "--quiet"))["checkpoint"] == 1
+    kafka.produce(topic, records(700, 2))
+    proc = subprocess.Popen(
+        [*STATESNAP, *base, "--engine", "spark", "--follow", "--commit-interval", "1s",
+         "--checkpoint-interval", "1h", "--spark-checkpoint-location", str(tmp_path / "spark-state")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "HOME": str(tmp_path)},
+    )  # fmt: skip
+    try:
+        # A journaled batch: the 700 records are read (the checkpoint comes at the stop).
+        _wait_for(lambda: list(tmp_path.glob("ckpt/*/_spark/*/*.json")), proc, "the first batch")
+        os.kill(proc.pid, signal.SIGINT)  # as `timeout -s INT` does: the command...
+        time.sleep(0.1)  # (a busy machine delivers the copy a little later)
+        os.killpg(proc.pid, signal.SIGINT)  # ...then its process group
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 0, err[-3000:]
+    assert "Aborted" not in err, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    result = json.loads(out.strip().splitlines()[-1])
+    assert (result["engine"], result["checkpoint"], result["written"]) == ("spark", 2, True)
+    restore = result["restore"]
+    assert (restore["checkpoint"], restore["replayed_records"]) == (1, 700)
+    assert 0 < restore["restore_seconds"] < result["seconds"]
+    assert restore["restore_seconds"] != result["checkpoint_seconds"]
+    assert result["keys"] == len(kafka.truth(kafka.read_all(topic, range(PARTITIONS))))
+    listed = ok(statesnap("checkpoints", "list", url, "--table", topic, "--json"))
+    assert [c["generation"] for c in listed] == [2, 1]
+
+
+@pytest.mark.spark
+def test_spark_shows_its_start_and_progress_on_a_terminal(kafka: Any, tmp_path: Path) -> None:
+    """`materialize --engine spark` printed nothing while its session started (15-45 s on a
+    busy machine): on a terminal it now shows the seconds spent starting, then the tasks done
+    and records read; stdout keeps the one result line. Broker: Tansu (embedded)."""
+    if not spark_available():
+        pytest.skip("Spark needs pyspark and Java")
+    topic = kafka.create_topic(f"prog-{uuid.uuid4().hex[:8]}", PARTITIONS)
+    kafka.produce(topic, records(3000, 3))
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen(
+        [*STATESNAP, "materialize", "--engine", "spark", "-b", kafka.bootstrap, "-t", topic,
+         "--checkpoints", str(tmp_path / "c")],
+        stdout=subprocess.PIPE, stderr=secondary, text=True, start_new_session=True,
+        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "COLUMNS": "160"},
+    )  # fmt: skip
+    os.close(secondary)
+    seen = bytearray()
+
+    def drain() -> None:
+        while True:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # the terminal's other end closed: the command exited
+                return
+            if not chunk:
+                return
+            seen.extend(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        out, _ = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    reader.join(10)
+    os.close(primary)
+    shown = seen.decode(errors="replace")
+    assert proc.returncode == 0, shown[-3000:]
+    assert "starting a Spark session" in shown, shown[-3000:]
+    assert "started in" in shown, shown[-3000:]
+    assert "bootstrapping" in shown, shown[-3000:]
+    assert f"{PARTITIONS}/{PARTITIONS} tasks · 3,000 records read" in shown, shown[-3000:]
+    assert out.startswith("checkpoint 1 of "), out
+    assert "read 3,000 records" in out, out

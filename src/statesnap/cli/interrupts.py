@@ -1,5 +1,11 @@
 """Ctrl-C for long-running commands: the first asks for a clean stop (a final checkpoint within
-``--shutdown-timeout``), a second one exits at once, as users expect of a tool that seems stuck."""
+``--shutdown-timeout``), a second one exits at once, as users expect of a tool that seems stuck.
+
+One stop request often arrives twice: ``timeout -s INT`` and process managers signal the command
+and then its whole process group, which holds the command too. A repeat within
+:data:`REPEAT_WINDOW_SECONDS` of the first signal is that same request, not a second Ctrl-C (it
+used to end a Spark ``--follow`` with "Aborted", exit 130, in the middle of its final checkpoint).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,10 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+
+#: A signal this soon after the first is the same request delivered twice (to the process, then to
+#: its group); a person pressing Ctrl-C again because the command seems stuck does it later.
+REPEAT_WINDOW_SECONDS = 1.0
 
 #: ``--shutdown-timeout``'s default: long enough for a final incremental checkpoint, short enough
 #: that an operator's Ctrl-C is answered even when the checkpoint store is not.
@@ -28,15 +38,22 @@ shutdown_timeout_option = click.option(
 )
 
 
-def _on_signals(event: threading.Event, again: str, first: Callable[[], None] | None = None) -> None:
-    """SIGINT/SIGTERM: the first sets *event* (and runs *first*); the second prints *again* and
+def _on_signals(
+    event: threading.Event, again: str | Callable[[], str], first: Callable[[], None] | None = None
+) -> None:
+    """SIGINT/SIGTERM: the first sets *event* (and runs *first*); a repeat within
+    :data:`REPEAT_WINDOW_SECONDS` is ignored; a later one prints *again* (or what it returns) and
     ends the process (exit 130)."""
+    first_at: list[float] = []
 
     def handle(signum: int, _frame: object) -> None:
         if event.is_set():
-            sys.stderr.write(f"Aborted: {again}\n")
+            if first_at and time.monotonic() - first_at[0] < REPEAT_WINDOW_SECONDS:
+                return  # the same stop request, delivered to the process and to its group
+            sys.stderr.write(f"Aborted: {again if isinstance(again, str) else again()}\n")
             sys.stderr.flush()
             os._exit(130)
+        first_at.append(time.monotonic())
         event.set()
         if first is not None:
             first()
@@ -45,11 +62,20 @@ def _on_signals(event: threading.Event, again: str, first: Callable[[], None] | 
         signal.signal(sig, handle)
 
 
-def stop_on_signals() -> threading.Event:
-    """An event set by the first SIGINT/SIGTERM; the second ends the process (exit 130)."""
+def stop_on_signals(
+    again: str | Callable[[], str] = "stopped again before the final checkpoint finished",
+) -> threading.Event:
+    """An event set by the first SIGINT/SIGTERM; the second ends the process (exit 130) with
+    *again* (a callable says what the command was doing at that moment)."""
     stop = threading.Event()
-    _on_signals(stop, "stopped again before the final checkpoint finished")
+    _on_signals(stop, again)
     return stop
+
+
+def wait_on_signals(interrupted: threading.Event, again: str) -> None:
+    """Before there is anything to cancel (a Spark session starting): the first SIGINT/SIGTERM
+    sets *interrupted*, the second ends the process (exit 130) with *again*."""
+    _on_signals(interrupted, again)
 
 
 def cancel_spark_jobs_on_signals(spark: Any, interrupted: threading.Event) -> None:

@@ -66,6 +66,25 @@ def replay_bar(quiet: bool = False, console: Console | None = None) -> Iterator[
         yield progress
 
 
+@contextmanager
+def activity_bar(
+    quiet: bool = False, *, transient: bool = False, console: Console | None = None
+) -> Iterator[Progress]:
+    """Spinner, description, a ``detail`` field and the elapsed time, on stderr: for work whose
+    size is not known up front (a Spark session starting, a streaming query running). Off a
+    terminal only the final state is printed (nothing at all when *transient*)."""
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("[progress.description]{task.description}"),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+        console=console or stderr,
+        disable=quiet,
+        transient=transient,
+    ) as progress:
+        yield progress
+
+
 def _count(n: float) -> str:
     return f"{n:,.0f}"
 

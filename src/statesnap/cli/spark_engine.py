@@ -16,16 +16,30 @@ from typing import Any
 import click
 
 from statesnap.checkpoint import CheckpointManifest, RetentionPolicy
-from statesnap.cli.interrupts import Interrupted, cancel_spark_jobs_on_signals, stop_on_signals
+from statesnap.cli.interrupts import (
+    Interrupted,
+    cancel_spark_jobs_on_signals,
+    stop_on_signals,
+    wait_on_signals,
+)
+from statesnap.cli.progress import activity_bar, stderr
 from statesnap.deadline import call_within
 from statesnap.durations import parse_duration
 from statesnap.errors import CheckpointTimeoutError
 from statesnap.kafka.admin import KafkaAdmin
 from statesnap.kafka.config import KafkaSettings
+from statesnap.restoring import RestoreReport
 from statesnap.snapshot.diff import SnapshotDiff
 
 #: Set by the first Ctrl-C of a CLI Spark session (which then cancels its jobs).
 _interrupted = threading.Event()
+
+#: A session that has not started in this long is an error, not waited on for ever: a cold start
+#: measured 19-46 s on a loaded 2-core machine (``benchmarks/spark_startup.py``).
+SESSION_START_TIMEOUT_SECONDS = 300.0
+
+#: How often the progress display and the streaming query's state are looked at.
+POLL_SECONDS = 0.5
 
 
 def _not_from_py4j(record: logging.LogRecord) -> bool:
@@ -33,19 +47,68 @@ def _not_from_py4j(record: logging.LogRecord) -> bool:
     return "py4j" not in record.pathname
 
 
-def spark_session(conf: dict[str, str] | None = None, *, quiet: bool = False) -> Any:
+def spark_session(
+    conf: dict[str, str] | None = None, *, quiet: bool = False, stop: threading.Event | None = None
+) -> Any:
     """The CLI's session: Spark's logs only with ``--log-level debug``; master from
-    STATESNAP_SPARK_MASTER (``local[*]`` by default); one line saying which, unless *quiet*."""
+    STATESNAP_SPARK_MASTER (``local[*]`` by default); one line saying which and how long it took
+    to start, unless *quiet*; on a terminal, the seconds spent starting while it starts.
+
+    The session starts on a thread of its own: this thread keeps the display and the CLI's
+    signal handling (PySpark installs its own SIGINT handler, a KeyboardInterrupt inside a py4j
+    call, only when started on the main thread). A SIGINT/SIGTERM while it starts ends the
+    command once the session can be stopped (:class:`Interrupted`, exit 130); a second one at
+    once. Without *stop*, the signals then cancel the session's jobs (a batch run); with it, they
+    set *stop* (the caller's clean stop)."""
+    from statesnap.spark.session import default_master
     from statesnap.spark.session import spark_session as make
 
     verbose = logging.getLogger("statesnap").getEffectiveLevel() <= logging.DEBUG
     if not verbose:  # py4j logs each interrupted call with a traceback; the CLI says it once
         for handler in logging.getLogger().handlers:
             handler.addFilter(_not_from_py4j)
-    spark = make(conf=conf, verbose=verbose)
-    cancel_spark_jobs_on_signals(spark, _interrupted)  # replaces PySpark's KeyboardInterrupt handler
+    interrupted = stop if stop is not None else _interrupted
+    if stop is None:
+        wait_on_signals(interrupted, "stopped again while the Spark session was starting")
+    started = time.monotonic()
+    outcome: list[Any] = []
+    failure: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            outcome.append(make(conf=conf, verbose=verbose))
+        except BaseException as e:  # handed to the main thread
+            failure.append(e)
+
+    starter = threading.Thread(target=start, name="statesnap-spark-start", daemon=True)
+    starter.start()
+    master = default_master()
+    with activity_bar(quiet or not stderr.is_terminal, transient=True) as bar:
+        task = bar.add_task(f"starting a Spark session ({master})", total=None, detail="")
+        while starter.is_alive():
+            starter.join(POLL_SECONDS)
+            if interrupted.is_set():
+                bar.update(task, detail="stopping once it is up (Ctrl-C again to exit at once)")
+            if time.monotonic() - started > SESSION_START_TIMEOUT_SECONDS:
+                raise click.ClickException(
+                    f"the Spark session did not start within {SESSION_START_TIMEOUT_SECONDS:g}s"
+                )
+    if failure:
+        raise failure[0]
+    spark = outcome[0]
+    seconds = time.monotonic() - started
+    if interrupted.is_set():
+        spark.stop()
+        raise Interrupted("stopped while the Spark session was starting")
+    if stop is None:
+        cancel_spark_jobs_on_signals(
+            spark, _interrupted
+        )  # PySpark's KeyboardInterrupt handler is not in place
     if not quiet:
-        click.echo(f"spark: {spark.version}, master {spark.sparkContext.master}", err=True)
+        click.echo(
+            f"spark: {spark.version}, master {spark.sparkContext.master} (started in {seconds:.1f}s)",
+            err=True,
+        )
     return spark
 
 
@@ -68,8 +131,13 @@ def materialize_on_spark(
     spark_conf: dict[str, str],
     quiet: bool,
 ) -> dict[str, Any]:
-    """Bootstrap (or, with ``follow``, continuously materialize) *topic* into checkpoints on Spark."""
-    from statesnap.spark import bootstrap, materialize_stream
+    """Bootstrap (or, with ``follow``, continuously materialize) *topic* into checkpoints on Spark.
+
+    The result's figures are this run's, measured: ``restore`` is the checkpoint it resumed from,
+    the records it read to reach the topic's end and how long that took; ``checkpoint_seconds``
+    the commit of its (final) checkpoint. A manifest's ``writer`` metadata describes the
+    checkpoint, which another run may have written."""
+    from statesnap.spark.bootstrap import run_bootstrap
     from statesnap.spark.writer import check_table_options, table_options
 
     started = time.monotonic()
@@ -91,56 +159,119 @@ def materialize_on_spark(
         table_options(settings.bootstrap_servers, topic, dict(settings.config), settings.timeout)
     )
     KafkaAdmin(settings).partitions(topic)
-    spark = spark_session(spark_conf, quiet=quiet)
-    try:
-        if not follow:
-            previous = _newest_generation(checkpoints, storage_options, table)
-            try:
-                manifest = bootstrap(spark, **common)
-            except Exception as e:
-                if _interrupted.is_set():  # the job we cancelled, not a failure of its own
-                    raise Interrupted("the Spark job was cancelled before its checkpoint") from e
-                raise
-            written = manifest.generation != previous
+    if not follow:
+        spark = spark_session(spark_conf, quiet=quiet)
+        try:
+            with activity_bar(quiet) as bar:
+                task = bar.add_task(f"bootstrapping {topic}", total=None, detail="")
+
+                def progress(records: int, done: int, tasks: int) -> None:
+                    bar.update(task, detail=f"{done}/{tasks} tasks · {records:,} records read")
+
+                try:
+                    run = run_bootstrap(spark, progress=progress, **common)
+                except Exception as e:
+                    if _interrupted.is_set():  # the job we cancelled, not a failure of its own
+                        raise Interrupted("the Spark job was cancelled before its checkpoint") from e
+                    raise
             return _result(
-                spark, manifest, checkpoints, storage_options, topic, table, started, written=written
+                spark,
+                run.manifest,
+                checkpoints,
+                storage_options,
+                topic,
+                table,
+                started,
+                written=run.written,
+                restore=run.restore,
+                checkpoint_seconds=run.checkpoint_seconds,
             )
-        location = spark_checkpoint_location or _default_query_location(checkpoints, table)
-        materializer = materialize_stream(
-            spark,
-            checkpoint_location=location,
-            checkpoint_interval=checkpoint_interval,
-            trigger_interval=trigger_interval,
-            **common,
+        finally:
+            spark.stop()
+    again = ["stopped again while the Spark session was starting"]  # what a second signal interrupts
+    stop = stop_on_signals(lambda: again[0])
+    spark = spark_session(spark_conf, quiet=quiet, stop=stop)
+    try:
+        return _follow(spark, stop, again, common, spark_checkpoint_location, checkpoint_interval,
+                       trigger_interval, shutdown_timeout, quiet, started)  # fmt: skip
+    finally:
+        spark.stop()
+
+
+def _follow(
+    spark: Any,
+    stop: threading.Event,
+    again: list[str],
+    common: dict[str, Any],
+    spark_checkpoint_location: str | None,
+    checkpoint_interval: str,
+    trigger_interval: str,
+    shutdown_timeout: str,
+    quiet: bool,
+    started: float,
+) -> dict[str, Any]:
+    """``materialize --follow`` on Spark: run the streaming materializer until the first
+    SIGINT/SIGTERM (*stop*), then commit the final checkpoint within *shutdown_timeout*."""
+    from statesnap.spark import materialize_stream
+
+    topic, table, checkpoints = common["topic"], common["table"], common["checkpoints"]
+    location = spark_checkpoint_location or _default_query_location(checkpoints, table)
+    again[0] = "stopped again while the streaming query was starting"
+    materializer = materialize_stream(
+        spark,
+        checkpoint_location=location,
+        checkpoint_interval=checkpoint_interval,
+        trigger_interval=trigger_interval,
+        **common,
+    )
+    again[0] = "stopped again before the final checkpoint finished"
+    if not quiet:
+        click.echo(
+            f"materializing {topic} on Spark; checkpoints every {checkpoint_interval}, streaming state "
+            f"in {location} (Ctrl-C to stop)",
+            err=True,
         )
-        stop = stop_on_signals()
-        if not quiet:
-            click.echo(
-                f"materializing {topic} on Spark; checkpoints every {checkpoint_interval}, streaming state "
-                f"in {location} (Ctrl-C to stop)",
-                err=True,
-            )
-        while not stop.wait(0.5):
+    seconds = parse_duration(shutdown_timeout).total_seconds()
+    with activity_bar(quiet) as bar:
+        task = bar.add_task(f"materializing {topic}", total=None, detail="")
+
+        def show(state: str) -> None:
+            m = materializer
+            bar.update(task, detail=f"{m.batches} batches · {m.records_read:,} records read · {state}")
+
+        while not stop.wait(POLL_SECONDS):
+            show("caught up" if materializer.caught_up else "catching up")
             if not materializer.query.isActive:
                 if materializer.failure is not None:
                     raise materializer.failure
                 raise click.ClickException(f"streaming query stopped: {materializer.query.exception()}")
-        seconds = parse_duration(shutdown_timeout).total_seconds()
+        show("final checkpoint")
+        committing = time.monotonic()
         final = call_within(
             seconds,
-            lambda _abandoned: materializer.stop(checkpoint=True),
+            # A batch in flight may finish within half the time: its records make the checkpoint.
+            lambda _abandoned: materializer.stop(checkpoint=True, drain_seconds=seconds / 2),
             lambda: CheckpointTimeoutError(
                 f"the final checkpoint did not finish within {seconds:g}s (--shutdown-timeout); the "
                 "last committed checkpoint stands"
             ),
             "statesnap-final-checkpoint",
         )
-        current = final or materializer.last_checkpoint
-        return _result(
-            spark, current, checkpoints, storage_options, topic, table, started, written=final is not None
-        )
-    finally:
-        spark.stop()
+        checkpoint_seconds = time.monotonic() - committing
+        show("stopped")
+    current = final or materializer.last_checkpoint
+    return _result(
+        spark,
+        current,
+        checkpoints,
+        storage_options=common["storage_options"],
+        topic=topic,
+        table=table,
+        started=started,
+        written=final is not None,
+        restore=materializer.restore,
+        checkpoint_seconds=checkpoint_seconds,
+    )
 
 
 def _result(
@@ -153,14 +284,16 @@ def _result(
     started: float,
     *,
     written: bool,
+    restore: RestoreReport,
+    checkpoint_seconds: float,
 ) -> dict[str, Any]:
-    """The python engine's result keys, filled from a Spark-written manifest (``keys`` is the
-    table's key count: recorded by the writer, or merged from the files by a small job)."""
+    """The python engine's result keys: the manifest's generation, offsets and size, this run's
+    *restore* and *checkpoint_seconds*, and ``keys``, the table's key count (recorded by the
+    writer, or merged from the files by a small job)."""
     from statesnap.blob import open_blob_store
     from statesnap.checkpoint import locate_table
     from statesnap.spark import count_keys
 
-    writer = dict(manifest.writer) if manifest is not None else {}
     keys, url = 0, None
     if manifest is not None:
         repo = locate_table(open_blob_store(checkpoints, **storage_options), table, manifest.cluster_id)
@@ -174,28 +307,15 @@ def _result(
         "keys": keys,
         "offsets": manifest.offsets if manifest is not None else {},
         "restore": {
-            "checkpoint": writer.get("base_generation"),
-            "replayed_records": int(writer.get("records_read", 0) or 0),
-            "restore_seconds": writer.get("duration_seconds"),
+            "checkpoint": restore.checkpoint,
+            "replayed_records": restore.replayed_records,
+            "restore_seconds": round(restore.restore_seconds, 3),
         },
-        "checkpoint_seconds": writer.get("duration_seconds"),
+        "checkpoint_seconds": round(checkpoint_seconds, 3),
         "seconds": round(time.monotonic() - started, 3),
         "bytes": manifest.total_bytes if manifest is not None else 0,
         "url": url,
     }
-
-
-def _newest_generation(checkpoints: str, storage_options: dict[str, str], table: str) -> int | None:
-    """The table's newest generation before a run (to tell whether the run wrote one)."""
-    from statesnap.blob import open_blob_store
-    from statesnap.checkpoint import locate_table
-    from statesnap.errors import ConfigError, TableNotFoundError
-
-    try:
-        repo = locate_table(open_blob_store(checkpoints, **storage_options), table)
-    except (TableNotFoundError, ConfigError):
-        return None
-    return next(iter(repo.generations()), None)
 
 
 def _default_query_location(checkpoints: str, table: str) -> str:

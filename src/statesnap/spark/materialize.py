@@ -140,6 +140,9 @@ class StreamMaterializer:
         #: Where this run's delta files go: a directory and the first free file number in it.
         self._delta_dir, self._delta_floor = self._delta_home()
         self._lock = threading.RLock()
+        #: Notified when a batch leaves ``foreachBatch``: a clean stop lets one in flight finish.
+        self._batch_done = threading.Condition()
+        self._batch_running = False
         self._last_checkpoint_at = time.monotonic()
         self._stats = {"tasks": 0, "records": 0}
         #: This run's progress: records read and batches that read something.
@@ -268,16 +271,23 @@ class StreamMaterializer:
                 log.warning("materializer %s: checkpoint failed, will retry: %s", self.repo.url, e)
 
     def _on_batch(self, df: Any, batch_id: int) -> None:
-        planned: dict[int, int] = {}
-        for row in df.collect():
-            planned[int(row["partition"])] = max(planned.get(int(row["partition"]), 0), int(row["end"]))
-        with self._lock:
-            self._apply_batch(batch_id, planned)
-            try:
-                self.maybe_checkpoint()
-            except CheckpointHistoryLostError as e:
-                self.failure = e
-                raise
+        with self._batch_done:
+            self._batch_running = True
+        try:
+            planned: dict[int, int] = {}
+            for row in df.collect():
+                planned[int(row["partition"])] = max(planned.get(int(row["partition"]), 0), int(row["end"]))
+            with self._lock:
+                self._apply_batch(batch_id, planned)
+                try:
+                    self.maybe_checkpoint()
+                except CheckpointHistoryLostError as e:
+                    self.failure = e
+                    raise
+        finally:
+            with self._batch_done:
+                self._batch_running = False
+                self._batch_done.notify_all()
 
     def _fail(self, error: CheckpointHistoryLostError) -> None:
         log.error("materializer %s: %s", self.repo.url, error)
@@ -442,13 +452,17 @@ class StreamMaterializer:
         out = self.spark.sparkContext.parallelize(items, len(items)).map(compact).collect()
         return {p: (DataFile.from_json(meta), keys) for p, meta, keys in out}
 
-    def stop(self, *, checkpoint: bool = True) -> CheckpointManifest | None:
+    def stop(self, *, checkpoint: bool = True, drain_seconds: float = 0.0) -> CheckpointManifest | None:
         """Stop the query and the timer; with *checkpoint*, commit what the finished batches
-        materialized. The table's snapshot participation ends here."""
+        materialized. A batch in ``foreachBatch`` may finish first for up to *drain_seconds*
+        (its records then make the final checkpoint; one interrupted is read again by the next
+        run). The table's snapshot participation ends here."""
         self._stop.set()
         if self._timer is not None:
             self._timer.join()
         try:
+            with self._batch_done:
+                self._batch_done.wait_for(lambda: not self._batch_running, timeout=drain_seconds)
             if self.query is not None:
                 self.query.stop()
             with self._lock:
