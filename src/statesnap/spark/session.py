@@ -160,20 +160,22 @@ def _workers_problem(text: str, python: str, *, local: bool) -> str:
     outside an activated venv is rarely the driver's); a session already running keeps the one it
     started with, so the fix is for the next run.
     """
+    missing = re.search(r"(?:ModuleNotFound|Import)Error: (.+)", text)
     if _VERSION_MISMATCH in text:
         found = re.search(r"different version: ([\d.]+) than that in driver: ([\d.]+)", text)
         versions = f"Python {found.group(1)}, the driver's {found.group(2)}" if found else "another Python"
         what = f"run {versions} (PySpark needs the same minor version)"
+    elif missing is not None:  # also when the daemon module (statesnap.spark.daemon) is missing
+        said = missing.group(1).strip()
+        if said.count(")") > said.count("("):  # "(ModuleNotFoundError: No module named 'x')"
+            said = said[: said.rindex(")")]
+        what = f"cannot run statesnap ({said[:120]})"
     elif _NOT_RUNNABLE in text:
         found = re.search(r'Cannot run program "[^"]*": error=\d+, (.+)', text)
         what = f"cannot be started ({found.group(1).strip() if found else 'no such program'})"
-    elif _NO_START in text:
-        said = [ln.strip() for ln in text.split(_NO_START, 1)[1].splitlines() if ln.strip()]
-        what = f"exited at start ({said[0][:120] if said else 'no output'})"
     else:
-        found = re.search(r"(?:ModuleNotFound|Import)Error: (.+)", text)
-        missing = (found.group(1) if found else text.strip().splitlines()[0])[:120]
-        what = f"cannot run statesnap ({missing})"
+        said_lines = [ln.strip() for ln in text.split(_NO_START, 1)[-1].splitlines() if ln.strip()]
+        what = f"exited at start ({said_lines[0][:120] if said_lines else 'no output'})"
     if local:
         fix = (
             f"run the job from the activated venv, or set PYSPARK_PYTHON={sys.executable} before the "
