@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -100,7 +100,8 @@ class KafkaTool:
         return sorted(delivered, key=lambda r: (r.partition, r.offset))
 
     def read_all(self, topic: str, partitions: Iterable[int], timeout: float = 30) -> list[Rec]:
-        """Every record of *topic*, read with a plain consumer until EOF on each partition
+        """Every record still in *topic* (from each log start, which retention may have moved), read
+        with a plain consumer until EOF on each partition
         (never from the high watermark, which the dev broker under-reports)."""
         parts = set(partitions)
         c = Consumer(
@@ -113,7 +114,7 @@ class KafkaTool:
             }
         )
         try:
-            c.assign([TopicPartition(topic, p, 0) for p in sorted(parts)])
+            c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in sorted(parts)])
             eof: set[int] = set()
             out: list[Rec] = []
             deadline = time.monotonic() + timeout

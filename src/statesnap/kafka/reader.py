@@ -8,7 +8,11 @@ goes to ``error_cb``, never to ``consume()``), and a fetch beyond a partition's 
 nothing (the dev broker) or is reset (Apache Kafka). So the reader watches its own progress: a
 reader that is still catching up and has seen neither a record nor an EOF for ``stall_timeout``
 seconds asks the cluster for metadata and raises :class:`BrokerUnavailableError` if it does not
-answer; a next offset beyond the log end raises :class:`OffsetOutOfRangeError`.
+answer; a next offset beyond the log end raises :class:`OffsetOutOfRangeError`. A next offset
+below the log start (retention deleted records before they were read) is skipped to the log start
+once the reader has been caught up, as a full replay would; before that — while it continues a
+checkpoint — it raises :class:`RecordsDeletedError`, since the checkpoint plus a tail with a hole
+in it is a table no replay could produce.
 """
 
 from __future__ import annotations
@@ -39,6 +43,28 @@ PROBE_TIMEOUT = 5.0
 _CLUSTER_DOWN = (RdKafkaError._ALL_BROKERS_DOWN, RdKafkaError._TRANSPORT, RdKafkaError._RESOLVE)
 
 
+class RecordsDeletedError(OffsetOutOfRangeError):
+    """Retention deleted records a restore still had to read: the checkpoint it continues (its
+    next offset, or where the restore had got to) now lies below the partition's log start.
+
+    An :class:`OffsetOutOfRangeError`, so a restore handles it the same way: drop that checkpoint
+    and replay what the log holds, or fail when a checkpoint was required.
+    """
+
+    def __init__(self, topic: str, partition: int, offset: int, log_start: int, address: str) -> None:
+        KafkaError.__init__(
+            self,
+            f"topic {topic!r} partition {partition} on {address}: retention deleted offsets "
+            f"{offset}..{log_start - 1} (the log now starts at {log_start}) before the restore read "
+            "them; the checkpoint cannot be continued without a hole",
+        )
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.log_end = None
+        self.log_start = log_start
+
+
 class ChangelogReader:
     """Consumes *topic* from per-partition next offsets; never commits, never joins a group."""
 
@@ -58,6 +84,8 @@ class ChangelogReader:
         self.settings = settings
         self.topic = topic
         self.positions: dict[int, int] = dict(offsets)
+        #: Where reading started: a partition that started past 0 continues a checkpoint.
+        self._start: dict[int, int] = dict(offsets)
         self.at_eof: set[int] = set()
         self.stall_timeout = settings.timeout if stall_timeout is None else stall_timeout
         self._eof_offset: dict[int, int] = {}
@@ -250,7 +278,15 @@ class ChangelogReader:
         log.warning("Kafka error on %s: %s", self.topic, err.str())
 
     def _offset_not_available(self, p: int, err: Any) -> None:
-        """The broker answered OFFSET_OUT_OF_RANGE (see :func:`resume_after_lost_offsets`)."""
+        """The broker answered OFFSET_OUT_OF_RANGE (see :func:`resume_after_lost_offsets`).
+
+        A partition that continues a checkpoint and has not reached its end yet must not skip:
+        records the checkpoint never saw would be missing from the table for good."""
+        position = self.positions.get(p, 0)
+        if self._start.get(p, 0) > 0 and p not in self._eof_offset:
+            low, _high = watermarks(self._consumer, self.settings, self.topic, p)
+            if position < low:
+                raise RecordsDeletedError(self.topic, p, position, low, self.settings.bootstrap_servers)
         self.positions[p] = resume_after_lost_offsets(
             self._consumer, self.settings, self.topic, p, self.positions.get(p, 0), err.str()
         )
