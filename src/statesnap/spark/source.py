@@ -298,7 +298,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 class KafkaDataSource(DataSource):
-    """``spark.read.format("statesnap-kafka")`` / ``spark.readStream.format(...)``."""
+    """``spark.read.format("statesnap-kafka")`` / ``spark.readStream.format(...)``, in any
+    session: :mod:`pyspark_statesnap` names it as the ``DefaultSource`` PySpark looks up."""
 
     emit_ranges = False
 
