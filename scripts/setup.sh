@@ -27,23 +27,27 @@ echo "setup: ready — .venv/bin/statesnap --help" >&2
 # the pinned broker's jars from Maven Central into a cache, once. Soft: without java or mvn the
 # Tansu-based demo and tests still work, and the Apache Kafka tests are skipped.
 kafka_version="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' scripts/apache-kafka/pom.xml)"
-kafka_libs="${XDG_CACHE_HOME:-$HOME/.cache}/statesnap/apache-kafka-${kafka_version}/libs"
+kafka_home="${XDG_CACHE_HOME:-$HOME/.cache}/statesnap/apache-kafka-${kafka_version}"
+kafka_libs="$kafka_home/libs"
 if [ -f "$kafka_libs/kafka_2.13-${kafka_version}.jar" ]; then
   echo "setup: Apache Kafka ${kafka_version} jars already in $kafka_libs" >&2
 elif ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
   echo "setup: java or mvn not found — Apache Kafka tests will be skipped (install Java 17+ and Maven, rerun)" >&2
 else
   started=$SECONDS
-  mkdir -p "$(dirname "$kafka_libs")"
-  staging="$(mktemp -d "${kafka_libs%/libs}.XXXXXX")"
-  if (cd scripts/apache-kafka && mvn -q -B dependency:copy-dependencies -DincludeScope=runtime \
-        -DoutputDirectory="$staging/libs" >"$staging/mvn.log" 2>&1) \
+  mkdir -p "$(dirname "$kafka_home")"
+  staging="$(mktemp -d "$kafka_home.XXXXXX")"
+  # Resolve into a staging dir, check kafka's classes load from it, then move it in place: an
+  # interrupted fetch never leaves a half-filled cache that later runs would take as complete.
+  if (cd scripts/apache-kafka && mvn -q -B -Dstyle.color=never dependency:copy-dependencies \
+        -DincludeScope=runtime -DoutputDirectory="$staging/libs" >"$staging/mvn.log" 2>&1) \
      && java -cp "$staging/libs/*" kafka.tools.StorageTool random-uuid >/dev/null 2>&1; then
-    rm -rf "$kafka_libs" && mv "$staging/libs" "$kafka_libs"
+    mkdir -p "$kafka_home" && rm -rf "$kafka_libs" && mv "$staging/libs" "$kafka_libs"
     rm -rf "$staging"
     echo "setup: Apache Kafka ${kafka_version} jars in $kafka_libs ($((SECONDS - started))s)" >&2
   else
-    reason="$(grep -m1 -E 'ERROR|Could not' "$staging/mvn.log" 2>/dev/null || echo 'kafka.Kafka does not load from the fetched jars')"
+    reason="$(grep -m1 -E 'ERROR|Could not' "$staging/mvn.log" 2>/dev/null | sed 's/\x1b\[[0-9;]*m//g' \
+              || echo 'kafka.Kafka does not load from the fetched jars')"
     rm -rf "$staging"
     echo "setup: Apache Kafka ${kafka_version} not fetched — its tests will be skipped: ${reason}" >&2
   fi
