@@ -80,9 +80,9 @@ def spark_session(
         except BaseException as e:  # handed to the main thread
             failure.append(e)
 
+    master = default_master()
     starter = threading.Thread(target=start, name="statesnap-spark-start", daemon=True)
     starter.start()
-    master = default_master()
     with activity_bar(quiet or not stderr.is_terminal, transient=True) as bar:
         task = bar.add_task(f"starting a Spark session ({master})", total=None, detail="")
         while starter.is_alive():
@@ -100,10 +100,8 @@ def spark_session(
     if interrupted.is_set():
         spark.stop()
         raise Interrupted("stopped while the Spark session was starting")
-    if stop is None:
-        cancel_spark_jobs_on_signals(
-            spark, _interrupted
-        )  # PySpark's KeyboardInterrupt handler is not in place
+    if stop is None:  # from now on a signal has jobs to cancel
+        cancel_spark_jobs_on_signals(spark, _interrupted)
     if not quiet:
         click.echo(
             f"spark: {spark.version}, master {spark.sparkContext.master} (started in {seconds:.1f}s)",
