@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from integration.cli_runner import digest, statesnap
 
+from integration.cli_runner import digest, statesnap
 from statesnap import RetentionPolicy, Table
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, layout
 
