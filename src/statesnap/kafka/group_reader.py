@@ -287,11 +287,52 @@ class GroupReader:
         log.warning("Kafka error on %s (group %s): %s", self.topic, self.group, err.str())
 
     def _offset_not_available(self, p: int) -> None:
-        """See :func:`~statesnap.kafka.reader.resume_after_lost_offsets`."""
+        """See :func:`~statesnap.kafka.reader.resume_after_lost_offsets`.
+
+        A partition still being restored from a checkpoint must not skip: records that checkpoint
+        never saw would be missing for good. Retention moved the log start past it after it was
+        chosen, so its rows are dropped and it is restored again, judged against the new start
+        (an older usable checkpoint, or a replay of what the log holds)."""
+        position = self.positions[p]
+        if p in self.restoring and position > 0:
+            low, _high = watermarks(self._consumer, self.settings, self.topic, p)
+            if position < low:
+                log.warning(
+                    "group %s: retention deleted offsets %d..%d of %r partition %d before its "
+                    "restore read them; restoring the partition again",
+                    self.group,
+                    position,
+                    low - 1,
+                    self.topic,
+                    p,
+                )
+                self.listener.partitions_dropped([p])
+                self.positions[p] = self.listener.partitions_gained([p])[p]
+                self.at_eof.discard(p)
+                self._refetch(p)
+                return
         self.positions[p] = resume_after_lost_offsets(
             self._consumer, self.settings, self.topic, p, self.positions[p]
         )
-        self._seek(p)
+        self._refetch(p)
+
+    def _refetch(self, p: int) -> None:
+        """Fetch *p* again from its position after an offset-reset error. librdkafka refuses to
+        seek such a partition ("Erroneous state": the member then waited forever, proven on
+        Apache Kafka); assigning it again restarts its fetcher."""
+        try:
+            if self.cooperative:
+                self._consumer.incremental_unassign([TopicPartition(self.topic, p)])
+                self._consumer.incremental_assign([TopicPartition(self.topic, p, self._start(p))])
+            else:
+                self._consumer.assign(
+                    [TopicPartition(self.topic, q, self._start(q)) for q in sorted(self.positions)]
+                )
+        except KafkaException as e:
+            raise KafkaError(
+                f"cannot resume {self.topic!r} partition {p} in group {self.group!r} at "
+                f"{self.positions[p]} on {self.settings.bootstrap_servers}: {e}"
+            ) from e
 
     def _on_client_error(self, err: Any) -> None:
         level = logging.WARNING if err.code() in _CLUSTER_DOWN else logging.DEBUG

@@ -209,3 +209,87 @@ def test_retention_between_choosing_and_reading_a_checkpoint_is_not_skipped_over
             background=False,
             require_checkpoint=True,
         ).start()
+
+
+@pytest.mark.timeout(120)  # the failure this guards against is a member that waits forever
+def test_a_group_member_restores_a_partition_again_when_retention_passes_its_checkpoint(
+    kafka: KafkaTool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Apache Kafka 4.1.1 proved it: as above, for a consumer-group member. DeleteRecords moved
+    partition 0's log start past the checkpoint after the member chose it (pinned by answering
+    the member's first log-start query with the earlier value). The member drops partition 0's
+    rows and restores it again — now by replaying what the log holds — while partition 1 stays
+    restored from the checkpoint; the table equals the plain-consumer ground truth."""
+    from statesnap.kafka.group_reader import GroupReader
+
+    topic = kafka.create_topic(f"grp-{uuid.uuid4().hex[:10]}", PARTITIONS)
+    url = (tmp_path / "cp").as_uri()
+    kafka.produce(topic, [(p, b"old-%d-%d" % (p, i % 10), b"a%d" % i) for i in range(50) for p in (0, 1)])
+    cp = _checkpoint(kafka, topic, url)
+    kafka.produce(topic, [(p, b"new-%d-%d" % (p, i % 10), b"b%d" % i) for i in range(50) for p in (0, 1)])
+    _delete_records(kafka.bootstrap, topic, {0: cp.offsets[0] + 20})
+
+    real = GroupReader.log_start
+    calls: list[list[int]] = []
+
+    def stale_once(self: GroupReader, partitions: list[int]) -> dict[int, int]:
+        calls.append(list(partitions))
+        return dict.fromkeys(partitions, 0) if len(calls) == 1 else real(self, partitions)
+
+    monkeypatch.setattr(GroupReader, "log_start", stale_once)
+    t = Table(
+        topic,
+        bootstrap_servers=kafka.bootstrap,
+        checkpoints=url,
+        group=f"g-{uuid.uuid4().hex[:8]}",
+        background=False,
+        checkpoint_interval="1h",
+    )
+    try:
+        t.start()
+        assert calls[0] == [0, 1]
+        assert calls[1:] == [[0]], "partition 0 alone was restored again"
+        table = dict(t.raw_items())
+        assert table == kafka.truth(_history(kafka, topic))
+        assert not any(k.startswith(b"old-0-") for k in table)
+        assert all(b"old-1-%d" % i in table for i in range(10))  # partition 1: from the checkpoint
+    finally:
+        t.close(checkpoint=False)
+
+
+@pytest.mark.parametrize("group", [False, True], ids=["assigned", "group-member"])
+def test_a_running_table_whose_unread_records_retention_deleted_continues_at_the_log_start(
+    kafka: KafkaTool, tmp_path: Path, caplog: pytest.LogCaptureFixture, group: bool
+) -> None:
+    """Apache Kafka 4.1.1 proved it: a caught-up table falls behind, and DeleteRecords removes
+    records it had not read yet (its fetcher is paused meanwhile, as a consumer whose queue is
+    full would be). The broker answers its fetch with OFFSET_OUT_OF_RANGE; the
+    table continues at the new log start, as a full replay of the log would, and says which
+    offsets it never saw. A consumer-group member used to wait forever here (librdkafka refuses
+    to seek a partition after that error); it now catches up like the assigned reader."""
+    topic = kafka.create_topic(f"lag-{uuid.uuid4().hex[:10]}", PARTITIONS)
+    produced = kafka.produce(topic, _batch("a", 40))
+    options = {"group": f"g-{uuid.uuid4().hex[:8]}", "checkpoint_interval": "1h"} if group else {}
+    t = Table(topic, bootstrap_servers=kafka.bootstrap, background=False, **options)  # type: ignore[arg-type]
+    try:
+        t.start()
+        # Falling behind, made deterministic: librdkafka prefetches whatever arrives, so its
+        # fetcher for partition 0 is paused while records arrive and are deleted.
+        consumer = t._reader._consumer  # type: ignore[union-attr]
+        consumer.pause([TopicPartition(topic, 0)])
+        produced += kafka.produce(topic, _batch("b", 100))
+        cut = {0: 20 + 30}  # partition 0 holds offsets 0..69; the table has read up to 20
+        _delete_records(kafka.bootstrap, topic, cut)
+        consumer.resume([TopicPartition(topic, 0)])
+        end = kafka.end_offsets(produced, range(PARTITIONS))
+        with caplog.at_level(logging.WARNING, logger="statesnap"):
+            deadline = time.monotonic() + 30
+            while any(t.offsets.get(p, 0) < end[p] for p in range(PARTITIONS)):
+                assert time.monotonic() < deadline, f"stuck at {t.offsets}, the log ends at {end}"
+                t.poll(0.1)
+        assert any("offsets 20..49 were deleted by retention" in r.getMessage() for r in caplog.records)
+        assert dict(t.raw_items()) == kafka.truth(
+            [r for r in produced if r.partition == 1 or r.offset < 20 or r.offset >= cut[0]]
+        )
+    finally:
+        t.close(checkpoint=False)
