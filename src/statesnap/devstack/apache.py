@@ -106,6 +106,26 @@ rootLogger.appenderRef.out.ref = OUT
 """
 
 
+_DIR_PREFIX = "statesnap-apache-kafka-"
+_OWNER = "owner.pid"
+
+
+def _sweep_orphaned_dirs() -> None:
+    """Remove the log dirs of brokers whose starting process died without ``stop()`` (a test run
+    killed by SIGKILL: its broker died with it, see ``orphans``, but the directory stayed)."""
+    for d in Path(tempfile.gettempdir()).glob(f"{_DIR_PREFIX}*"):
+        try:
+            owner = int((d / _OWNER).read_text())
+        except (OSError, ValueError):
+            continue  # not ours, or still being created
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except OSError:
+            continue  # alive, under another user
+
+
 def _cause(output: str) -> str:
     """The line of a JVM's output that says what went wrong: the first ERROR or exception line
     (not a stack frame), else the last line; at most 300 characters."""
@@ -197,8 +217,10 @@ class ApacheKafkaBroker(LoopbackService):
         if missing is not None:
             raise ApacheKafkaUnavailableError(missing)
         deadline = time.monotonic() + timeout
-        self._dir = Path(tempfile.mkdtemp(prefix="statesnap-apache-kafka-"))
+        _sweep_orphaned_dirs()
+        self._dir = Path(tempfile.mkdtemp(prefix=_DIR_PREFIX))
         try:
+            (self._dir / _OWNER).write_text(str(os.getpid()))
             props = "".join(f"{k}={v}\n" for k, v in self.server_properties().items())
             (self._dir / "server.properties").write_text(props)
             (self._dir / "log4j2.properties").write_text(_LOG4J2)

@@ -3,6 +3,7 @@ with one typed line when it cannot start."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 
@@ -74,3 +75,38 @@ def test_a_broker_that_dies_at_start_says_why_in_one_line(apache_kafka: ApacheKa
     assert "\n" not in str(e.value)
     assert b.bootstrap_servers in str(e.value)
     assert not b.running
+
+
+def test_the_start_up_deadline_names_what_it_waited_for() -> None:
+    """Half a second is over before the JVM formats the log dir or before Kafka listens (~5 s in
+    all): one line naming the step it waited for."""
+    if (missing := apache_kafka_missing()) is not None:
+        pytest.skip(missing)
+    with pytest.raises(
+        DevServiceError,
+        match=r"(formatting the KRaft log directory did not finish|did not answer on port \d+)",
+    ) as e:
+        ApacheKafkaBroker().start(timeout=0.5)
+    assert "\n" not in str(e.value)
+
+
+def test_a_killed_owner_s_log_dir_is_swept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The log dir of a broker whose starting process was SIGKILLed is removed by the next
+    start; a live owner's is kept."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from statesnap.devstack import apache
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
+    orphan, alive = tmp_path / "statesnap-apache-kafka-orphan", tmp_path / "statesnap-apache-kafka-alive"
+    for d, pid in ((orphan, dead.stdout.strip()), (alive, str(os.getpid()))):
+        d.mkdir()
+        (d / "owner.pid").write_text(pid)
+    apache._sweep_orphaned_dirs()
+    assert not orphan.exists()
+    assert alive.exists()
