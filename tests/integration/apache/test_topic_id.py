@@ -1,7 +1,9 @@
 """A recreated topic is another incarnation: Kafka gives it a new topic ID (KIP-516), and the old
 topic's checkpoints are refused with that reason — even when the new topic has grown past the old
 offsets, where offsets alone could not tell them apart. Ground truth: a plain consumer's read of
-the new topic."""
+the new topic. Where a broker reports no topic ID, the fallback signal (a resume offset past the
+new partition's end, which Apache Kafka answers with OFFSET_OUT_OF_RANGE) is checked too, by the
+Tansu module's own case run here."""
 
 from __future__ import annotations
 
@@ -13,12 +15,17 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from integration.conftest import KafkaTool
+from integration.test_topic_incarnation import (  # the same case, on Apache Kafka here
+    test_without_topic_ids_a_checkpoint_past_the_end_falls_back_to_a_full_replay,
+)
 from statesnap import Table
 from statesnap.errors import NoUsableCheckpointError
 from statesnap.kafka.config import KafkaSettings
 from statesnap.kafka.identity import topic_id
 
 pytestmark = pytest.mark.integration
+
+__all__ = ["test_without_topic_ids_a_checkpoint_past_the_end_falls_back_to_a_full_replay"]
 
 
 def _recreate(kafka: KafkaTool, topic: str, partitions: int) -> None:
