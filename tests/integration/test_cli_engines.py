@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import signal
 import subprocess
 import sys
@@ -521,6 +522,58 @@ def test_spark_follow_stopped_like_timeout_does_reports_its_own_run(kafka: Any, 
     assert [c["generation"] for c in listed] == [2, 1]
 
 
+class Terminal:
+    """A command whose stderr is a terminal (a pty), as a user at a shell sees it; stdout stays a
+    pipe, as when it is redirected. The command runs in a process group of its own."""
+
+    def __init__(self, args: list[str]) -> None:
+        self._primary, secondary = pty.openpty()
+        self.proc = subprocess.Popen(
+            [*STATESNAP, *args], stdout=subprocess.PIPE, stderr=secondary, text=True,
+            start_new_session=True,
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable, "COLUMNS": "160"},
+        )  # fmt: skip
+        os.close(secondary)
+        self._seen = bytearray()
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self._primary, 65536)
+            except OSError:  # the terminal's other end closed: the command exited
+                return
+            if not chunk:
+                return
+            self._seen.extend(chunk)
+
+    @property
+    def shown(self) -> str:
+        return self._seen.decode(errors="replace")
+
+    def wait_for(self, pattern: str, timeout: float = 240) -> re.Match[str]:
+        """The first match of *pattern* in what the terminal showed, once it shows."""
+        deadline = time.monotonic() + timeout
+        while (found := re.search(pattern, self.shown)) is None:
+            assert self.proc.poll() is None, f"exited {self.proc.returncode}: {self.shown[-3000:]}"
+            assert time.monotonic() < deadline, f"never showed {pattern!r}: {self.shown[-3000:]}"
+            time.sleep(0.2)
+        return found
+
+    def finish(self, timeout: float = 240) -> str:
+        """The command's stdout once it exited (killed, with its group, past *timeout*)."""
+        try:
+            out, _ = self.proc.communicate(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.communicate()
+            self._reader.join(10)
+            os.close(self._primary)
+        return out
+
+
 @pytest.mark.spark
 def test_spark_shows_its_start_and_progress_on_a_terminal(kafka: Any, tmp_path: Path) -> None:
     """`materialize --engine spark` printed nothing while its session started (15-45 s on a
@@ -530,41 +583,65 @@ def test_spark_shows_its_start_and_progress_on_a_terminal(kafka: Any, tmp_path: 
         pytest.skip("Spark needs pyspark and Java")
     topic = kafka.create_topic(f"prog-{uuid.uuid4().hex[:8]}", PARTITIONS)
     kafka.produce(topic, records(3000, 3))
-    primary, secondary = pty.openpty()
-    proc = subprocess.Popen(
-        [*STATESNAP, "materialize", "--engine", "spark", "-b", kafka.bootstrap, "-t", topic,
-         "--checkpoints", str(tmp_path / "c")],
-        stdout=subprocess.PIPE, stderr=secondary, text=True, start_new_session=True,
-        env={**os.environ, "PYSPARK_PYTHON": sys.executable, "COLUMNS": "160"},
-    )  # fmt: skip
-    os.close(secondary)
-    seen = bytearray()
-
-    def drain() -> None:
-        while True:
-            try:
-                chunk = os.read(primary, 65536)
-            except OSError:  # the terminal's other end closed: the command exited
-                return
-            if not chunk:
-                return
-            seen.extend(chunk)
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
-    try:
-        out, _ = proc.communicate(timeout=240)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    reader.join(10)
-    os.close(primary)
-    shown = seen.decode(errors="replace")
-    assert proc.returncode == 0, shown[-3000:]
-    assert "starting a Spark session" in shown, shown[-3000:]
+    term = Terminal(
+        [
+            "materialize",
+            "--engine",
+            "spark",
+            "-b",
+            kafka.bootstrap,
+            "-t",
+            topic,
+            "--checkpoints",
+            str(tmp_path / "c"),
+        ]
+    )
+    out = term.finish()
+    shown = term.shown
+    assert term.proc.returncode == 0, shown[-3000:]
+    assert re.search(r"starting a Spark session \(local\[\*\]\).*\d:\d\d", shown), shown[-3000:]
     assert "started in" in shown, shown[-3000:]
     assert "bootstrapping" in shown, shown[-3000:]
     assert f"{PARTITIONS}/{PARTITIONS} tasks · 3,000 records read" in shown, shown[-3000:]
     assert out.startswith("checkpoint 1 of "), out
     assert "read 3,000 records" in out, out
+
+
+@pytest.mark.spark
+def test_spark_follow_shows_batches_and_a_stop_during_start_up_is_one_line(
+    kafka: Any, tmp_path: Path
+) -> None:
+    """On a terminal, `--follow` on Spark shows batches and records read while it runs, and a
+    Ctrl-C (SIGINT to its process group) then ends it with its final checkpoint, exit 0. A
+    Ctrl-C while the session still starts used to raise KeyboardInterrupt ("Aborted!", exit 1,
+    or py4j tracebacks); it now ends with one line, exit 130, once the session can be stopped.
+    Broker: Tansu (embedded)."""
+    if not spark_available():
+        pytest.skip("Spark needs pyspark and Java")
+    topic = kafka.create_topic(f"fprog-{uuid.uuid4().hex[:8]}", PARTITIONS)
+    kafka.produce(topic, records(1000, 4))
+    args = ["materialize", "--engine", "spark", "-b", kafka.bootstrap, "-t", topic, "--checkpoints"]
+    args += [str(tmp_path / "c"), "--follow", "--commit-interval", "1s", "--checkpoint-interval", "1h"]
+    args += ["--spark-checkpoint-location", str(tmp_path / "spark-state")]
+
+    early = Terminal(args)
+    early.wait_for(r"starting a Spark session")
+    os.killpg(early.proc.pid, signal.SIGINT)
+    assert early.finish() == ""
+    assert early.proc.returncode == 130, early.shown[-3000:]
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", early.shown)  # the display's cursor moves
+    errors = [line for line in plain.splitlines() if "Error" in line or "Traceback" in line]
+    expected = (
+        "Error: interrupted: stopped while the Spark session was starting; "
+        "the last committed checkpoint stands"
+    )
+    assert [e.strip() for e in errors] == [expected], early.shown[-3000:]
+    assert not list(tmp_path.glob("c/*/snapshots/*.json"))
+
+    term = Terminal(args)
+    term.wait_for(r"1 batches · 1,000 records read · caught up")
+    os.killpg(term.proc.pid, signal.SIGINT)
+    out = term.finish()
+    assert term.proc.returncode == 0, term.shown[-3000:]
+    assert out.startswith("checkpoint 1 of "), out
+    assert "read 1,000 records" in out, out

@@ -8,6 +8,7 @@ when the count passes it. Without a total the count and rate are shown alone.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -83,6 +84,20 @@ def activity_bar(
         transient=transient,
     ) as progress:
         yield progress
+
+
+@contextmanager
+def stderr_as_it_is() -> Iterator[Console]:
+    """A console on a duplicate of stderr as it is now: it stays on the terminal while the
+    descriptor is swapped for a pipe (the Spark launcher does so while the JVM starts, and a
+    display writing to a pipe stops refreshing)."""
+    try:
+        fd = os.dup(stderr.file.fileno())
+    except (OSError, ValueError, AttributeError):  # no real stderr (captured): use it as it is
+        yield stderr
+        return
+    with os.fdopen(fd, "w", buffering=1, encoding="utf-8", errors="replace") as file:
+        yield Console(file=file)
 
 
 def _count(n: float) -> str:

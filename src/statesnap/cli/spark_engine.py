@@ -22,7 +22,7 @@ from statesnap.cli.interrupts import (
     stop_on_signals,
     wait_on_signals,
 )
-from statesnap.cli.progress import activity_bar, stderr
+from statesnap.cli.progress import activity_bar, stderr_as_it_is
 from statesnap.deadline import call_within
 from statesnap.durations import parse_duration
 from statesnap.errors import CheckpointTimeoutError
@@ -82,9 +82,13 @@ def spark_session(
 
     master = default_master()
     starter = threading.Thread(target=start, name="statesnap-spark-start", daemon=True)
-    starter.start()
-    with activity_bar(quiet or not stderr.is_terminal, transient=True) as bar:
+    # The display's stderr is taken before the start-up swaps the descriptor for a pipe.
+    with (
+        stderr_as_it_is() as console,
+        activity_bar(quiet or not console.is_terminal, transient=True, console=console) as bar,
+    ):
         task = bar.add_task(f"starting a Spark session ({master})", total=None, detail="")
+        starter.start()
         while starter.is_alive():
             starter.join(POLL_SECONDS)
             if interrupted.is_set():

@@ -4,7 +4,9 @@ Spark's launcher always adds ``--add-modules=jdk.incubator.vector``, and the JVM
 "WARNING: Using incubator modules: jdk.incubator.vector" to its stderr — before log4j exists, so
 no logging setting removes it. The JVM inherits this process's stderr, so while it is started the
 descriptor is swapped for a pipe; a thread forwards what the JVM (and its Python workers) write,
-line by line, minus these notices, for as long as they live.
+minus these notices, for as long as they live. Whatever cannot be the start of a notice goes on
+at once, not at the next newline: this process's own progress display (carriage returns, cursor
+moves, no newline) shares the descriptor while the session starts.
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ from collections.abc import Iterator
 NOTICES = (b"WARNING: Using incubator modules:",)
 
 
+def _may_become_notice(partial: bytes) -> bool:
+    """Whether an unfinished line could still turn out to be a notice (so it must wait)."""
+    return any(notice.startswith(partial[: len(notice)]) for notice in NOTICES)
+
+
 def _forward(source: int, target: int) -> None:
     with os.fdopen(source, "rb", buffering=0) as pipe:
         pending = b""
@@ -25,6 +32,8 @@ def _forward(source: int, target: int) -> None:
             pending += chunk
             *lines, pending = pending.split(b"\n")
             kept = b"".join(line + b"\n" for line in lines if not line.startswith(NOTICES))
+            if pending and not _may_become_notice(pending):
+                kept, pending = kept + pending, b""
             if kept:
                 os.write(target, kept)
         if pending and not pending.startswith(NOTICES):
