@@ -37,11 +37,11 @@ else
   started=$SECONDS
   mkdir -p "$(dirname "$kafka_home")"
   staging="$(mktemp -d "$kafka_home.XXXXXX")"
-  # Resolve into a staging dir, check kafka's classes load from it, then move it in place: an
+  # Resolve into a staging dir, check kafka.Kafka runs from it, then move it in place: an
   # interrupted fetch never leaves a half-filled cache that later runs would take as complete.
   if (cd scripts/apache-kafka && mvn -q -B -Dstyle.color=never dependency:copy-dependencies \
         -DincludeScope=runtime -DoutputDirectory="$staging/libs" >"$staging/mvn.log" 2>&1) \
-     && java -cp "$staging/libs/*" kafka.tools.StorageTool random-uuid >/dev/null 2>&1; then
+     && [ "$(java -cp "$staging/libs/*" kafka.Kafka --version 2>/dev/null | tail -n1)" = "$kafka_version" ]; then
     mkdir -p "$kafka_home" && rm -rf "$kafka_libs" && mv "$staging/libs" "$kafka_libs"
     rm -rf "$staging"
     echo "setup: Apache Kafka ${kafka_version} jars in $kafka_libs ($((SECONDS - started))s)" >&2
