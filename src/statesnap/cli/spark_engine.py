@@ -34,8 +34,8 @@ from statesnap.snapshot.diff import SnapshotDiff
 #: Set by the first Ctrl-C of a CLI Spark session (which then cancels its jobs).
 _interrupted = threading.Event()
 
-#: A session that has not started in this long is an error, not waited on for ever: a cold start
-#: measured 19-46 s on a loaded 2-core machine (``benchmarks/spark_startup.py``).
+#: A session that has not started in this long is an error, not waited on for ever: cold starts
+#: measured 11.5-35 s (median 14-20 s) on a 2-core machine at load 4-10 (``benchmarks/spark_startup.py``).
 SESSION_START_TIMEOUT_SECONDS = 300.0
 
 #: How often the progress display and the streaming query's state are looked at.
