@@ -229,6 +229,28 @@ class OffsetOutOfRangeError(KafkaError):
         self.log_end = log_end
 
 
+class RecordsDeletedError(OffsetOutOfRangeError):
+    """Retention deleted records a restore still had to read: the checkpoint it continues (its
+    next offset, or where the restore had got to) now lies below the partition's log start.
+
+    An :class:`OffsetOutOfRangeError`, so a restore handles it the same way: drop that checkpoint
+    and replay what the log holds, or fail when a checkpoint was required.
+    """
+
+    def __init__(self, topic: str, partition: int, offset: int, log_start: int, address: str) -> None:
+        KafkaError.__init__(
+            self,
+            f"topic {topic!r} partition {partition} on {address}: retention deleted offsets "
+            f"{offset}..{log_start - 1} (the log now starts at {log_start}) before the restore read "
+            "them; the checkpoint cannot be continued without a hole",
+        )
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.log_end = None
+        self.log_start = log_start
+
+
 class InvalidStoreUrlError(BlobStoreError, ConfigError):
     """A checkpoint URL or path is malformed (an empty scheme, a NUL byte, a host in a file URL).
 

@@ -369,10 +369,11 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
         all_partitions: tuple[int, ...],
         tid: str | None,
     ) -> None:
-        """The restored checkpoint resumes past a partition's end: it belongs to another
-        incarnation of the topic (the fallback signal where the broker reports no topic ID).
-        Forget it, and every older one, and replay the topic from the beginning."""
-        reason = f"{error}; the checkpoint belongs to another incarnation of the topic"
+        """The restored checkpoint cannot be continued: it resumes past a partition's end (another
+        incarnation of the topic, the fallback signal where the broker reports no topic ID), or
+        retention deleted records it had yet to read. Forget it, and every older one, and replay
+        the topic from the beginning. The error's own message says which."""
+        reason = str(error)
         log.warning("table %s: skipping checkpoint generation %d: %s", self.name, manifest.generation, reason)
         self.report.skipped.append(SkippedCheckpoint(manifest.generation, reason))
         self.report.checkpoint, self.report.restored_keys = None, 0

@@ -89,7 +89,9 @@ def test_round_trip_property(
         cluster_id="c",
         generation=generation,
         partitions={
-            p: PartitionCheckpoint(p, off, tuple(_delta(p, g, n, 1, size, sha) for g, n in sorted(names)))
+            p: PartitionCheckpoint(
+                p, off if names else 0, tuple(_delta(p, g, n, 1, size, sha) for g, n in sorted(names))
+            )
             for p, (off, names) in partitions.items()
         },
         created_at=created,
@@ -99,7 +101,7 @@ def test_round_trip_property(
 
 
 def test_created_at_from_another_timezone_is_normalized_to_utc() -> None:
-    m = make_manifest()
+    m = make_manifest(offsets={0: 0})
     obj = json.loads(m.to_bytes())
     obj["created_at"] = "2024-05-01T14:00:00.000+02:00"
     obj["checksum"] = canonical_checksum(obj)  # as another writer would have signed it
@@ -113,7 +115,7 @@ def test_created_at_from_another_timezone_is_normalized_to_utc() -> None:
 def _mutated(*, sign: bool = True, **changes: object) -> bytes:
     """The test manifest with *changes*, re-signed (so the checks behind the checksum are what is
     tested) unless *sign* is false."""
-    obj = json.loads(make_manifest(2, files={0: (BASE,)}).to_bytes())
+    obj = json.loads(make_manifest(2, files={0: (BASE,)}, offsets={0: 10}).to_bytes())
     for key, value in changes.items():
         if value is _DELETE:
             del obj[key]
@@ -185,9 +187,19 @@ def test_base_after_delta_is_corrupt(files: list[dict[str, object]]) -> None:
 
 
 def test_delta_only_and_base_then_deltas_are_valid() -> None:
-    for files in ([DELTA.to_json()], [BASE.to_json(), DELTA.to_json(), DELTA2.to_json()], []):
+    for files in ([DELTA.to_json()], [BASE.to_json(), DELTA.to_json(), DELTA2.to_json()]):
         data = _mutated(partitions={"0": {"next_offset": 5, "files": files}})
         assert CheckpointManifest.from_bytes(data).partitions[0].next_offset == 5
+    empty = _mutated(partitions={"0": {"next_offset": 0, "files": []}})
+    assert CheckpointManifest.from_bytes(empty).partitions[0].files == ()
+
+
+def test_a_partition_past_offset_0_without_files_is_corrupt() -> None:
+    """Every writer's first checkpoint of a partition is a base (empty if need be): no files
+    means they were dropped from the manifest (the table would restore empty)."""
+    data = _mutated(partitions={"0": {"next_offset": 5, "files": []}})
+    with pytest.raises(CorruptCheckpointError, match="no files, yet it resumes at offset 5"):
+        CheckpointManifest.from_bytes(data)
 
 
 def test_age_uses_the_injected_clock() -> None:

@@ -144,7 +144,7 @@ def _commit(
         topic="t",
         cluster_id="c",
         generation=gen,
-        partitions={0: PartitionCheckpoint(0, gen, (f0,)), 1: PartitionCheckpoint(1, 1, (f1,))},
+        partitions={0: PartitionCheckpoint(0, gen + 1, (f0,)), 1: PartitionCheckpoint(1, 1, (f1,))},
         created_at=T0 + timedelta(seconds=created_s),
     )
     repo.commit(m)

@@ -25,7 +25,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
-from statesnap.errors import BrokerUnavailableError, KafkaError, OffsetOutOfRangeError
+from statesnap.errors import BrokerUnavailableError, KafkaError, OffsetOutOfRangeError, RecordsDeletedError
 from statesnap.kafka.clients import new_consumer
 from statesnap.kafka.config import KafkaSettings
 
@@ -41,28 +41,6 @@ OUT_OF_RANGE_GRACE = 1.0
 #: Upper bound of the metadata probe that tells a lost cluster from a slow one.
 PROBE_TIMEOUT = 5.0
 _CLUSTER_DOWN = (RdKafkaError._ALL_BROKERS_DOWN, RdKafkaError._TRANSPORT, RdKafkaError._RESOLVE)
-
-
-class RecordsDeletedError(OffsetOutOfRangeError):
-    """Retention deleted records a restore still had to read: the checkpoint it continues (its
-    next offset, or where the restore had got to) now lies below the partition's log start.
-
-    An :class:`OffsetOutOfRangeError`, so a restore handles it the same way: drop that checkpoint
-    and replay what the log holds, or fail when a checkpoint was required.
-    """
-
-    def __init__(self, topic: str, partition: int, offset: int, log_start: int, address: str) -> None:
-        KafkaError.__init__(
-            self,
-            f"topic {topic!r} partition {partition} on {address}: retention deleted offsets "
-            f"{offset}..{log_start - 1} (the log now starts at {log_start}) before the restore read "
-            "them; the checkpoint cannot be continued without a hole",
-        )
-        self.topic = topic
-        self.partition = partition
-        self.offset = offset
-        self.log_end = None
-        self.log_start = log_start
 
 
 class ChangelogReader:
