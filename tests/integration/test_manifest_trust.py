@@ -172,7 +172,7 @@ def _nested(depth: int) -> bytes:
 PATHOLOGICAL: dict[str, Callable[[History], bytes]] = {
     "5000-digit-generation": lambda h: h.repo.store.read(
         h.repo.key(layout.manifest_key(h.manifests[-1].generation))
-    ).replace(b'"generation": ', b'"generation": ' + b"9" * 5000 + b", \"was\": ", 1),
+    ).replace(b'"generation": ', b'"generation": ' + b"9" * 5000 + b', "was": ', 1),
     "100000-nested-brackets": lambda h: _nested(100_000),
     "next-offset-1e300": lambda h: _edited(h, lambda o: o["partitions"]["0"].update(next_offset=1e300)),
     "next-offset-2^64": lambda h: _edited(h, lambda o: o["partitions"]["0"].update(next_offset=2**64)),
