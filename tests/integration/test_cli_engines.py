@@ -476,13 +476,17 @@ def _wait_for(predicate: Any, proc: subprocess.Popen[str], what: str, timeout: f
 
 
 @pytest.mark.spark
-def test_spark_follow_stopped_like_timeout_does_reports_its_own_run(kafka: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_spark_follow_stopped_like_timeout_does_reports_its_own_run(
+    kafka: Any, tmp_path: Path, sig: signal.Signals
+) -> None:
     """`timeout -s INT` and process managers signal the command, then its process group (which
-    holds it too): two SIGINTs. A Spark `--follow` used to end "Aborted: stopped again before the
-    final checkpoint finished", exit 130, no JSON; its `--json` copied another checkpoint's writer
-    metadata into `restore` (restore_seconds == checkpoint_seconds) and its checkpoint skipped a
-    generation. Now: the final checkpoint is the next generation, exit 0, and the figures are
-    this run's. Broker: Tansu (embedded)."""
+    holds it too): two signals. With SIGINT a Spark `--follow` used to end "Aborted: stopped
+    again before the final checkpoint finished", exit 130, no JSON; with SIGTERM (systemd's
+    default) the JVM shut down under it (exit 1, py4j tracebacks). Its `--json` copied another
+    checkpoint's writer metadata into `restore` (restore_seconds == checkpoint_seconds) and its
+    checkpoint skipped a generation. Now: the final checkpoint is the next generation, exit 0,
+    and the figures are this run's. Broker: Tansu (embedded)."""
     if not spark_available():
         pytest.skip("Spark needs pyspark and Java")
     topic = kafka.create_topic(f"stop-{uuid.uuid4().hex[:8]}", PARTITIONS)
@@ -500,9 +504,9 @@ def test_spark_follow_stopped_like_timeout_does_reports_its_own_run(kafka: Any, 
     try:
         # A journaled batch: the 700 records are read (the checkpoint comes at the stop).
         _wait_for(lambda: list(tmp_path.glob("ckpt/*/_spark/*/*.json")), proc, "the first batch")
-        os.kill(proc.pid, signal.SIGINT)  # as `timeout -s INT` does: the command...
+        os.kill(proc.pid, sig)  # as `timeout -s INT` does: the command...
         time.sleep(0.1)  # (a busy machine delivers the copy a little later)
-        os.killpg(proc.pid, signal.SIGINT)  # ...then its process group
+        os.killpg(proc.pid, sig)  # ...then its process group
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:

@@ -6,10 +6,12 @@ which engine ran.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,33 @@ def _not_from_py4j(record: logging.LogRecord) -> bool:
     return "py4j" not in record.pathname
 
 
+@contextlib.contextmanager
+def _jvm_in_a_session_of_its_own() -> Iterator[None]:
+    """The JVM PySpark launches meanwhile gets a session (and process group) of its own.
+
+    A process manager stops a service by signalling its whole process group (systemd's
+    ``KillMode=control-group`` sends SIGTERM to every process; ``timeout`` signals the group):
+    PySpark's JVM ignores SIGINT but shuts down on SIGTERM, taking the SparkContext with it in
+    the middle of the final checkpoint (exit 1, py4j tracebacks). Signals are the CLI's to
+    handle; the JVM still ends with it (it exits when its stdin, a pipe from this process,
+    closes). PySpark offers no setting for this, so its launcher's ``Popen`` is wrapped while
+    the session starts.
+    """
+    from pyspark import java_gateway
+
+    original = java_gateway.__dict__["Popen"]
+
+    def popen(*args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("start_new_session", True)
+        return original(*args, **kwargs)
+
+    setattr(java_gateway, "Popen", popen)  # noqa: B010 (not an exported name)
+    try:
+        yield
+    finally:
+        setattr(java_gateway, "Popen", original)  # noqa: B010
+
+
 def spark_session(
     conf: dict[str, str] | None = None, *, quiet: bool = False, stop: threading.Event | None = None
 ) -> Any:
@@ -76,7 +105,8 @@ def spark_session(
 
     def start() -> None:
         try:
-            outcome.append(make(conf=conf, verbose=verbose))
+            with _jvm_in_a_session_of_its_own():
+                outcome.append(make(conf=conf, verbose=verbose))
         except BaseException as e:  # handed to the main thread
             failure.append(e)
 
