@@ -295,6 +295,24 @@ def test_diff_of_a_deleted_generation_is_snapshot_not_found(kafka: Any, tmp_path
     )
 
 
+@pytest.mark.spark
+def test_diff_gives_the_same_counts_and_examples_on_both_engines(kafka: Any, tmp_path: Path) -> None:
+    """`snapshot diff --engine spark --json` gave `"examples": {}`; both engines now name the same
+    keys (fewer than the sample of each kind, so the examples are the whole sets). Tansu."""
+    topic = kafka.create_topic(f"ops-diff2-{uuid.uuid4().hex[:8]}", 1)
+    url = str(tmp_path / "ckpt")
+    kafka.produce(topic, [(0, b"k%d" % i, b"v%d" % i) for i in range(10)])
+    ok(statesnap("materialize", "-b", kafka.bootstrap, "-t", topic, "--checkpoints", url, "-q"))
+    kafka.produce(topic, [(0, b"k1", b"changed"), (0, b"k2", None), (0, b"k3", None), (0, b"new", b"x")])
+    ok(statesnap("materialize", "-b", kafka.bootstrap, "-t", topic, "--checkpoints", url, "-q"))
+    expected = {"added": ["new"], "removed": ["k2", "k3"], "changed": ["k1"]}
+    for engine in ("python", "spark"):
+        args = ["snapshot", "diff", url, "--table", topic, "1", "2", "--engine", engine, "--json"]
+        diff = ok(statesnap(*args))
+        assert (diff["added"], diff["removed"], diff["changed"], diff["unchanged"]) == (1, 2, 1, 7), engine
+        assert {k: sorted(v) for k, v in diff["examples"].items()} == expected, engine
+
+
 _SERVICES_TEST = """
 import json, os, time
 from pathlib import Path

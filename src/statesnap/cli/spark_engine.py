@@ -31,6 +31,7 @@ from statesnap.errors import CheckpointTimeoutError
 from statesnap.kafka.admin import KafkaAdmin
 from statesnap.kafka.config import KafkaSettings
 from statesnap.restoring import RestoreReport
+from statesnap.snapshot.diff import SAMPLE as DIFF_SAMPLE
 from statesnap.snapshot.diff import SnapshotDiff
 
 #: Set by the first Ctrl-C of a CLI Spark session (which then cancels its jobs).
@@ -388,6 +389,18 @@ def diff_on_spark(
             ).alias("changed"),
             sf.sum(sf.when(sf.col("a") == sf.col("b"), 1).otherwise(0)).alias("unchanged"),
         ).collect()[0]
+        kinds = {
+            "added": sf.col("a").isNull(),
+            "removed": sf.col("b").isNull(),
+            "changed": sf.col("a").isNotNull() & sf.col("b").isNotNull() & (sf.col("a") != sf.col("b")),
+        }
+        examples = {  # the same sample the Python engine gives (diff_snapshots), keys in order
+            kind: [
+                bytes(r["key"]).decode("utf-8", "backslashreplace")
+                for r in joined.filter(mask).select("key").orderBy("key").limit(DIFF_SAMPLE).collect()
+            ]
+            for kind, mask in kinds.items()
+        }
         return SnapshotDiff(
             old=int(row["old"]),
             new=int(row["new"]),
@@ -395,6 +408,7 @@ def diff_on_spark(
             removed=int(row["removed"] or 0),
             changed=int(row["changed"] or 0),
             unchanged=int(row["unchanged"] or 0),
+            examples=examples,
         )
     finally:
         spark.stop()

@@ -58,7 +58,11 @@ def _keys(table: pa.Table, mask: pa.ChunkedArray, column: str, sample: int) -> l
     return [k.decode("utf-8", "backslashreplace") for k in chosen]
 
 
-def diff_snapshots(repo: CheckpointRepository, old: int, new: int, *, sample: int = 5) -> SnapshotDiff:
+#: Example keys of each kind a diff shows, on either engine.
+SAMPLE = 5
+
+
+def diff_snapshots(repo: CheckpointRepository, old: int, new: int, *, sample: int = SAMPLE) -> SnapshotDiff:
     """Compare generation *old* with generation *new* of the same table."""
     a = load_rows(repo, old).rename_columns(["key", "old_value"])
     b = load_rows(repo, new).rename_columns(["key_new", "new_value"])
