@@ -521,6 +521,9 @@ def test_spark_follow_stopped_like_timeout_does_reports_its_own_run(
     assert (restore["checkpoint"], restore["replayed_records"]) == (1, 700)
     assert 0 < restore["restore_seconds"] < result["seconds"]
     assert restore["restore_seconds"] != result["checkpoint_seconds"]
+    # The same keys as the Python engine's --follow: nothing was produced after the restore.
+    assert result["followed"]["records"] == 0
+    assert 0 < result["followed"]["seconds"] < result["seconds"]
     assert result["keys"] == len(kafka.truth(kafka.read_all(topic, range(PARTITIONS))))
     listed = ok(statesnap("checkpoints", "list", url, "--table", topic, "--json"))
     assert [c["generation"] for c in listed] == [2, 1]

@@ -258,6 +258,7 @@ def _follow(
         **common,
     )
     again[0] = "stopped again before the final checkpoint finished"
+    following = time.monotonic()
     if not quiet:
         click.echo(
             f"materializing {topic} on Spark; checkpoints every {checkpoint_interval}, streaming state "
@@ -280,6 +281,10 @@ def _follow(
                 raise click.ClickException(f"streaming query stopped: {materializer.query.exception()}")
         show("final checkpoint")
         committing = time.monotonic()
+        followed = {  # as the Python engine reports it: what the query read after its restore
+            "records": max(0, materializer.records_read - materializer.restore.replayed_records),
+            "seconds": round(committing - following, 3),
+        }
         final = call_within(
             seconds,
             # A batch in flight may finish within half the time: its records make the checkpoint.
@@ -304,6 +309,7 @@ def _follow(
         written=final is not None,
         restore=materializer.restore,
         checkpoint_seconds=checkpoint_seconds,
+        followed=followed,
     )
 
 
@@ -319,6 +325,7 @@ def _result(
     written: bool,
     restore: RestoreReport,
     checkpoint_seconds: float,
+    followed: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The python engine's result keys: the manifest's generation, offsets and size, this run's
     *restore* and *checkpoint_seconds*, and ``keys``, the table's key count (recorded by the
@@ -348,6 +355,7 @@ def _result(
         "seconds": round(time.monotonic() - started, 3),
         "bytes": manifest.total_bytes if manifest is not None else 0,
         "url": url,
+        **({"followed": followed} if followed is not None else {}),
     }
 
 
