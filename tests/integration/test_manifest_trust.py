@@ -11,16 +11,20 @@ to an unsigned format-1 manifest (the checks behind the checksum must catch it o
 from __future__ import annotations
 
 import json
+import shutil
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 import pytest
 
 from integration.cli_runner import digest, statesnap
 from statesnap import RetentionPolicy, Table
+from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, layout
 
 pytestmark = pytest.mark.integration
@@ -51,7 +55,23 @@ def _table(kafka: Any, topic: str, url: str) -> Table:
     )
 
 
-def _history(kafka: Any, tmp_path: Path) -> History:
+@pytest.fixture(scope="module")
+def pristine(kafka: Any, tmp_path_factory: pytest.TempPathFactory) -> History:
+    """One topic and its three checkpoints, written once; each test tampers with its own copy of
+    the checkpoint store (the topic is only read)."""
+    return _write_history(kafka, tmp_path_factory.mktemp("trust"))
+
+
+def _history(pristine: History, tmp_path: Path) -> History:
+    """A private copy of the pristine checkpoint store."""
+    root = tmp_path / "checkpoints"
+    shutil.copytree(Path(url2pathname(urlsplit(pristine.url).path)), root)
+    url = root.as_uri()
+    repo = CheckpointRepository(open_blob_store(url), pristine.repo.directory)
+    return History(pristine.topic, url, pristine.produced, pristine.manifests, repo)
+
+
+def _write_history(kafka: Any, tmp_path: Path) -> History:
     topic = kafka.create_topic(f"trust-{uuid.uuid4().hex[:12]}", PARTITIONS)
     url = (tmp_path / "checkpoints").as_uri()
     t = _table(kafka, topic, url)
@@ -158,9 +178,9 @@ def _assert_falls_back(kafka: Any, h: History) -> None:
 @pytest.mark.parametrize("downgrade", [False, True], ids=["edited", "downgraded-unsigned"])
 @pytest.mark.parametrize("tampering", sorted(TAMPERINGS))
 def test_a_manifest_listing_the_wrong_files_is_never_a_table(
-    tampering: str, downgrade: bool, kafka: Any, tmp_path: Path
+    tampering: str, downgrade: bool, pristine: History, kafka: Any, tmp_path: Path
 ) -> None:
-    h = _history(kafka, tmp_path)
+    h = _history(pristine, tmp_path)
     _rewrite(h, TAMPERINGS[tampering], downgrade=downgrade)
     _assert_falls_back(kafka, h)
 
@@ -191,8 +211,10 @@ def _edited(h: History, edit: Callable[[dict[str, Any]], None]) -> bytes:
 
 
 @pytest.mark.parametrize("case", sorted(PATHOLOGICAL))
-def test_pathological_manifests_are_skipped_not_crashed_on(case: str, kafka: Any, tmp_path: Path) -> None:
-    h = _history(kafka, tmp_path)
+def test_pathological_manifests_are_skipped_not_crashed_on(
+    case: str, pristine: History, kafka: Any, tmp_path: Path
+) -> None:
+    h = _history(pristine, tmp_path)
     _put(h, PATHOLOGICAL[case](h))
     _assert_falls_back(kafka, h)
 
@@ -213,8 +235,10 @@ def _verify(h: History, *extra: str) -> tuple[int, dict[Any, Any]]:
     ],
     ids=["garbled", "negative", "string", "array"],
 )
-def test_verify_reads_the_high_water_mark(body: bytes, named: str, kafka: Any, tmp_path: Path) -> None:
-    h = _history(kafka, tmp_path)
+def test_verify_reads_the_high_water_mark(
+    body: bytes, named: str, pristine: History, kafka: Any, tmp_path: Path
+) -> None:
+    h = _history(pristine, tmp_path)
     h.repo.store.write(h.repo.key(layout.HIGH_WATER), body)
     code, verdicts = _verify(h)
     assert code == 1
@@ -232,9 +256,9 @@ def test_verify_reads_the_high_water_mark(body: bytes, named: str, kafka: Any, t
 
 @pytest.mark.parametrize("state", ["FAILED", "CREATED"])
 def test_verify_reports_a_record_that_disagrees_with_its_manifest(
-    state: str, kafka: Any, tmp_path: Path
+    state: str, pristine: History, kafka: Any, tmp_path: Path
 ) -> None:
-    h = _history(kafka, tmp_path)
+    h = _history(pristine, tmp_path)
     gen = h.manifests[-1].generation
     prefix = h.repo.key(f"generations/{gen:020d}/")
     newest = max(b.key for b in h.repo.store.list(prefix))
@@ -270,9 +294,9 @@ def test_verify_reports_a_record_that_disagrees_with_its_manifest(
     ],
 )
 def test_verify_reads_the_descriptor(
-    edit: Callable[[dict[str, Any]], Any], named: str, kafka: Any, tmp_path: Path
+    edit: Callable[[dict[str, Any]], Any], named: str, pristine: History, kafka: Any, tmp_path: Path
 ) -> None:
-    h = _history(kafka, tmp_path)
+    h = _history(pristine, tmp_path)
     key = h.repo.key(layout.DESCRIPTOR)
     descriptor = json.loads(h.repo.store.read(key))
     assert "checksum" in descriptor
@@ -283,7 +307,9 @@ def test_verify_reads_the_descriptor(
     assert any(named in p for p in verdicts[None]["problems"]), verdicts[None]
 
 
-def test_verify_reads_a_topic_snapshot_store_only_with_its_cluster(kafka: Any, tmp_path: Path) -> None:
+def test_verify_reads_a_topic_snapshot_store_only_with_its_cluster(
+    pristine: History, kafka: Any, tmp_path: Path
+) -> None:
     """Tansu: the records are produced to and read back from a real topic."""
     topic = kafka.create_topic(f"trust-topic-{uuid.uuid4().hex[:12]}", 1)
     url = (tmp_path / "checkpoints").as_uri()
