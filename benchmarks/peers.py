@@ -1,0 +1,305 @@
+"""statesnap beside the peers a user would pick instead, one run, one Apache Kafka broker (prints a table).
+
+For each history multiplier M (the topic holds M x keys updates, 1 % tombstones, 100-byte values):
+
+- floor: a plain confluent-kafka loop reading the whole topic (nothing is kept);
+- statesnap restore: a ``Table(..., checkpoints=...)`` that checkpointed the history restores from
+  that checkpoint plus a small tail (``start()`` to ready, per state store);
+- statesnap full replay: the same table without a checkpoint;
+- Kafka Streams restore: ``benchmarks/peers/kafka-streams`` (a KTable via ``toTable`` and, with
+  ``--count``, a ``groupByKey().count()``) built over the history, then restarted with its state
+  directory wiped: start() to RUNNING with its stores restored from their changelogs, and to the
+  same-sized tail processed.
+
+Kafka Streams' close() commits its input offsets, so with --repeat > 1 only its first restore has
+the tail to process: best-of then favours Kafka Streams, never statesnap.
+
+    .venv/bin/python benchmarks/peers.py                                  # 200 k keys, 1x and 10x
+    .venv/bin/python benchmarks/peers.py --keys 50000 --history-multiplier 1 --repeat 1   # quick
+
+Needs Java 17, Maven and the Apache Kafka jars of ``bash scripts/setup.sh``; the Java peer is built
+with ``mvn -q package`` on first use. Not a test: it prints figures for the record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from rich.console import Console
+from rich.table import Table as RichTable
+
+from statesnap import Table
+from statesnap.devstack.apache import ApacheKafkaBroker, apache_kafka_missing
+from statesnap.digest import table_digest
+from statesnap.kafka.config import KafkaSettings
+from statesnap.sample import SampleSpec, produce_sample
+
+console = Console(stderr=True)
+
+PEER_DIR = Path(__file__).resolve().parent / "peers" / "kafka-streams"
+#: Generous: Kafka Streams builds 10 x 200 k updates in well under this on a loaded 2-core machine.
+PEER_TIMEOUT_S = 900
+MVN_TIMEOUT_S = 600
+FLOOR_TIMEOUT_S = 600.0
+
+
+@dataclass
+class Row:
+    multiplier: int
+    history: int
+    keys: int
+    tail: int
+    floor_s: float = 0.0
+    ckpt_s: dict[str, float] = field(default_factory=dict)
+    full_s: dict[str, float] = field(default_factory=dict)
+    equal: dict[str, bool] = field(default_factory=dict)
+    ks_build: dict[str, Any] = field(default_factory=dict)
+    ks_restore: dict[str, Any] = field(default_factory=dict)
+
+
+def build_peer() -> list[str]:
+    """``mvn -q package`` the Java peer once; the java command line that runs it."""
+    lib = PEER_DIR / "target" / "lib"
+    if not (PEER_DIR / "target" / "classes" / "dev").is_dir() or not lib.is_dir():
+        console.print("building the Kafka Streams peer (mvn -q package)")
+        done = subprocess.run(
+            ["mvn", "-q", "-B", "-Dstyle.color=never", "package"],
+            cwd=PEER_DIR,
+            capture_output=True,
+            text=True,
+            timeout=MVN_TIMEOUT_S,
+            check=False,
+        )
+        if done.returncode != 0:
+            sys.exit(
+                f"peers: mvn package failed in {PEER_DIR}: {(done.stdout + done.stderr).strip()[-2000:]}"
+            )
+    cp = os.pathsep.join([str(PEER_DIR / "target" / "classes"), str(lib / "*")])
+    return [
+        "java",
+        "-Xmx1g",
+        "-Dorg.slf4j.simpleLogger.defaultLogLevel=error",
+        "-cp",
+        cp,
+        "dev.statesnap.peers.StreamsPeer",
+    ]
+
+
+def run_peer(
+    java: list[str], mode: str, bs: str, topic: str, app_id: str, state_dir: str, count: bool
+) -> dict[str, Any]:
+    """One run of the Java peer; its JSON line plus the process's wall time (JVM start included)."""
+    cmd = [*java, mode, bs, topic, app_id, state_dir, str(PEER_TIMEOUT_S)] + (["count"] if count else [])
+    t0 = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=PEER_TIMEOUT_S + 60, check=False)
+    wall = time.monotonic() - t0
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode != 0 or not lines:
+        sys.exit(
+            f"peers: Kafka Streams {mode} failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}"
+        )
+    out: dict[str, Any] = json.loads(lines[-1])
+    out["process_wall_s"] = wall
+    return out
+
+
+def floor_read(bs: str, topic: str, partitions: int) -> tuple[float, int]:
+    """Seconds for a bare confluent-kafka consumer to read every record of *topic* (the floor)."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bs,
+            "group.id": f"floor-{uuid.uuid4()}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    try:
+        t0 = time.monotonic()
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        open_parts, n = set(range(partitions)), 0
+        deadline = t0 + FLOOR_TIMEOUT_S
+        while open_parts:
+            if time.monotonic() > deadline:
+                sys.exit(
+                    f"peers: the floor read of {topic!r} did not reach the end in {FLOOR_TIMEOUT_S:.0f}s"
+                )
+            for m in c.consume(10_000, 0.05):
+                err = m.error()
+                if err is None:
+                    n += 1
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    open_parts.discard(m.partition())
+                else:
+                    sys.exit(f"peers: floor read of {topic!r}: {err}")
+        return time.monotonic() - t0, n
+    finally:
+        c.close()
+
+
+def timed_start(topic: str, bs: str, store: str, checkpoints: str | None) -> tuple[float, tuple[str, int]]:
+    """Wall seconds from constructing the table to ``start()`` returning ready, and its digest."""
+    gc.collect()
+    t0 = time.monotonic()
+    t = Table(topic, bootstrap_servers=bs, checkpoints=checkpoints, store=store, background=False)  # type: ignore[arg-type]
+    t.start()
+    seconds = time.monotonic() - t0
+    digest = table_digest(t.raw_items())
+    t.close(checkpoint=False)
+    return seconds, digest
+
+
+def run(bs: str, java: list[str], m: int, args: argparse.Namespace, root: str, work: str) -> Row:
+    settings = KafkaSettings(bs)
+    topic = f"peers-{m}x"
+    history = args.keys * m
+    row = Row(m, history, args.keys, args.tail)
+
+    def produce(n: int, seed: int) -> None:
+        produce_sample(settings, SampleSpec(topic, args.partitions, args.keys, n, 0.01, 100, seed))
+
+    t0 = time.monotonic()
+    produce(history, 1)
+    console.print(
+        f"[bold]{m}x[/]: produced {history:,} updates over {args.keys:,} keys in {time.monotonic() - t0:.1f}s"
+    )
+
+    # Both save their state over exactly the history, then the same tail arrives for both to apply.
+    owner = Table(topic, bootstrap_servers=bs, checkpoints=root, background=False)
+    owner.start()
+    owner.checkpoint()
+    owner.close(checkpoint=False)
+    app_id = f"peers-ks-{m}x-{uuid.uuid4().hex[:8]}"
+    state_dir = str(Path(work) / app_id)
+    row.ks_build = run_peer(java, "build", bs, topic, app_id, state_dir, args.count)
+    console.print(
+        f"  Kafka Streams build (history into its changelogs): {row.ks_build['seconds_to_caught_up']}s"
+    )
+    produce(args.tail, 2)
+
+    for _ in range(args.repeat):
+        floor, n = floor_read(bs, topic, args.partitions)
+        row.floor_s = min(row.floor_s or floor, floor)
+        for store in args.stores:
+            ck, d1 = timed_start(topic, bs, store, root)
+            full, d2 = timed_start(topic, bs, store, None)
+            row.ckpt_s[store] = min(row.ckpt_s.get(store, ck), ck)
+            row.full_s[store] = min(row.full_s.get(store, full), full)
+            row.equal[store] = d1 == d2 and row.equal.get(store, True)
+        ks = run_peer(java, "restore", bs, topic, app_id, state_dir, args.count)
+        if not row.ks_restore or ks["seconds_to_caught_up"] < row.ks_restore["seconds_to_caught_up"]:
+            row.ks_restore = ks
+        console.print(
+            f"  floor {floor:.2f}s ({n:,} rec); statesnap "
+            + ", ".join(f"{s} ckpt {row.ckpt_s[s]:.2f}s full {row.full_s[s]:.2f}s" for s in args.stores)
+            + f"; Kafka Streams restore {ks['seconds_to_restored']}s, caught up {ks['seconds_to_caught_up']}s"
+        )
+    return row
+
+
+def fmt(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def print_report(rows: list[Row], args: argparse.Namespace) -> None:
+    out = RichTable(title="statesnap vs Kafka Streams vs a plain consumer (Apache Kafka, same run)")
+    cols = [
+        "history",
+        "floor s",
+        "KS build s",
+        "KS changelog rec",
+        "KS changelog MB",
+        "KS restored s",
+        "KS ready s",
+    ]
+    for s in args.stores:
+        cols += [f"ss {s} ckpt s", f"ss {s} full s"]
+    for c in cols:
+        out.add_column(c, justify="right")
+    for r in rows:
+        ks = r.ks_restore
+        cells = [
+            f"{r.history:,} ({r.multiplier}x)",
+            fmt(r.floor_s),
+            str(r.ks_build["seconds_to_caught_up"]),
+            f"{ks['records_restored']:,}",
+            f"{ks['changelog_bytes'] / 1e6:.1f}",
+            str(ks["seconds_to_restored"]),
+            str(ks["seconds_to_caught_up"]),
+        ]
+        for s in args.stores:
+            cells += [fmt(r.ckpt_s[s]), fmt(r.full_s[s])]
+        out.add_row(*cells)
+    Console(width=200).print(out)
+    for r in rows:
+        ks_ready = float(r.ks_restore["seconds_to_caught_up"])
+        for s in args.stores:
+            ck = r.ckpt_s[s]
+            print(
+                f"{r.multiplier}x history, {s} store: Kafka Streams restore / statesnap restore = "
+                f"{ks_ready / ck:.1f}x; statesnap full replay / statesnap restore = {r.full_s[s] / ck:.1f}x; "
+                f"statesnap restore / floor read = {ck / r.floor_s:.2f}x; restore equals replay: "
+                f"{'yes' if r.equal[s] else 'NO'}"
+            )
+    if len(rows) >= 2:
+        a, b = rows[0], rows[-1]
+        k = b.multiplier // a.multiplier
+        ks_growth = float(b.ks_restore["seconds_to_caught_up"]) / float(a.ks_restore["seconds_to_caught_up"])
+        parts = [f"Kafka Streams restore {ks_growth:.2f}x"]
+        parts += [f"statesnap {s} restore {b.ckpt_s[s] / a.ckpt_s[s]:.2f}x" for s in args.stores]
+        print(f"growth for {k}x history: " + ", ".join(parts))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--keys", type=int, default=200_000)
+    ap.add_argument(
+        "--history-multiplier",
+        default="1,10",
+        help="comma-separated multiples of --keys: the history lengths to measure (default 1,10)",
+    )
+    ap.add_argument("--tail", type=int, default=None, help="records after the checkpoint (default keys/100)")
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--stores", default="memory,rocksdb", help="statesnap stores to measure")
+    ap.add_argument("--repeat", type=int, default=1, help="restores per size; the best is reported")
+    ap.add_argument("--count", action="store_true", help="Kafka Streams also keeps groupByKey().count()")
+    args = ap.parse_args()
+    args.multipliers = [int(x) for x in args.history_multiplier.split(",")]
+    args.stores = args.stores.split(",")
+    args.tail = args.tail if args.tail is not None else max(args.keys // 100, 1)
+    if min(args.multipliers) < 1 or args.keys < 1 or args.repeat < 1:
+        ap.error("--keys, --history-multiplier and --repeat must be positive")
+    missing = apache_kafka_missing()
+    if missing is not None:
+        sys.exit(f"peers: {missing}")
+    if shutil.which("mvn") is None and not (PEER_DIR / "target" / "lib").is_dir():
+        sys.exit("peers: mvn not found: install Maven to build benchmarks/peers/kafka-streams")
+    java = build_peer()
+    console.print(f"load average at start: {os.getloadavg()[0]:.2f} (2-core machine shared with others)")
+    rows: list[Row] = []
+    with (
+        ApacheKafkaBroker(heap="1g") as broker,
+        tempfile.TemporaryDirectory() as root,
+        tempfile.TemporaryDirectory() as work,
+    ):
+        for m in args.multipliers:
+            rows.append(run(broker.bootstrap_servers, java, m, args, root, work))
+    console.print(f"load average at end: {os.getloadavg()[0]:.2f}")
+    print_report(rows, args)
+
+
+if __name__ == "__main__":
+    main()
