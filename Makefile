@@ -35,3 +35,4 @@ bench-all: bench bench-spark  ## Every benchmark
 	$(VENV)/python benchmarks/scale.py
 	$(VENV)/python benchmarks/checkpoint_cost.py
 	$(VENV)/python benchmarks/engine_crossover.py
+	$(VENV)/python benchmarks/spark_startup.py
