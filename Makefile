@@ -29,6 +29,9 @@ bench:  ## Restore benchmark (prints a table)
 bench-spark:  ## Spark bootstrap vs single process, source read rate
 	$(VENV)/python benchmarks/spark_bootstrap.py
 
+bench-peers:  ## statesnap restore vs Kafka Streams' changelog restore on Apache Kafka (needs Java, Maven)
+	$(VENV)/python benchmarks/peers.py
+
 bench-all: bench bench-spark  ## Every benchmark
 	$(VENV)/python benchmarks/snapshot.py
 	$(VENV)/python benchmarks/follower.py

@@ -277,7 +277,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="restores per size; the best is reported")
     ap.add_argument("--count", action="store_true", help="Kafka Streams also keeps groupByKey().count()")
     args = ap.parse_args()
-    args.multipliers = [int(x) for x in args.history_multiplier.split(",")]
+    try:
+        args.multipliers = [int(x) for x in args.history_multiplier.split(",")]
+    except ValueError:
+        ap.error(f"--history-multiplier: expected comma-separated integers, got {args.history_multiplier!r}")
     args.stores = args.stores.split(",")
     args.tail = args.tail if args.tail is not None else max(args.keys // 100, 1)
     if min(args.multipliers) < 1 or args.keys < 1 or args.repeat < 1:
