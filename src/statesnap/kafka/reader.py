@@ -115,8 +115,9 @@ class ChangelogReader:
 
     def applied(self, partition: int, next_offset: int) -> None:
         """The caller applied a batch :meth:`poll` returned, up to *next_offset*. ``positions``
-        move only here, so they never claim a record that is not in the store yet (another
-        thread reads them for ``offsets`` and ``wait_for``; a checkpoint records them)."""
+        move only here (and at a partition's end when :meth:`poll` delivered nothing more of it),
+        so they never claim a record that is not in the store yet (another thread reads them for
+        ``offsets`` and ``wait_for``; a checkpoint records them)."""
         self.positions[partition] = next_offset
 
     def poll(self, timeout: float = 0.5) -> dict[int, list[Any]]:
@@ -134,8 +135,11 @@ class ChangelogReader:
         current_p = -1
         current: list[Any] = []
         # Messages arrive in runs of one partition: look the list up once per run.
+        ended: dict[int, int] = {}
         for msg in messages:
             if msg.error() is not None:
+                if msg.error().code() == RdKafkaError._PARTITION_EOF:
+                    ended[msg.partition()] = msg.offset()
                 self._handle_error(msg.error(), msg)
                 current_p = -1
                 continue
@@ -144,6 +148,13 @@ class ChangelogReader:
                 current = batches.setdefault(p, [])
                 current_p = p
             current.append(msg)
+        for p, end in ended.items():
+            # At its end with nothing more delivered, everything below the end is applied: the
+            # position moves there even without a record (a partition whose records retention
+            # deleted starts at its log start; transaction markers take offsets of their own), so
+            # a checkpoint says where this partition's log really continues.
+            if p not in batches and end > self.positions.get(p, 0):
+                self.positions[p] = end
         for p, msgs in batches.items():
             if msgs[-1].offset() >= self._eof_offset.get(p, -1):
                 self.at_eof.discard(p)

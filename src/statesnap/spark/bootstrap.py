@@ -216,8 +216,15 @@ def _bootstrap(
         records += count
         spent = {k: spent[k] + seconds[k] for k in spent}
     for p in partitions:
-        if p not in files:  # nothing new: keep referencing what the previous checkpoint holds
-            files[p] = prior[p].files if p in prior else ()
+        if p in files:
+            continue
+        if p in prior:  # nothing new: keep referencing what the previous checkpoint holds
+            files[p] = prior[p].files
+        elif ends[p] > 0:  # nothing left to read (retention took it all): an empty base, as every
+            # writer's first checkpoint of a partition is one (a manifest with none is corrupt)
+            files[p] = (write_data_file(repo, generation, p, "base", 0, datafile.empty_table()),)
+        else:
+            files[p] = ()
     written = [f for p in results for f in files[p]]
     restore = RestoreReport(
         checkpoint=previous.generation if previous is not None else None,

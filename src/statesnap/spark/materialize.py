@@ -386,8 +386,15 @@ class StreamMaterializer:
             known = self.base.partitions.get(p) if self.base is not None else None
             deltas = [e.partitions[p].file for e in self.pending if p in e.partitions]
             files[p] = (*(known.files if known else ()), *(f for f in deltas if f is not None))
+        # A new base where deltas piled up, and an empty one for a partition read past offset 0
+        # without a row (every writer's first checkpoint of a partition holds a base file).
         compacted = self._compact(
-            target.generation, {p: fs for p, fs in files.items() if needs_base(fs, self.compact_after)}
+            target.generation,
+            {
+                p: fs
+                for p, fs in files.items()
+                if needs_base(fs, self.compact_after) or (not fs and self.offsets.get(p, 0) > 0)
+            },
         )
         partitions: dict[int, PartitionCheckpoint] = {}
         for p, fs in files.items():
