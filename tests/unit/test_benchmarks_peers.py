@@ -36,3 +36,9 @@ def test_malformed_multiplier_is_one_line() -> None:
     done = run("--history-multiplier", "1,ten")
     assert done.returncode == 2
     assert "expected comma-separated integers, got '1,ten'" in done.stderr.strip().splitlines()[-1]
+
+
+def test_unknown_changelog_variant_is_one_line() -> None:
+    done = run("--changelogs", "written,squashed")
+    assert done.returncode == 2
+    assert "expected written and/or compacted, got 'written,squashed'" in done.stderr.strip().splitlines()[-1]
