@@ -78,9 +78,9 @@ def connector_jars() -> list[str]:
     return jars
 
 
-def read(spark: Any, fmt: str, bs: str, topic: str) -> tuple[float, int]:
-    """Seconds to read every record of *topic* with source *fmt* into a noop sink, and the row count."""
-    df = (
+def frame(spark: Any, fmt: str, bs: str, topic: str) -> Any:
+    """The whole of *topic* as a batch DataFrame from source *fmt*."""
+    return (
         spark.read.format(fmt)
         .option("kafka.bootstrap.servers", bs)
         .option("subscribe", topic)
@@ -88,10 +88,13 @@ def read(spark: Any, fmt: str, bs: str, topic: str) -> tuple[float, int]:
         .option("endingOffsets", "latest")
         .load()
     )
+
+
+def read(spark: Any, fmt: str, bs: str, topic: str) -> float:
+    """Seconds to read every record of *topic* with source *fmt* into a noop sink."""
     t0 = time.monotonic()
-    df.write.format("noop").mode("overwrite").save()
-    seconds = time.monotonic() - t0
-    return seconds, int(df.count())
+    frame(spark, fmt, bs, topic).write.format("noop").mode("overwrite").save()
+    return time.monotonic() - t0
 
 
 def main() -> None:
@@ -99,7 +102,7 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=2_000_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--cores", type=int, default=2, help="local[N] Spark")
-    ap.add_argument("--repeat", type=int, default=3, help="timed reads per source; the best is reported")
+    ap.add_argument("--repeat", type=int, default=2, help="timed reads per source; the best is reported")
     args = ap.parse_args()
     if args.records < 1 or args.partitions < 1 or args.cores < 1 or args.repeat < 1:
         ap.error("--records, --partitions, --cores and --repeat must be positive")
@@ -127,10 +130,8 @@ def main() -> None:
         try:
             for fmt in ("kafka", "statesnap-kafka"):
                 read(spark, fmt, bs, topic)  # warm-up: JVM classes, Python workers, connections
-                best, rows = float("inf"), 0
-                for _ in range(args.repeat):
-                    seconds, rows = read(spark, fmt, bs, topic)
-                    best = min(best, seconds)
+                best = min(read(spark, fmt, bs, topic) for _ in range(args.repeat))
+                rows = int(frame(spark, fmt, bs, topic).count())
                 results[fmt] = (best, rows)
                 console.print(f"  {fmt}: best {best:.2f}s, {rows:,} rows")
         finally:
