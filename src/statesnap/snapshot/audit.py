@@ -62,6 +62,13 @@ def verify_table_metadata(
             f"snapshot records are in Kafka topic {spec.topic!r} and were not checked: "
             "pass --bootstrap-servers (and the cluster's --kafka-config)",
         ]
+    # Manifests first, records after: a manifest is committed after its record's last report and
+    # before the record says COMPLETED, so records read later are at least that far along.
+    completed = [
+        gen
+        for gen, item in repo.manifests()
+        if isinstance(item, CheckpointManifest) and item.state is CheckpointState.COMPLETED
+    ]
     records: dict[int, Snapshot] = {}
     store = open_snapshot_store(spec, blob=repo.store, directory=repo.directory, table=table, kafka=kafka)
     try:
@@ -76,24 +83,27 @@ def verify_table_metadata(
         if callable(closer):
             with contextlib.suppress(StatesnapError):
                 closer()
-    problems.extend(_disagreements(repo, records))
+    problems.extend(_disagreements(completed, records))
     return problems
 
 
-def _disagreements(repo: CheckpointRepository, records: dict[int, Snapshot]) -> list[str]:
-    """Generations whose manifest is COMPLETED while their snapshot record says otherwise: statesnap
-    commits a manifest only for a completed snapshot, so one of the two was changed."""
+def _disagreements(completed: list[int], records: dict[int, Snapshot]) -> list[str]:
+    """Generations whose manifest is COMPLETED while their snapshot record contradicts it.
+
+    The orchestrator commits a manifest once every partition has reported, then marks the record
+    COMPLETED (whoever looks next finishes a crash in between). So a record still CREATED with every
+    report in is a snapshot being finished, not a contradiction; FAILED, or CREATED with reports
+    missing, means one of the two was changed.
+    """
     out = []
-    for gen, item in repo.manifests():
+    for gen in completed:
         record = records.get(gen)
-        if (
-            isinstance(item, CheckpointManifest)
-            and item.state is CheckpointState.COMPLETED
-            and record is not None
-            and record.state is not SnapshotState.COMPLETED
-        ):
-            out.append(
-                f"generation {gen}: the manifest says COMPLETED but its snapshot record says "
-                f"{record.state.value}"
-            )
+        if record is None or record.state is SnapshotState.COMPLETED:
+            continue
+        if record.state is SnapshotState.CREATED and record.complete:
+            continue
+        out.append(
+            f"generation {gen}: the manifest says COMPLETED but its snapshot record says "
+            f"{record.state.value}" + (" with reports missing" if not record.complete else "")
+        )
     return out

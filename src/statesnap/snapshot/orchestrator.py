@@ -205,6 +205,8 @@ class LocalOrchestrator:
         def mark(current: Snapshot) -> Snapshot | None:
             if current.generation != generation or current.state is not SnapshotState.CREATED:
                 return None
+            if current.complete:  # every partition reported: its manifest may already be committed
+                return None
             return current.evolve(state=SnapshotState.FAILED, error=f"task {task_id} failed: {reason}")
 
         return self.store.update_current(mark)
