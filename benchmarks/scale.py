@@ -64,7 +64,9 @@ def partition_table(p: int, partitions: int, n: int) -> pa.Table:
         pc.binary_join_element_wise(pc.cast(ids, pa.string()), pa.scalar(":" + pad), ""), 0, VALUE_BYTES
     ).cast(pa.binary())
     ts = pa.array(np.full(len(ids), 1_700_000_000_000, dtype=np.int64)).cast(pa.timestamp("ms", tz="UTC"))
-    table = pa.table({"key": keys, "value": values, "offset": ids, "timestamp": ts})
+    # Offsets within the partition (0..rows-1), below the next offset the checkpoint records.
+    offsets = pa.array(np.arange(len(ids), dtype=np.int64))
+    table = pa.table({"key": keys, "value": values, "offset": offsets, "timestamp": ts})
     return table.sort_by("key")
 
 
