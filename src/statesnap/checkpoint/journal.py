@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from statesnap.checkpoint.jsonfields import as_int, load_json
+from statesnap.checkpoint.jsonfields import as_int, as_partition, load_json
 from statesnap.checkpoint.manifest import CheckpointManifest, DataFile
 from statesnap.checkpoint.repository import CheckpointRepository
 from statesnap.errors import BlobNotFoundError, CorruptCheckpointError
@@ -74,7 +74,7 @@ class BatchEntry:
             return cls(
                 as_int(obj["batch_id"], f"{source}: batch_id"),
                 {
-                    as_int(int(p), f"{source}: partition", hi=2**31 - 1): BatchRange(
+                    as_partition(p): BatchRange(
                         as_int(r["start"], f"{source}: start"),
                         as_int(r["end"], f"{source}: end"),
                         DataFile.from_json(r["file"]) if r["file"] else None,

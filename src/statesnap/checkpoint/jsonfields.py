@@ -16,11 +16,22 @@ from typing import Any
 
 from statesnap.errors import CorruptCheckpointError
 
-__all__ = ["MAX_INT64", "as_int", "as_map", "as_optional_int", "as_str", "load_json"]
+__all__ = [
+    "MAX_INT64",
+    "MAX_PARTITION",
+    "as_int",
+    "as_map",
+    "as_optional_int",
+    "as_partition",
+    "as_str",
+    "load_json",
+]
 
 #: Offsets, generations, rows and sizes are Kafka/Arrow int64s: anything larger is not a value
 #: a writer produced, and would overflow librdkafka's offsets later.
 MAX_INT64 = 2**63 - 1
+#: Kafka partitions are int32.
+MAX_PARTITION = 2**31 - 1
 #: Digits of the longest int64; longer number literals are refused before Python converts them.
 _MAX_DIGITS = 20
 #: Nesting deeper than any statesnap document (a manifest nests 5 levels) is refused.
@@ -82,6 +93,15 @@ def as_int(value: Any, what: str, *, lo: int = 0, hi: int = MAX_INT64) -> int:
     if not lo <= value <= hi:
         raise CorruptCheckpointError(f"{what} is {value}, outside [{lo}, {hi}]")
     return value
+
+
+def as_partition(value: Any) -> int:
+    """A partition number, written as a JSON key (a string of digits) or value (an integer)."""
+    if isinstance(value, str):
+        if not (value.isascii() and value.isdigit() and len(value) <= 10):
+            raise CorruptCheckpointError(f"partition {value[:40]!r} is not a partition number")
+        value = int(value)
+    return as_int(value, "a partition number", hi=MAX_PARTITION)
 
 
 def as_optional_int(value: Any, what: str, *, lo: int = 0, hi: int = MAX_INT64) -> int | None:

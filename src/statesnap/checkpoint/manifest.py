@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from statesnap.checkpoint.jsonfields import as_int, as_map, as_optional_int, as_str, load_json
+from statesnap.checkpoint.jsonfields import as_int, as_map, as_optional_int, as_partition, as_str, load_json
 from statesnap.errors import CorruptCheckpointError
 
 __all__ = [
@@ -34,8 +34,6 @@ __all__ = [
 #: manifest's own ``checksum``; version 1 manifests (no checksum) are still read.
 FORMAT_VERSION = 2
 SUPPORTED_FORMAT_VERSIONS = frozenset({1, 2})
-#: Kafka partitions are int32.
-_MAX_PARTITION = 2**31 - 1
 
 #: Data files live in the table's own ``data/<generation>/`` directory, nowhere else: a manifest
 #: naming any other path (``../..``, an absolute one) is corrupt, not followed. Writers name them
@@ -322,9 +320,7 @@ class CheckpointManifest:
         raw_partitions = as_map(obj.get("partitions"), "partitions")
         partitions: dict[int, PartitionCheckpoint] = {}
         for name, entry in raw_partitions.items():
-            if not (name.isascii() and name.isdigit() and len(name) <= 10):
-                raise CorruptCheckpointError(f"partition {name[:40]!r} is not a partition number")
-            p = as_int(int(name), "a partition number", hi=_MAX_PARTITION)
+            p = as_partition(name)
             partitions[p] = PartitionCheckpoint.from_json(p, entry)
         paths = [f.path for pc in partitions.values() for f in pc.files]
         if len(paths) != len(set(paths)):

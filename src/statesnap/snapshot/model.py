@@ -15,12 +15,9 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from statesnap.checkpoint.jsonfields import MAX_INT64, as_int, as_map, load_json
+from statesnap.checkpoint.jsonfields import MAX_INT64, as_int, as_map, as_partition, load_json
 from statesnap.checkpoint.manifest import PartitionCheckpoint
 from statesnap.errors import CorruptCheckpointError
-
-#: Kafka partitions are int32.
-_MAX_PARTITION = 2**31 - 1
 
 
 class SnapshotState(StrEnum):
@@ -61,17 +58,10 @@ class CheckpointRef:
         return cls(
             str(obj["location"]),
             {
-                _partition(p): PartitionCheckpoint.from_json(_partition(p), pc)
+                as_partition(p): PartitionCheckpoint.from_json(as_partition(p), pc)
                 for p, pc in as_map(obj["partitions"], "a checkpoint reference's partitions").items()
             },
         )
-
-
-def _partition(name: Any) -> int:
-    """A partition number written as a JSON key (a string) or value (an integer)."""
-    if isinstance(name, str) and name.isascii() and name.isdigit() and len(name) <= 10:
-        name = int(name)
-    return as_int(name, "a partition number", hi=_MAX_PARTITION)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +97,7 @@ class TaskSnapshot:
         return cls(
             str(obj["task_id"]),
             {
-                (str(o["topic"]), _partition(o["partition"])): as_int(o["next_offset"], "next_offset")
+                (str(o["topic"]), as_partition(o["partition"])): as_int(o["next_offset"], "next_offset")
                 for o in obj["offsets"]
             },
             {str(n): CheckpointRef.from_json(r) for n, r in (obj.get("checkpoints") or {}).items()},
@@ -186,7 +176,7 @@ class Snapshot:
                 state=SnapshotState(obj["state"]),
                 created_at=_parse_ts(obj["created_at"]) or datetime.now(UTC),
                 updated_at=_parse_ts(obj.get("updated_at")) or datetime.now(UTC),
-                expected_partitions=tuple(_partition(p) for p in obj.get("expected_partitions", [])),
+                expected_partitions=tuple(as_partition(p) for p in obj.get("expected_partitions", [])),
                 tasks={t.task_id: t for t in tasks},
                 label=obj.get("label"),
                 pinned=bool(obj.get("pinned", False)),
@@ -195,7 +185,7 @@ class Snapshot:
                 error=obj.get("error"),
                 version=as_int(obj.get("version", 0), "the record's version", hi=MAX_INT64),
             )
-        except (KeyError, TypeError, ValueError) as e:
+        except (AttributeError, KeyError, TypeError, ValueError) as e:  # a list or number where a map goes
             raise CorruptCheckpointError(f"malformed snapshot record: {e!r}") from e
 
     @classmethod
