@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 if TYPE_CHECKING:
-    from statesnap.reads import StoreName
+    from statesnap.python.reads import StoreName
 
 CLUSTER_NOTE = "embedded Tansu broker, file checkpoint store"
 TARGET_BYTES = 0.05

@@ -43,8 +43,8 @@ from statesnap import Table
 from statesnap.devstack import EmbeddedBroker, EmbeddedS3
 from statesnap.devstack.process import free_port
 from statesnap.digest import table_digest
-from statesnap.follower import Follower
 from statesnap.kafka.config import KafkaSettings
+from statesnap.python.follower import Follower
 from statesnap.sample import SampleSpec, produce_sample
 
 console = Console(stderr=True)

@@ -6,11 +6,11 @@ __version__ = "0.1.0"
 
 from statesnap.checkpoint.retention import RetentionPolicy
 from statesnap.errors import StatesnapError
-from statesnap.follower import Follower, FollowerStatus
-from statesnap.hooks import RestoreListener
-from statesnap.restoring import RestoreReport
+from statesnap.python.follower import Follower, FollowerStatus
+from statesnap.python.hooks import RestoreListener
+from statesnap.python.table import Table
 from statesnap.serde import BytesSerde, JsonSerde, Serde, StringSerde
-from statesnap.table import Table
+from statesnap.task.restore import RestoreReport
 
 __all__ = [
     "BytesSerde",

@@ -26,7 +26,7 @@ from statesnap import RetentionPolicy, Table
 from statesnap.blob import BlobStore, open_blob_store
 from statesnap.digest import table_digest
 from statesnap.errors import ConfigError, ReadOnlyTableError, TableStateError, TopicNotFoundError
-from statesnap.follower import Follower, FollowerStatus
+from statesnap.python.follower import Follower, FollowerStatus
 
 pytestmark = pytest.mark.integration
 

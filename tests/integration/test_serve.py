@@ -30,7 +30,7 @@ from confluent_kafka import Producer
 from statesnap import RetentionPolicy, Table
 from statesnap.blob import BlobStore, open_blob_store
 from statesnap.devstack.process import free_port
-from statesnap.follower import Follower
+from statesnap.python.follower import Follower
 from statesnap.serve import HttpServer, create_app
 
 pytestmark = pytest.mark.integration

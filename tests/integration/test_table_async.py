@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-import statesnap.aio
+import statesnap.python.aio
 from statesnap import Follower, RestoreListener, Table
 from statesnap.errors import TableStateError
 
@@ -66,7 +66,7 @@ def max_gap(ticks: list[float]) -> float:
 @pytest.fixture(autouse=True)
 def no_polling(monkeypatch: pytest.MonkeyPatch) -> None:
     """A waiter that is not woken by the consuming thread would now sleep 30 s."""
-    monkeypatch.setattr(statesnap.aio, "RECHECK_SECONDS", 30.0)
+    monkeypatch.setattr(statesnap.python.aio, "RECHECK_SECONDS", 30.0)
 
 
 def test_start_and_wait_for_keep_the_loop_running(kafka: Any, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-import statesnap.table
+import statesnap.python.table
 from statesnap import Table
 
 pytestmark = pytest.mark.integration
@@ -44,7 +44,7 @@ def test_log_start_beyond_checkpoint_skips_it(
     topic, produced, gen = _checkpointed_topic(kafka, url)
     produced += kafka.produce(topic, [(0, b"d", b"2"), (0, b"e", b"2")])
     monkeypatch.setattr(
-        statesnap.table, "log_start_offsets", lambda settings, topic, partitions: {0: 5, 1: 0}
+        statesnap.python.table, "log_start_offsets", lambda settings, topic, partitions: {0: 5, 1: 0}
     )
     t = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False)
     report = t.start()
@@ -67,7 +67,7 @@ def test_log_start_at_checkpoint_offset_uses_it(
     url = (tmp_path / "cp").as_uri()
     topic, produced, gen = _checkpointed_topic(kafka, url)
     monkeypatch.setattr(
-        statesnap.table, "log_start_offsets", lambda settings, topic, partitions: {0: 3, 1: 1}
+        statesnap.python.table, "log_start_offsets", lambda settings, topic, partitions: {0: 3, 1: 1}
     )
     t = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False)
     report = t.start()

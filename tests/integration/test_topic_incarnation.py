@@ -87,7 +87,7 @@ def test_without_topic_ids_a_checkpoint_past_the_end_falls_back_to_a_full_replay
     a recreated topic shorter than the old one is detected by the fallback signal: the restored
     checkpoint resumes past a partition's end. No hang: the checkpoint is skipped with the
     reason, the table replays the new topic from the beginning."""
-    monkeypatch.setattr("statesnap.table.topic_id", lambda *_a: None)
+    monkeypatch.setattr("statesnap.python.table.topic_id", lambda *_a: None)
     topic = kafka.create_topic(f"inc-{uuid.uuid4().hex[:10]}", 2)
     kafka.produce(topic, [(i % 2, b"old-%d" % (i % 50), b"v%d" % i) for i in range(400)])
     url = str(tmp_path / "ckpt")

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from statesnap.cli.serve import prefix_filter
 from statesnap.errors import BrokerUnavailableError, ConfigError, ReadOnlyTableError, TableStateError
-from statesnap.follower import Follower, FollowerStatus
+from statesnap.python.follower import Follower, FollowerStatus
 from statesnap.serve import Freshness, create_app, render_metrics
 
 

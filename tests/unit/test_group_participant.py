@@ -1,7 +1,7 @@
 """Snapshot tasks whose partitions move (consumer groups), on a real file:// checkpoint store.
 
 Two tasks, each with its own API and memory store as two processes would have, hand a partition
-over the way :mod:`statesnap.membership` does (report on revocation, drop, restore on gain). What
+over the way :mod:`statesnap.python.membership` does (report on revocation, drop, restore on gain). What
 must hold: a task that gains partitions after reporting reports again; the snapshot completes
 with every partition; and a delta is only written on top of the files the task's change set is
 relative to — when another task's report of a partition went into the checkpoint, the next

@@ -32,8 +32,8 @@ def test_every_name_in_all_resolves(name: str) -> None:
 
 def test_the_facade_names() -> None:
     import statesnap
-    from statesnap.follower import Follower
-    from statesnap.table import Table
+    from statesnap.python.follower import Follower
+    from statesnap.python.table import Table
 
     assert statesnap.Table is Table
     assert statesnap.Follower is Follower

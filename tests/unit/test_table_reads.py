@@ -12,10 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
-import statesnap.aio
-from statesnap.aio import AsyncWaiters
-from statesnap.hooks import changes_of
-from statesnap.reads import ordered_rows, row_origin
+import statesnap.python.aio
+from statesnap.python.aio import AsyncWaiters
+from statesnap.python.hooks import changes_of
+from statesnap.python.reads import ordered_rows, row_origin
 from statesnap.stores import MemoryStore, StateStore, open_state_store
 
 
@@ -100,7 +100,7 @@ def test_changes_of_a_batch_see_each_records_old_value() -> None:
 
 
 def test_async_waiters_are_woken_from_another_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(statesnap.aio, "RECHECK_SECONDS", 30.0)
+    monkeypatch.setattr(statesnap.python.aio, "RECHECK_SECONDS", 30.0)
     waiters = AsyncWaiters()
     flag = threading.Event()
 

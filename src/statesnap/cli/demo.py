@@ -20,9 +20,9 @@ from statesnap.cli.tables import start_with_progress
 from statesnap.devstack import EmbeddedBroker
 from statesnap.digest import table_digest
 from statesnap.kafka.config import KafkaSettings
-from statesnap.reads import StoreName
+from statesnap.python.reads import StoreName
+from statesnap.python.table import Table
 from statesnap.sample import SampleSpec, produce_sample
-from statesnap.table import Table
 
 
 def _spark_bootstrap(bootstrap_servers: str, topic: str, checkpoints: str) -> CheckpointManifest:

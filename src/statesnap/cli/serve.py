@@ -19,7 +19,7 @@ from statesnap.cli.options import (
     topic_option,
 )
 from statesnap.errors import StatesnapError
-from statesnap.reads import StoreName
+from statesnap.python.reads import StoreName
 
 #: statesnap.serve.app.MAX_WAIT_MS / DEFAULT_WAIT_MS, repeated so that loading the CLI does not
 #: import FastAPI and uvicorn (~0.3 s on every `statesnap` command); a unit test keeps them equal.
@@ -126,7 +126,7 @@ def serve(
       GET /health  /metrics  /docs      readiness, Prometheus metrics (replica and requests),
                                         Swagger UI (served locally, works offline)
     """
-    from statesnap.follower import Follower
+    from statesnap.python.follower import Follower
     from statesnap.serve import HttpServer, create_app
 
     settings = kafka_settings(bootstrap_servers, kafka_pairs, kafka_files, timeout)

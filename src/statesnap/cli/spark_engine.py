@@ -30,9 +30,9 @@ from statesnap.durations import parse_duration
 from statesnap.errors import CheckpointTimeoutError
 from statesnap.kafka.admin import KafkaAdmin
 from statesnap.kafka.config import KafkaSettings
-from statesnap.restoring import RestoreReport
 from statesnap.snapshot.diff import SAMPLE as DIFF_SAMPLE
 from statesnap.snapshot.diff import SnapshotDiff
+from statesnap.task.restore import RestoreReport
 
 #: Set by the first Ctrl-C of a CLI Spark session (which then cancels its jobs).
 _interrupted = threading.Event()

@@ -36,7 +36,7 @@ from statesnap.durations import parse_duration
 from statesnap.kafka.admin import KafkaAdmin
 from statesnap.kafka.backlog import estimate_backlog, high_watermarks
 from statesnap.kafka.config import KafkaSettings
-from statesnap.table import RestoreReport, Table
+from statesnap.python.table import RestoreReport, Table
 
 log = logging.getLogger(__name__)
 

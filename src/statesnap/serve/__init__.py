@@ -1,4 +1,4 @@
-"""An HTTP API in front of a :class:`~statesnap.follower.Follower` (``statesnap serve``).
+"""An HTTP API in front of a :class:`~statesnap.python.follower.Follower` (``statesnap serve``).
 
 ``create_app(follower)`` builds the FastAPI app; ``HttpServer`` runs it with uvicorn.
 """

@@ -1,4 +1,4 @@
-"""The HTTP API of a follower: a thin FastAPI layer over :class:`~statesnap.follower.Follower`.
+"""The HTTP API of a follower: a thin FastAPI layer over :class:`~statesnap.python.follower.Follower`.
 
 Every answer carries staleness headers, taken just before the read it describes (so the answer
 reflects at least those offsets):
@@ -40,7 +40,7 @@ from pydantic import BaseModel, Field
 
 from statesnap import __version__
 from statesnap.errors import ConfigError, StatesnapError, TableStateError
-from statesnap.follower import Follower
+from statesnap.python.follower import Follower
 from statesnap.redaction import scrub
 from statesnap.serve.docs import mount_docs
 from statesnap.serve.metrics import CONTENT_TYPE, FollowerCollector, HttpMetrics, MetricsMiddleware, render

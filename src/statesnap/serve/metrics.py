@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from statesnap.follower import FollowerStatus
+from statesnap.python.follower import FollowerStatus
 
 #: The media type Prometheus scrapers expect for the text format.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

@@ -42,12 +42,12 @@ from statesnap.checkpoint.datafile import latest_per_key
 from statesnap.checkpoint.manifest import DataFile
 from statesnap.durations import parse_duration
 from statesnap.errors import CheckpointError
-from statesnap.restoring import RestoreReport
 from statesnap.spark.changes import ChangeFolder, from_ipc, to_ipc, write_data_file
 from statesnap.spark.kafka_io import change_table, iter_range, split_ranges
 from statesnap.spark.options import KafkaSourceOptions
 from statesnap.spark.session import is_local
 from statesnap.spark.writer import SparkTableWriter
+from statesnap.task.restore import RestoreReport
 
 log = logging.getLogger(__name__)
 

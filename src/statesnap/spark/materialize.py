@@ -54,7 +54,6 @@ from statesnap.checkpoint.journal import BatchEntry, BatchJournal, BatchRange, p
 from statesnap.checkpoint.manifest import DataFile
 from statesnap.durations import parse_duration
 from statesnap.errors import CheckpointError, CheckpointHistoryLostError, ConfigError
-from statesnap.restoring import RestoreReport
 from statesnap.snapshot.model import Snapshot
 from statesnap.snapshot.participant import needs_base
 from statesnap.spark.changes import ChangeFolder, write_data_file
@@ -64,6 +63,7 @@ from statesnap.spark.query_state import reconcile_query_state
 from statesnap.spark.session import is_local
 from statesnap.spark.source import RANGES_SOURCE_NAME
 from statesnap.spark.writer import SparkTableWriter
+from statesnap.task.restore import RestoreReport
 
 log = logging.getLogger(__name__)
 

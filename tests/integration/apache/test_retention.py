@@ -27,7 +27,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-import statesnap.table
+import statesnap.python.table
 from integration.apache.log_control import wait_for_log, watermarks
 from integration.conftest import KafkaTool, Rec
 from statesnap import Table
@@ -189,7 +189,7 @@ def test_retention_between_choosing_and_reading_a_checkpoint_is_not_skipped_over
     kafka.produce(topic, _batch("b", 100))
     before = {p: low for p, (low, _high) in watermarks(kafka.bootstrap, topic, PARTITIONS).items()}
     _delete_records(kafka.bootstrap, topic, {0: cp.offsets[0] + 20})
-    monkeypatch.setattr(statesnap.table, "log_start_offsets", lambda *_a: before)
+    monkeypatch.setattr(statesnap.python.table, "log_start_offsets", lambda *_a: before)
 
     t = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False)
     report = t.start()

@@ -38,7 +38,7 @@ from statesnap.kafka.group_reader import GroupReader
 from statesnap.kafka.partitioner import PartitionerSpec, resolve_partitioner
 
 if TYPE_CHECKING:
-    from statesnap.table import Table
+    from statesnap.python.table import Table
 
 log = logging.getLogger(__name__)
 

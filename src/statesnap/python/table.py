@@ -6,15 +6,15 @@ every partition reports EOF) → reads while it keeps consuming → ``close()`` 
 By default a background thread keeps consuming after ``start()``; pass ``background=False`` and
 call :meth:`Table.poll` yourself to consume on your own thread. In asyncio code use
 ``await table.start_async()`` / ``async with Table(...)`` and ``await table.wait_for_async(...)``
-(:mod:`statesnap.aio`): the loop keeps running while the table restores and waits.
+(:mod:`statesnap.python.aio`): the loop keeps running while the table restores and waits.
 
-Reads: a table is a typed ``Mapping`` (:mod:`statesnap.reads`). Hooks (``on_update``,
-``on_checkpoint``, a :class:`~statesnap.hooks.RestoreListener`) and their threading rules are in
-:mod:`statesnap.hooks`. ``Table(..., generation=G, tail=False)`` is the table exactly as
+Reads: a table is a typed ``Mapping`` (:mod:`statesnap.python.reads`). Hooks (``on_update``,
+``on_checkpoint``, a :class:`~statesnap.python.hooks.RestoreListener`) and their threading rules are in
+:mod:`statesnap.python.hooks`. ``Table(..., generation=G, tail=False)`` is the table exactly as
 snapshot G holds it: restored, never replayed, read-only.
 
 Consumer groups: ``Table(..., group="orders-svc")`` shares the topic's partitions among every
-instance started with that group, with Kafka's rebalancing (:mod:`statesnap.membership`). Each
+instance started with that group, with Kafka's rebalancing (:mod:`statesnap.python.membership`). Each
 instance holds only the partitions the group assigns it: a partition it gains is restored from
 the newest checkpoint and replayed from there; one it loses is first handed over (a checkpoint of
 what it owns, reported to the snapshot in progress or to a new one) and then dropped. Snapshots
@@ -50,7 +50,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Generic, cast
 
-from statesnap.aio import AsyncWaiters
 from statesnap.blob import BlobStore, open_blob_store
 from statesnap.checkpoint import (
     CheckpointManifest,
@@ -72,8 +71,14 @@ from statesnap.errors import (
     ReadOnlyTableError,
     TableStateError,
 )
-from statesnap.freshness import TableFreshness
-from statesnap.hooks import (
+from statesnap.kafka.admin import KafkaAdmin, log_start_offsets
+from statesnap.kafka.config import KafkaSettings
+from statesnap.kafka.identity import topic_id
+from statesnap.kafka.partitioner import PartitionerSpec
+from statesnap.kafka.reader import ChangelogReader
+from statesnap.python.aio import AsyncWaiters
+from statesnap.python.freshness import TableFreshness
+from statesnap.python.hooks import (
     Change,
     CheckpointHook,
     RestoreListener,
@@ -83,20 +88,15 @@ from statesnap.hooks import (
     changes_of,
     fire_updates,
 )
-from statesnap.kafka.admin import KafkaAdmin, log_start_offsets
-from statesnap.kafka.config import KafkaSettings
-from statesnap.kafka.identity import topic_id
-from statesnap.kafka.partitioner import PartitionerSpec
-from statesnap.kafka.reader import ChangelogReader
-from statesnap.membership import FIRST_ASSIGNMENT_TIMEOUT, GroupMembership, check_group_options
-from statesnap.reads import K, SerdeName, SerdeOf, StoreName, TableReads, V, row_origin
-from statesnap.restoring import CheckpointLoad, ProgressCallback, RestoreReport, gc_paused, load_checkpoint
-from statesnap.rowfilter import RowFilter
+from statesnap.python.membership import FIRST_ASSIGNMENT_TIMEOUT, GroupMembership, check_group_options
+from statesnap.python.reads import K, SerdeName, SerdeOf, StoreName, TableReads, V, row_origin
+from statesnap.python.rowfilter import RowFilter
 from statesnap.serde import SchemaRegistry, Serde, resolve_serde
 from statesnap.snapshot.api import SnapshotApi
 from statesnap.snapshot.participant import SnapshotTask, TaskState
 from statesnap.snapshot.store import resolve_spec
 from statesnap.stores import StateStore, auto_store_kind, open_state_store
+from statesnap.task.restore import CheckpointLoad, ProgressCallback, RestoreReport, gc_paused, load_checkpoint
 
 __all__ = ["CATCH_UP_POLL", "TAIL_POLL", "ProgressCallback", "RestoreReport", "Table"]
 
@@ -114,7 +114,7 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
     or the partitions a consumer group assigns (``group``; see the module docstring).
 
     ``Table[K, V]`` is a read-only ``Mapping[K, V]`` (iteration in key order, ``keys``,
-    ``values``, ``items``, ``get``, ``in``, ``len``, ``scan``); see :mod:`statesnap.reads`.
+    ``values``, ``items``, ``get``, ``in``, ``len``, ``scan``); see :mod:`statesnap.python.reads`.
     """
 
     def __init__(
@@ -198,7 +198,7 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
             read_only: never write or delete checkpoints (a replica of someone else's table).
             key_filter: keep only keys for which it returns True (applied to raw key bytes).
             value_projection: rewrite raw values before storing; returning None drops the key.
-            on_update, on_checkpoint, restore_listener: hooks, see :mod:`statesnap.hooks` for
+            on_update, on_checkpoint, restore_listener: hooks, see :mod:`statesnap.python.hooks` for
                 when and on which thread each runs (also settable as attributes before start()).
         """
         self.topic = topic
@@ -244,7 +244,7 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
             if key_filter is not None or value_projection is not None
             else None
         )
-        #: Hooks (see :mod:`statesnap.hooks`); set them before start().
+        #: Hooks (see :mod:`statesnap.python.hooks`); set them before start().
         self.on_update: UpdateHook[K, V] | None = on_update
         self.on_checkpoint: CheckpointHook | None = on_checkpoint
         self.restore_listener: RestoreListener | None = restore_listener
@@ -760,7 +760,7 @@ class Table(TableReads[K, V], TableFreshness, Generic[K, V]):
     async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
         await self.aclose(checkpoint=exc_type is None)
 
-    # --- reads (the Mapping itself is in statesnap.reads) --------------------------------------
+    # --- reads (the Mapping itself is in statesnap.python.reads) --------------------------------------
 
     def _require(self, action: str, *states: str) -> None:
         if self._thread_error is not None:

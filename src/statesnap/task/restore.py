@@ -21,7 +21,7 @@ from statesnap.checkpoint import CheckpointManifest, CheckpointRepository
 from statesnap.checkpoint.restore import CheckpointSelector, SkippedCheckpoint
 from statesnap.checkpoint.selection import TopicState
 from statesnap.errors import GenerationNotFoundError
-from statesnap.rowfilter import RowFilter
+from statesnap.python.rowfilter import RowFilter
 from statesnap.stores import StateStore
 
 log = logging.getLogger(__name__)

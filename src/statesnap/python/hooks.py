@@ -4,7 +4,7 @@ Threading rules (all hooks):
 
 - A hook runs **synchronously on a statesnap thread**; the table waits for it. Keep it short: hand
   heavy work to a queue or an executor. From an event loop, use ``loop.call_soon_threadsafe``.
-- An exception a hook raises is **logged and swallowed** (``statesnap.hooks`` logger, ERROR with the
+- An exception a hook raises is **logged and swallowed** (``statesnap.python.hooks`` logger, ERROR with the
   traceback): a broken hook never stops the table, loses a record or fails a checkpoint.
 - A hook may read the table (``get``, ``items``…); it must not call ``close()``, ``start()`` or
   ``poll()`` of the table that runs it.
@@ -38,7 +38,7 @@ The hooks:
     per replayed batch (offset of its last record, records in it), and
     ``on_restore_end(partition, total_records)`` when the partition first reaches its end
     (records replayed for it in total; rows loaded from the checkpoint are in
-    :class:`~statesnap.restoring.RestoreReport`).
+    :class:`~statesnap.task.restore.RestoreReport`).
 """
 
 from __future__ import annotations

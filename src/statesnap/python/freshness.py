@@ -13,16 +13,16 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
-from statesnap.aio import AsyncWaiters
 from statesnap.errors import ConfigError, TableStateError
 from statesnap.kafka.reader import ChangelogReader
+from statesnap.python.aio import AsyncWaiters
 
 
 class TableFreshness:
     """The freshness half of :class:`~statesnap.Table`: offsets, lag, ages and the waits.
 
     ``wait_for`` is the read-your-writes primitive; ``wait_for_async`` is the same for coroutines,
-    woken by the consuming thread (:mod:`statesnap.aio`).
+    woken by the consuming thread (:mod:`statesnap.python.aio`).
     """
 
     name: str

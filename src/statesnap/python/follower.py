@@ -20,9 +20,9 @@ reported. Read-your-writes: the writer passes the offset its produce() delivery 
 :meth:`Follower.wait_for`, then reads.
 
 Reads: ``Follower[K, V]`` is a typed ``Mapping`` like :class:`~statesnap.Table` (iteration in key
-order, ``keys``/``values``/``items``, ``scan``; :mod:`statesnap.reads`). asyncio:
+order, ``keys``/``values``/``items``, ``scan``; :mod:`statesnap.python.reads`). asyncio:
 ``await follower.start_async()`` or ``async with Follower(...)``, ``await follower.wait_for_async()``.
-Hooks ``on_update`` and ``restore_listener`` follow :mod:`statesnap.hooks` (a follower writes no
+Hooks ``on_update`` and ``restore_listener`` follow :mod:`statesnap.python.hooks` (a follower writes no
 checkpoints, so it has no ``on_checkpoint``).
 
 A checkpoint URL under which no checkpoint exists at all (a typo, the wrong table name) is logged at
@@ -47,11 +47,11 @@ from typing import Any, Generic
 
 from statesnap.blob import BlobStore
 from statesnap.errors import ConfigError, ReadOnlyTableError, TableStateError
-from statesnap.hooks import RestoreListener, UpdateHook
-from statesnap.reads import K, SerdeName, SerdeOf, StoreName, TableReads, V
+from statesnap.python.hooks import RestoreListener, UpdateHook
+from statesnap.python.reads import K, SerdeName, SerdeOf, StoreName, TableReads, V
+from statesnap.python.table import ProgressCallback, RestoreReport, Table
 from statesnap.serde import SchemaRegistry, Serde
 from statesnap.stores import StateStore
-from statesnap.table import ProgressCallback, RestoreReport, Table
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,7 @@ class Follower(TableReads[K, V], Generic[K, V]):
                 checkpoint URL has a typo.
             partitions: follow only these partitions (default: all).
             timeout: how long to wait for the cluster's first answers.
-            on_update, restore_listener: hooks (:mod:`statesnap.hooks`).
+            on_update, restore_listener: hooks (:mod:`statesnap.python.hooks`).
         """
         self._key_filter = key_filter
         self._table: Table[K, V] = Table(
@@ -365,7 +365,7 @@ class Follower(TableReads[K, V], Generic[K, V]):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    # --- reads (the Mapping itself is in statesnap.reads) --------------------------------------
+    # --- reads (the Mapping itself is in statesnap.python.reads) --------------------------------------
 
     def _require_running(self, action: str) -> None:
         if self._state != "running":
