@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from statesnap import RetentionPolicy, Table
-from statesnap.snapshot.participant import COMPACT_AFTER
+from statesnap.checkpoint.compaction import COMPACT_AFTER
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 2

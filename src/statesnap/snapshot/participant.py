@@ -25,13 +25,18 @@ from typing import Any
 import pyarrow as pa
 
 from statesnap.checkpoint import layout
+from statesnap.checkpoint.compaction import needs_base
 from statesnap.checkpoint.datafile import empty_table
-from statesnap.checkpoint.manifest import CheckpointManifest, DataFile, PartitionCheckpoint
+from statesnap.checkpoint.manifest import CheckpointManifest, PartitionCheckpoint
 from statesnap.checkpoint.retention import RetentionPolicy
 from statesnap.checkpoint.writer import PartitionUpdate, write_partition_files
 from statesnap.errors import CheckpointHistoryLostError, StaleGenerationError
 from statesnap.snapshot.api import SnapshotApi
 from statesnap.snapshot.model import CheckpointRef, Snapshot, SnapshotState, TaskSnapshot
+
+#: ``needs_base`` is re-exported for spark/materialize.py until it imports the rule from
+#: :mod:`statesnap.checkpoint.compaction`, where it lives.
+__all__ = ["Participant", "SnapshotTask", "TaskState", "needs_base"]
 
 log = logging.getLogger(__name__)
 
@@ -207,21 +212,6 @@ class TaskState:
     export: Callable[[], dict[int, pa.Table]]
     changes: Callable[[], dict[int, pa.Table]] | None = None
     mark_checkpointed: Callable[[], None] | None = None
-
-
-#: A partition whose checkpoint holds more delta files than this gets a new base instead.
-COMPACT_AFTER = 8
-
-
-def needs_base(files: tuple[DataFile, ...], max_deltas: int = COMPACT_AFTER - 1) -> bool:
-    """Whether a partition's next file should be a new base: more than *max_deltas* delta files,
-    or more delta than base bytes, so a restore would read much more than the table. The one
-    compaction rule of every writer (Python tasks and the Spark streaming materializer)."""
-    deltas = [f for f in files if f.kind == "delta"]
-    base_bytes = sum(f.bytes for f in files if f.kind == "base")
-    return len(deltas) > max_deltas or (
-        bool(deltas) and sum(f.bytes for f in deltas) > max(base_bytes, 1 << 20)
-    )
 
 
 class SnapshotTask(Participant):
