@@ -2,16 +2,11 @@
 participant every writer commits through."""
 
 from statesnap.snapshot.api import SnapshotApi
+from statesnap.snapshot.factory import open_snapshot_store
 from statesnap.snapshot.model import EMPTY, CheckpointRef, Snapshot, SnapshotState, TaskSnapshot
 from statesnap.snapshot.participant import Participant
-from statesnap.snapshot.store import (
-    BlobSnapshotStore,
-    SnapshotStore,
-    SnapshotStoreSpec,
-    open_snapshot_store,
-)
+from statesnap.snapshot.store import BlobSnapshotStore, SnapshotStore, SnapshotStoreSpec
 from statesnap.snapshot.topic_store import TopicSnapshotStore
-from statesnap.snapshot.writer import write_checkpoint
 
 __all__ = [
     "EMPTY",
@@ -26,5 +21,4 @@ __all__ = [
     "TaskSnapshot",
     "TopicSnapshotStore",
     "open_snapshot_store",
-    "write_checkpoint",
 ]

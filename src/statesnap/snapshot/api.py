@@ -31,14 +31,10 @@ from statesnap.errors import (
 )
 from statesnap.kafka.config import KafkaSettings
 from statesnap.snapshot.audit import read_high_water
+from statesnap.snapshot.factory import open_snapshot_store
 from statesnap.snapshot.model import CheckpointRef, Snapshot, SnapshotState, TaskSnapshot
 from statesnap.snapshot.orchestrator import LocalOrchestrator
-from statesnap.snapshot.store import (
-    BlobSnapshotStore,
-    SnapshotStore,
-    open_snapshot_store,
-    resolve_spec,
-)
+from statesnap.snapshot.store import BlobSnapshotStore, SnapshotStore, resolve_spec
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,9 @@ from statesnap.checkpoint.manifest import CheckpointManifest, CheckpointState
 from statesnap.checkpoint.repository import CheckpointRepository
 from statesnap.errors import BlobNotFoundError, CorruptCheckpointError, StatesnapError
 from statesnap.kafka.config import KafkaSettings
+from statesnap.snapshot.factory import open_snapshot_store
 from statesnap.snapshot.model import Snapshot, SnapshotState
-from statesnap.snapshot.store import SnapshotStoreSpec, open_snapshot_store
+from statesnap.snapshot.store import SnapshotStoreSpec
 
 __all__ = ["read_high_water", "verify_table_metadata"]
 

@@ -2,6 +2,9 @@
 
 Backends: :class:`BlobSnapshotStore` (the default, beside the checkpoints) and
 :class:`~statesnap.snapshot.topic_store.TopicSnapshotStore` (a single-partition Kafka topic).
+:class:`SnapshotStoreSpec` names one of them (a table's descriptor records it); the factory that
+opens the store a spec names, :func:`~statesnap.snapshot.factory.open_snapshot_store`, lives in
+its own module so that this contract imports no backend.
 """
 
 from __future__ import annotations
@@ -23,8 +26,19 @@ from statesnap.errors import (
     SnapshotNotFoundError,
     SnapshotStoreError,
 )
-from statesnap.kafka.config import KafkaSettings
 from statesnap.snapshot.model import EMPTY, Snapshot
+
+__all__ = [
+    "DEFAULT_SPEC",
+    "MAX_ATTEMPTS",
+    "SPEC_ENV",
+    "BlobSnapshotStore",
+    "SnapshotStore",
+    "SnapshotStoreSpec",
+    "Update",
+    "check_successor",
+    "resolve_spec",
+]
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +266,7 @@ class BlobSnapshotStore:
         self.store.delete(keys)
 
 
-# --- choosing a store ----------------------------------------------------------------------------
+# --- which store a table uses (statesnap.snapshot.factory opens it) ---------------------------
 
 #: Where a table keeps its snapshot records unless told otherwise: beside its checkpoints.
 DEFAULT_SPEC = "blob"
@@ -263,7 +277,8 @@ SPEC_ENV = "STATESNAP_SNAPSHOT_STORE"
 @dataclass(frozen=True, slots=True)
 class SnapshotStoreSpec:
     """``blob`` (records under ``generations/`` beside the checkpoints) or ``topic:NAME`` (records
-    in the single-partition Kafka topic NAME, see :class:`TopicSnapshotStore`)."""
+    in the single-partition Kafka topic NAME, see
+    :class:`~statesnap.snapshot.topic_store.TopicSnapshotStore`)."""
 
     kind: str
     topic: str | None = None
@@ -282,32 +297,6 @@ class SnapshotStoreSpec:
 
     def __str__(self) -> str:
         return self.kind if self.topic is None else f"{self.kind}:{self.topic}"
-
-
-def open_snapshot_store(
-    spec: str | SnapshotStoreSpec | None,
-    *,
-    blob: BlobStore,
-    directory: str,
-    table: str,
-    kafka: KafkaSettings | None = None,
-) -> SnapshotStore:
-    """The snapshot store *spec* names, for the table in *directory* of *blob*.
-
-    A topic store needs *kafka* (the cluster the topic lives on); without it the error says so.
-    """
-    parsed = spec if isinstance(spec, SnapshotStoreSpec) else SnapshotStoreSpec.parse(spec)
-    if parsed.kind == "blob":
-        return BlobSnapshotStore(blob, directory)
-    if kafka is None:
-        raise SnapshotStoreError(
-            f"table {table!r} keeps its snapshots in Kafka topic {parsed.topic!r}: pass the cluster's "
-            "bootstrap servers (--bootstrap-servers / STATESNAP_BOOTSTRAP_SERVERS)"
-        )
-    from statesnap.snapshot.topic_store import TopicSnapshotStore
-
-    assert parsed.topic is not None
-    return TopicSnapshotStore(kafka, parsed.topic, table=table)
 
 
 def resolve_spec(asked: str | None, described: str | None, table: str) -> SnapshotStoreSpec:
