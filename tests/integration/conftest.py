@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # re-exported without __all__
 
 from statesnap import Table
 from statesnap.devstack import EmbeddedBroker
@@ -121,13 +121,16 @@ class KafkaTool:
             while eof != parts:
                 assert time.monotonic() < deadline, f"reading {topic} timed out"
                 for m in c.consume(1000, 0.1):
-                    err = m.error()
+                    err, partition, offset = m.error(), m.partition(), m.offset()
                     if err is not None:
                         if err.code() == RdKafkaError._PARTITION_EOF:
-                            eof.add(m.partition())
+                            assert partition is not None, "an EOF event names its partition"
+                            eof.add(partition)
                         continue
-                    eof.discard(m.partition())
-                    out.append(Rec(m.partition(), m.offset(), m.key(), m.value()))
+                    assert partition is not None, "a record names its partition"
+                    assert offset is not None, "a record has an offset"
+                    eof.discard(partition)
+                    out.append(Rec(partition, offset, m.key(), m.value()))
             return sorted(out, key=lambda r: (r.partition, r.offset))
         finally:
             c.close()

@@ -14,7 +14,7 @@ from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointRepository, PartitionUpdate, discover_tables
 from statesnap.checkpoint.datafile import SCHEMA
 from statesnap.errors import CheckpointConflictError
-from statesnap.snapshot import write_checkpoint
+from statesnap.task.write import write_checkpoint
 
 pytestmark = pytest.mark.integration
 

@@ -441,7 +441,7 @@ def test_ctrl_c_during_a_spark_batch_run_is_one_line(kafka: Any, tmp_path: Path)
         env={**os.environ, "PYSPARK_PYTHON": sys.executable},
     )  # fmt: skip
     assert proc.stderr is not None
-    lines = []
+    lines: list[str] = []
     deadline = time.monotonic() + 120
     while not (lines and lines[-1].startswith("spark:")):  # the session is up: the run begins
         line = proc.stderr.readline()

@@ -20,6 +20,7 @@ import textwrap
 import threading
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -204,7 +205,7 @@ def test_sigkill_during_checkpoint_writes(kafka: Any, tmp_path: Path) -> None:
     # GC removes the debris of every crash: unreferenced data files and temp files.
     (table_dir,) = [d.name for d in root.iterdir()]
     repo = CheckpointRepository(FileBlobStore(root), table_dir)
-    collect_garbage(repo, RetentionPolicy(min_count=1, min_age=0, orphan_grace=0))
+    collect_garbage(repo, RetentionPolicy(min_count=1, min_age=timedelta(0), orphan_grace=timedelta(0)))
     unreferenced, tmp = _debris(repo)
     assert unreferenced == set()
     assert tmp == set()

@@ -268,7 +268,7 @@ def test_follower_never_writes(kafka: Any, checkpoint_location: Any) -> None:
     assert groups_before == {}
 
     spy = SpyStore(raw)
-    follower = follower_for(kafka, topic, spy, {})  # type: ignore[arg-type]
+    follower = follower_for(kafka, topic, spy, {})
     report = follower.start()
     try:
         assert report.checkpoint is not None
@@ -416,7 +416,7 @@ def test_owner_gc_during_restore_makes_the_follower_retry_with_the_newest(
 
     raw = open_blob_store(checkpoint_location.url, **checkpoint_location.options)
     store = GcDuringRestore(raw, owner_checkpoints_and_collects)
-    follower = follower_for(kafka, topic, store, {})  # type: ignore[arg-type]
+    follower = follower_for(kafka, topic, store, {})
     try:
         report = follower.start()
         assert store.triggered_by is not None

@@ -24,6 +24,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -101,14 +102,21 @@ def settled(tables: list[Table], *, covering: bool, stable_for: float = 1.5) -> 
     )
     key = tuple(tuple(sorted(s)) for s in shares)
     now = time.monotonic()
-    if not ok or settled.last != key:  # type: ignore[attr-defined]
-        settled.last, settled.since = key, now  # type: ignore[attr-defined]
+    if not ok or _SETTLING.last != key:
+        _SETTLING.last, _SETTLING.since = key, now
         return False
-    return now - settled.since >= stable_for  # type: ignore[attr-defined]
+    return now - _SETTLING.since >= stable_for
 
 
-settled.last = None  # type: ignore[attr-defined]
-settled.since = 0.0  # type: ignore[attr-defined]
+@dataclass
+class _Settling:
+    """The shares ``settled`` saw last and since when: they count only once they hold still."""
+
+    last: tuple[tuple[int, ...], ...] | None = None
+    since: float = 0.0
+
+
+_SETTLING = _Settling()
 
 
 @pytest.fixture
@@ -234,7 +242,7 @@ def test_partitioners_match_the_clients(kafka: Any, bootstrap: str, topic_name: 
         for key in keys:
             producer.produce(topic_name, b"v", key, on_delivery=on_delivery)
         assert producer.flush(15) == 0
-        partition_of = resolve_partitioner(name)  # type: ignore[arg-type]
+        partition_of = resolve_partitioner(name)
         assert {k: partition_of(k, 7) for k in keys} == placed, name
 
 

@@ -51,7 +51,9 @@ def test_a_small_change_writes_a_small_delta_and_restores_exactly(
         full = t.checkpoint()
         assert full is not None
         # 1 % of the keys change, one is deleted: a delta per partition, tombstone included
-        changes = [(i % PARTITIONS, b"k%05d" % i, _value(i, 1)) for i in range(0, 4000, 100)]
+        changes: list[tuple[int, bytes, bytes | None]] = [
+            (i % PARTITIONS, b"k%05d" % i, _value(i, 1)) for i in range(0, 4000, 100)
+        ]
         changes.append((1, b"k00001", None))
         produced += kafka.produce(topic, changes)
         kafka.drain(t, kafka.end_offsets(produced, range(PARTITIONS)))

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # re-exported without __all__
 
 from statesnap import Table
 from statesnap.devstack import EmbeddedBroker

@@ -18,6 +18,13 @@ from statesnap.errors import BlobNotFoundError
 pytestmark = pytest.mark.integration
 
 
+def s3_store(location: Any) -> s3_module.S3BlobStore:
+    """The store under test: an s3:// URL opens the S3 backend, whose boto3 client these tests wrap."""
+    store = open_blob_store(location.url, **location.options)
+    assert isinstance(store, s3_module.S3BlobStore)
+    return store
+
+
 class CountingClient:
     """Wraps the boto3 client to record the Range of every GET (and run a hook after one)."""
 
@@ -46,11 +53,11 @@ def small_parts(monkeypatch: pytest.MonkeyPatch) -> int:
 
 @pytest.mark.parametrize("size", [0, 1, 999, 1000, 1001, 10_500, 64_000])
 def test_ranged_read_returns_the_same_bytes(s3_location: Any, small_parts: int, size: int) -> None:
-    store = open_blob_store(s3_location.url, **s3_location.options)
+    store = s3_store(s3_location)
     data = os.urandom(size)
     store.write("data/obj.bin", data)
     counting = CountingClient(store.client)
-    store._client = counting  # type: ignore[attr-defined]
+    store._client = counting
     assert store.read("data/obj.bin") == data
     parts = max(1, -(-size // small_parts))
     assert len(counting.ranges) == parts + (1 if size == 0 else 0)  # an empty object: 416, then a GET
@@ -62,14 +69,14 @@ def test_ranged_read_returns_the_same_bytes(s3_location: Any, small_parts: int, 
 def test_an_object_replaced_mid_read_is_read_again_whole(s3_location: Any, small_parts: int) -> None:
     """Parts are fetched with If-Match on the first part's ETag: an overwrite between parts
     restarts the read instead of returning a mix of two versions."""
-    store = open_blob_store(s3_location.url, **s3_location.options)
+    store = s3_store(s3_location)
     old, new = b"a" * 5000, b"b" * 4200
     store.write("obj", old)
     raw = store.client
     counting = CountingClient(
         raw, after_first=lambda: raw.put_object(Bucket=s3_location.bucket, Key="checkpoints/obj", Body=new)
     )
-    store._client = counting  # type: ignore[attr-defined]
+    store._client = counting
     assert store.read("obj") == new
     assert counting.ranges.count("bytes=0-999") == 2  # started over once
 

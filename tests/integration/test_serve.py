@@ -269,7 +269,7 @@ def test_health_is_503_until_caught_up_then_200(kafka: Any, s3_location: Any, se
     topic, produced = checkpointed_topic(kafka, s3_location, count=600)
     produced += kafka.produce(topic, records(random.Random(4), 2000, tag="tail-"))  # a tail to replay
     store = BlockedRestore(open_blob_store(s3_location.url, **s3_location.options))
-    follower = Follower(topic, bootstrap_servers=kafka.bootstrap, checkpoints=store)  # type: ignore[arg-type]
+    follower = Follower(topic, bootstrap_servers=kafka.bootstrap, checkpoints=store)
     served = serve_follower(follower, start=False)
     http = served.http
 

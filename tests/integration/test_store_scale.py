@@ -138,7 +138,7 @@ def test_a_restore_reads_a_bounded_number_of_partitions_ahead(
     from statesnap.checkpoint import repository as repository_module
     from statesnap.checkpoint.repository import CheckpointRepository
     from statesnap.checkpoint.writer import PartitionUpdate
-    from statesnap.snapshot.writer import write_checkpoint
+    from statesnap.task.write import write_checkpoint
 
     monkeypatch.setattr(repository_module, "READ_AHEAD", 2)
     repo = CheckpointRepository.for_table(open_blob_store(tmp_path.as_uri()), "c", "t")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -95,7 +95,9 @@ def test_background_mode_keeps_consuming(kafka: Any) -> None:
 
 
 @pytest.mark.parametrize("store", ["memory", "columnar"])
-def test_a_table_without_checkpoints_keeps_no_change_set(kafka: Any, store: str) -> None:
+def test_a_table_without_checkpoints_keeps_no_change_set(
+    kafka: Any, store: Literal["memory", "columnar"]
+) -> None:
     """No checkpoint will ever take its changes: its commit points drop them (a tailing replica
     would otherwise hold a second copy of every key it saw change), and the table stays exact."""
     topic = kafka.create_topic(f"nock-{uuid.uuid4().hex[:12]}", 2)
@@ -211,7 +213,7 @@ def test_bad_configuration_fails_before_any_io() -> None:
     with pytest.raises(ConfigError, match="table name"):
         Table("t", bootstrap_servers="127.0.0.1:1", name="a/b")
     with pytest.raises(ConfigError, match="state store"):
-        Table("t", bootstrap_servers="127.0.0.1:1", store="redis")
+        Table("t", bootstrap_servers="127.0.0.1:1", store="redis")  # type: ignore[arg-type]  # the bad input under test
     with pytest.raises(ConfigError, match="duration"):
         Table("t", bootstrap_servers="127.0.0.1:1", checkpoint_interval="often")
 
@@ -237,7 +239,7 @@ def test_partitions_added_after_a_checkpoint_are_replayed_from_the_beginning(
     sees the real metadata (all three partitions).
     """
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import NewPartitions
+    from confluent_kafka.admin import NewPartitions  # type: ignore[attr-defined]  # re-exported without __all__
 
     topic = kafka.create_topic(f"grow-{uuid.uuid4().hex[:12]}", 3)
     try:

@@ -13,7 +13,7 @@ the test computes itself from the acknowledged records.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -65,7 +65,7 @@ def _at_or_after(produced: list[Any], offsets: dict[int, int]) -> int:
 )
 @given(history=_history, data=st.data())
 def test_restore_plus_tail_equals_full_replay(
-    store: str,
+    store: Literal["memory", "rocksdb"],
     checkpoint_location: Any,
     kafka: Any,
     tmp_path_factory: pytest.TempPathFactory,

@@ -122,12 +122,16 @@ def test_compacted_topic_with_kafka_default_delete_retention(kafka: Any, tmp_pat
     url = (tmp_path / "cp").as_uri()
     topic, _, gen = _checkpointed_topic(kafka, url, {"cleanup.policy": "compact"})
     for hours, expected in ((23, gen), (25, None)):
+
+        def clock(h: int = hours) -> datetime:
+            return datetime.now(UTC) + timedelta(hours=h)
+
         t = Table(
             topic,
             bootstrap_servers=kafka.bootstrap,
             checkpoints=url,
             background=False,
-            clock=lambda h=hours: datetime.now(UTC) + timedelta(hours=h),
+            clock=clock,
         )
         try:
             assert t.start().checkpoint == expected

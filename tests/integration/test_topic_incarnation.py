@@ -128,7 +128,7 @@ def test_a_key_in_two_partitions_is_reported_at_restore(
     from statesnap.checkpoint.datafile import SCHEMA
     from statesnap.kafka.admin import KafkaAdmin
     from statesnap.kafka.config import KafkaSettings
-    from statesnap.snapshot import write_checkpoint
+    from statesnap.task.write import write_checkpoint
 
     topic = kafka.create_topic(f"dup-{uuid.uuid4().hex[:10]}", 2)
     kafka.produce(topic, [(0, b"shared", b"from-0"), (1, b"shared", b"from-1"), (0, b"only-0", b"x")])

@@ -29,7 +29,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
 from statesnap.blob import open_blob_store
-from statesnap.checkpoint.manifest import DataFile, PartitionCheckpoint
+from statesnap.checkpoint.manifest import DataFile, FileKind, PartitionCheckpoint
 from statesnap.devstack import EmbeddedBroker
 from statesnap.errors import (
     BrokerUnavailableError,
@@ -185,7 +185,7 @@ class TestSnapshotStoreContract:
             "file:///ckpt/c1_orders",
             {
                 0: PartitionCheckpoint(
-                    0, 17, (DataFile("data/1/p00000-base-0.parquet", "base", 3, 99, "c" * 64),)
+                    0, 17, (DataFile("data/1/p00000-base-0.parquet", FileKind.BASE, 3, 99, "c" * 64),)
                 )
             },
         )

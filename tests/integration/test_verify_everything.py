@@ -108,7 +108,7 @@ def test_verify_reads_snapshot_records_descriptor_and_journal(
 
 def test_create_joining_a_snapshot_in_progress_keeps_pin_and_label(table: Any) -> None:
     url, repo, _truth = table
-    api = SnapshotApi.open(url, repo.descriptor()["table"])  # type: ignore[index]
+    api = SnapshotApi.open(url, repo.descriptor()["table"])
     first = api.create(timeout="1h")
     joined = api.create(pin=True, label="release", timeout="1h")
     assert joined.generation == first.generation
@@ -121,7 +121,7 @@ def test_create_joining_a_snapshot_in_progress_keeps_pin_and_label(table: Any) -
 def test_a_snapshot_past_its_deadline_reads_failed_and_create_starts_a_new_one(table: Any) -> None:
     _url, repo, _truth = table
     now = [datetime.now(UTC)]
-    api = SnapshotApi.for_repo(repo, repo.descriptor()["table"], clock=lambda: now[0])  # type: ignore[index]
+    api = SnapshotApi.for_repo(repo, repo.descriptor()["table"], clock=lambda: now[0])
     stale = api.create(timeout="1h")
     now[0] += timedelta(hours=2)  # past the deadline
     assert api.get(stale.generation).state is SnapshotState.FAILED  # every reader sees it

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -213,10 +214,11 @@ def test_credentials_in_the_broker_list_are_refused_without_echoing_them(bootstr
     user:SECRET@…"); librdkafka has no userinfo there, so it is refused, the entry named by number."""
     from statesnap.redaction import scrub
 
-    for settings in (
+    attempts: tuple[Callable[[], KafkaSettings], ...] = (
         lambda: KafkaSettings(bootstrap),
         lambda: KafkaSettings("127.0.0.1:9092", {"bootstrap.servers": bootstrap}),
-    ):
+    )
+    for settings in attempts:
         with pytest.raises(ConfigError, match="carries credentials") as info:
             settings()
         message = str(info.value)

@@ -15,6 +15,7 @@ from statesnap.checkpoint.manifest import (
     CheckpointManifest,
     CheckpointState,
     DataFile,
+    FileKind,
     PartitionCheckpoint,
     canonical_checksum,
 )
@@ -22,9 +23,9 @@ from statesnap.errors import CorruptCheckpointError
 
 from .conftest import T0, make_manifest
 
-BASE = DataFile("data/00000000000000000001/p00000-base-0.parquet", "base", 3, 1200, "a" * 64)
-DELTA = DataFile("data/00000000000000000002/p00000-delta-0.parquet", "delta", 1, 400, "b" * 64)
-DELTA2 = DataFile("data/00000000000000000002/p00000-delta-1.parquet", "delta", 1, 400, "c" * 64)
+BASE = DataFile("data/00000000000000000001/p00000-base-0.parquet", FileKind.BASE, 3, 1200, "a" * 64)
+DELTA = DataFile("data/00000000000000000002/p00000-delta-0.parquet", FileKind.DELTA, 1, 400, "b" * 64)
+DELTA2 = DataFile("data/00000000000000000002/p00000-delta-1.parquet", FileKind.DELTA, 1, 400, "c" * 64)
 
 
 def test_round_trip_keeps_every_field() -> None:
@@ -56,7 +57,9 @@ def test_json_is_the_documented_layout() -> None:
 
 
 def _delta(partition: int, generation: int, n: int, rows: int, size: int, sha: str) -> DataFile:
-    return DataFile(f"data/{generation:020d}/p{partition:05d}-delta-{n}.parquet", "delta", rows, size, sha)
+    return DataFile(
+        f"data/{generation:020d}/p{partition:05d}-delta-{n}.parquet", FileKind.DELTA, rows, size, sha
+    )
 
 
 _file_names = st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 99)), max_size=3, unique=True)

@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from statesnap.checkpoint.manifest import DataFile, PartitionCheckpoint
+from statesnap.checkpoint.manifest import DataFile, FileKind, PartitionCheckpoint
 from statesnap.errors import CorruptCheckpointError
 from statesnap.snapshot.model import EMPTY, CheckpointRef, Snapshot, SnapshotState, TaskSnapshot
 
 from .conftest import T0
 
-BASE = DataFile("data/00000000000000000003/p00000-base-0.parquet", "base", 3, 1200, "a" * 64)
-DELTA = DataFile("data/00000000000000000004/p00000-delta-0.parquet", "delta", 1, 400, "b" * 64)
+BASE = DataFile("data/00000000000000000003/p00000-base-0.parquet", FileKind.BASE, 3, 1200, "a" * 64)
+DELTA = DataFile("data/00000000000000000004/p00000-delta-0.parquet", FileKind.DELTA, 1, 400, "b" * 64)
 REF = CheckpointRef(
     "s3://bucket/root/c1_orders",
     {0: PartitionCheckpoint(0, 42, (BASE, DELTA)), 3: PartitionCheckpoint(3, 0, ())},

@@ -187,7 +187,7 @@ def test_checkpoints_without_a_record_are_listed_as_snapshots(api: SnapshotApi) 
 
 def test_write_checkpoint_commits_through_the_orchestrator(api: SnapshotApi) -> None:
     """Every writer's checkpoint has a snapshot record: one commit path."""
-    from statesnap.snapshot import write_checkpoint
+    from statesnap.task.write import write_checkpoint
 
     m = write_checkpoint(
         api.repo,

@@ -43,7 +43,11 @@ from statesnap.spark.planning import (
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9", "subscribe": "t"}
 
 
-def parse(streaming: bool | None = False, **options: str) -> KafkaSourceOptions:
+def parse(**options: str | bool | None) -> KafkaSourceOptions:
+    """The source's options over BASE; ``streaming`` (default False, a batch read) is the mode, not an
+    option, taken out here so the tests can pass option names built at run time."""
+    streaming = options.pop("streaming", False)
+    assert streaming is None or isinstance(streaming, bool)
     merged = {**BASE, **options}
     if any(k in options for k in ("assign", "subscribePattern")):
         merged.pop("subscribe")

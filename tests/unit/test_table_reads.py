@@ -48,7 +48,7 @@ def filled(store: StateStore, rng: random.Random) -> dict[bytes, bytes]:
 @pytest.mark.parametrize("kind", ["memory", "rocksdb", "columnar"])
 def test_ordered_rows_with_and_without_a_store_scan(kind: str, tmp_path: object) -> None:
     rng = random.Random(1)
-    store = open_state_store(kind, path=f"{tmp_path}/db")  # type: ignore[arg-type]
+    store = open_state_store(kind, path=f"{tmp_path}/db")
     mem = MemoryStore()
     filled(store, random.Random(1))
     truth = filled(mem, rng)

@@ -18,8 +18,8 @@ import pytest
 pytest.importorskip("pyspark")
 
 from confluent_kafka import Producer
-from spark_testkit import Delivered
 
+from integration.spark.spark_testkit import Delivered
 from statesnap.kafka.admin import KafkaAdmin
 from statesnap.kafka.config import KafkaSettings
 

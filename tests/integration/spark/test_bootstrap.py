@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from spark_testkit import changelog, digest, replay
 
+from integration.spark.spark_testkit import changelog, digest, replay
 from statesnap import Table
 from statesnap.checkpoint import CheckpointRepository
 from statesnap.errors import BrokerUnavailableError, TableNotFoundError, TopicNotFoundError

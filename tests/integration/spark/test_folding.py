@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from statesnap.checkpoint import datafile
 from statesnap.checkpoint.datafile import latest_per_key
 from statesnap.checkpoint.journal import BatchEntry, BatchRange, journal_id, pending_entries
-from statesnap.checkpoint.manifest import CheckpointManifest, DataFile, PartitionCheckpoint
+from statesnap.checkpoint.manifest import CheckpointManifest, DataFile, FileKind, PartitionCheckpoint
 from statesnap.spark.changes import ChangeFolder, from_ipc, to_ipc
 from statesnap.spark.kafka_io import split_ranges
 
@@ -106,7 +106,7 @@ def _manifest(offsets: dict[int, int]) -> CheckpointManifest:
 
 def _file(name: str) -> DataFile:
     """A delta file named *name* in generation 7 (the shape every writer uses)."""
-    return DataFile(f"data/{7:020d}/{name}.parquet", "delta", 1, 1, "0" * 64)
+    return DataFile(f"data/{7:020d}/{name}.parquet", FileKind.DELTA, 1, 1, "0" * 64)
 
 
 def test_journal_keeps_only_entries_that_continue_the_checkpoint() -> None:

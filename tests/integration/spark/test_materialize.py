@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_testkit import changelog, digest, replay
 
+from integration.spark.spark_testkit import changelog, digest, replay
 from statesnap import Table
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointRepository
@@ -279,7 +279,7 @@ def test_driver_killed_with_sigkill_mid_stream(
     m.query.awaitTermination()
     m.stop()
     expected = digest(replay(history + tail))
-    generations = _every_generation_is_a_full_replay(bootstrap, topic_name, url, expected)
+    gens = _every_generation_is_a_full_replay(bootstrap, topic_name, url, expected)
     assert m.last_checkpoint is not None
-    assert generations[0] == m.last_checkpoint.generation
+    assert gens[0] == m.last_checkpoint.generation
     assert _restore_digest(bootstrap, topic_name, url) == expected

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka.admin import AdminClient
-from spark_testkit import changelog, digest, replay
 
+from integration.spark.spark_testkit import changelog, digest, replay
 from statesnap import Table
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import locate_table
@@ -50,7 +50,7 @@ def test_stale_spark_state_after_topic_and_store_are_recreated(
     topic = f"recreated-{uuid.uuid4().hex[:8]}"
     url, chk = f"file://{tmp_path}/cp", str(tmp_path / "chk")
     old = produce(topic, changelog(900, partitions=3, keys=100))
-    common = {
+    common: dict[str, Any] = {
         "bootstrap_servers": bootstrap,
         "topic": topic,
         "table": "rt",

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from spark_testkit import Delivered, changelog, digest, replay
 
+from integration.spark.spark_testkit import Delivered, changelog, digest, replay
 from statesnap import Table
 from statesnap.errors import ConfigError, TableNotFoundError
 from statesnap.spark import read_table

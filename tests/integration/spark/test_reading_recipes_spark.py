@@ -14,7 +14,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_reading_recipes import Truth, Written, python_recipes, recipe, write_checkpoints
+
+from integration.test_reading_recipes import Truth, Written, python_recipes, recipe, write_checkpoints
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 

@@ -12,8 +12,8 @@ import time
 from typing import Any
 
 import pytest
-from spark_testkit import Delivered
 
+from integration.spark.spark_testkit import Delivered
 from statesnap.spark import SPARK_SCHEMA
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]

@@ -55,7 +55,14 @@ def produce(
             else:
                 out[(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value())] = sent
 
-        producer.produce(topic, value, key, partition=p, headers=sent, on_delivery=on_delivery)
+        producer.produce(
+            topic,
+            value,
+            key,
+            partition=p,
+            headers=None if sent is None else list(sent),
+            on_delivery=on_delivery,
+        )
     assert producer.flush(30) == 0
     assert not errors, errors
     assert len(out) == len(records)

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from spark_testkit import changelog, digest, replay
 
+from integration.spark.spark_testkit import changelog, digest, replay
 from statesnap import Table
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointRepository

@@ -26,8 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from standalone import executor_pids
-
+from integration.spark_cluster.standalone import executor_pids
 from statesnap.digest import table_digest
 
 

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from standalone import ClusterError, StandaloneCluster, java_available
+from integration.spark_cluster.standalone import ClusterError, StandaloneCluster, java_available
 
 
 @pytest.fixture(scope="session")

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from standalone import StandaloneCluster, executor_pids, spark_home
 
 from integration.conftest import restored_digest
+from integration.spark_cluster.standalone import StandaloneCluster, executor_pids, spark_home
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import locate_table
 from statesnap.digest import table_digest
@@ -32,6 +32,7 @@ from statesnap.digest import table_digest
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
 HERE = Path(__file__).resolve().parent
+TESTS = HERE.parents[1]  # the driver imports integration.spark_cluster.standalone, as the tests do
 PARTITIONS = 4
 
 
@@ -104,6 +105,10 @@ def test_bootstrap_stream_with_executor_killed_and_read_table_on_s3(
             stderr=err,
             text=True,
             cwd=HERE,
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")])),
+            },
         )
     try:
         deadline = time.monotonic() + 120
@@ -171,7 +176,10 @@ def _checkpoint_digest(bootstrap: str, topic: str, table: str, loc: Any, generat
 
 def _apps(cluster: StandaloneCluster) -> list[dict[str, Any]]:
     status = cluster.status()
-    apps: list[dict[str, Any]] = [*status.get("activeapps", []), *status.get("completedapps", [])]  # type: ignore[misc]
+    active, completed = status.get("activeapps", []), status.get("completedapps", [])
+    assert isinstance(active, list), status
+    assert isinstance(completed, list), status
+    apps: list[dict[str, Any]] = [*active, *completed]
     return apps
 
 
