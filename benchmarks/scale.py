@@ -77,7 +77,7 @@ def write_checkpoint(url: str, options: dict[str, str], n: int, partitions: int)
     from statesnap.checkpoint.writer import PartitionUpdate
 
     try:  # the commit path moved to the snapshot package (issue "one system, two engines")
-        from statesnap.snapshot.writer import write_checkpoint as commit
+        from statesnap.task.write import write_checkpoint as commit
     except ImportError:  # pragma: no cover - older layout
         from statesnap.checkpoint.writer import write_checkpoint as commit  # type: ignore[attr-defined,no-redef]
 

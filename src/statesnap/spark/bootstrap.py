@@ -47,6 +47,7 @@ from statesnap.spark.kafka_io import change_table, iter_range, split_ranges
 from statesnap.spark.options import KafkaSourceOptions
 from statesnap.spark.session import is_local
 from statesnap.spark.writer import SparkTableWriter
+from statesnap.task.options import CheckpointOptions, SnapshotOptions
 from statesnap.task.restore import RestoreReport
 
 log = logging.getLogger(__name__)
@@ -153,15 +154,16 @@ def run_bootstrap(
         bootstrap_servers=bootstrap_servers,
         topic=topic,
         table=table,
-        checkpoints=checkpoints,
-        storage_options=storage_options,
+        checkpoints=CheckpointOptions(
+            checkpoints,
+            storage_options=storage_options or {},
+            retention=retention or RetentionPolicy(),
+            generation=generation,
+            require=require_checkpoint,
+            snapshots=SnapshotOptions(snapshot_store, parse_duration(snapshot_timeout)),
+        ),
         kafka_config=kafka_config,
-        retention=retention,
         task_id="spark-bootstrap",
-        snapshot_store=snapshot_store,
-        snapshot_timeout=parse_duration(snapshot_timeout),
-        generation=generation,
-        require_checkpoint=require_checkpoint,
         timeout=timeout,
         remote_executors=not is_local(spark),
     )

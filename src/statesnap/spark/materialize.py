@@ -63,6 +63,7 @@ from statesnap.spark.query_state import reconcile_query_state
 from statesnap.spark.session import is_local
 from statesnap.spark.source import RANGES_SOURCE_NAME
 from statesnap.spark.writer import SparkTableWriter
+from statesnap.task.options import CheckpointOptions, SnapshotOptions
 from statesnap.task.restore import RestoreReport
 
 log = logging.getLogger(__name__)
@@ -113,14 +114,15 @@ class StreamMaterializer:
             bootstrap_servers=bootstrap_servers,
             topic=topic,
             table=table,
-            checkpoints=checkpoints,
-            storage_options=storage_options,
+            checkpoints=CheckpointOptions(
+                checkpoints,
+                storage_options=storage_options or {},
+                retention=retention or RetentionPolicy(),
+                generation=generation,
+                snapshots=SnapshotOptions(snapshot_store, snapshot_timeout),
+            ),
             kafka_config=kafka_config,
-            retention=retention,
             task_id="spark-stream",
-            snapshot_store=snapshot_store,
-            snapshot_timeout=snapshot_timeout,
-            generation=generation,
             timeout=timeout,
             remote_executors=not is_local(spark),
         )

@@ -12,23 +12,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from statesnap.blob import BlobStore, open_blob_store
-from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, RetentionPolicy
-from statesnap.checkpoint.layout import valid_table_name
-from statesnap.checkpoint.restore import CheckpointSelector
+from statesnap.blob import BlobStore
+from statesnap.checkpoint import CheckpointManifest, CheckpointRepository
 from statesnap.checkpoint.selection import TopicState
-from statesnap.errors import ConfigError
-from statesnap.kafka.admin import KafkaAdmin, TopicInfo
-from statesnap.kafka.identity import topic_id
+from statesnap.kafka.admin import TopicInfo
 from statesnap.snapshot.api import SnapshotApi
 from statesnap.snapshot.participant import Participant
-from statesnap.snapshot.store import resolve_spec
 from statesnap.spark.java_settings import check_client_config
-from statesnap.spark.kafka_io import OffsetOracle, consumer_config
+from statesnap.spark.kafka_io import consumer_config
 from statesnap.spark.options import KafkaSourceOptions
+from statesnap.task.cluster import cluster_facts
+from statesnap.task.opening import Engine, OpenedTask, check_table_name, open_checkpoint_store, open_task
+from statesnap.task.options import CheckpointOptions
 
 log = logging.getLogger(__name__)
 
@@ -61,39 +58,45 @@ def check_table_options(opts: KafkaSourceOptions) -> KafkaSourceOptions:
 
 
 def topic_state(opts: KafkaSourceOptions, cluster_id: str, info: TopicInfo) -> TopicState:
-    """The topic as it is now, for checkpoint selection: start offsets, ends by partition EOF
-    (the dev broker's watermarks under-report), compaction settings and topic ID."""
-    oracle = OffsetOracle(opts)
-    try:
-        earliest = oracle.earliest(info.partitions)
-        ends = oracle.latest(info.partitions)
-    finally:
-        oracle.close()
-    return TopicState(
-        opts.topic,
-        cluster_id,
-        info.partitions,
-        earliest,
-        info.compacted,
-        info.delete_retention_ms,
-        ends,
-        topic_id(opts.settings(), opts.topic),
-    )
+    """The topic as it is now, for checkpoint selection (the task core's answer; see
+    :mod:`statesnap.task.cluster`)."""
+    del cluster_id, info  # asked again: the core's answer is the one every engine judges by
+    return cluster_facts(opts.settings(), opts.topic, checkpointed=True).state
 
 
 @dataclass
 class SparkTableWriter:
-    """One Spark writer of one table (see the module docstring)."""
+    """One Spark writer of one table (see the module docstring): an opened task of the core."""
 
-    table: str
-    topic: str
+    task: OpenedTask
     opts: KafkaSourceOptions
-    cluster_id: str
-    partitions: tuple[int, ...]
-    state: TopicState
-    repo: CheckpointRepository
     participant: Participant
     previous: CheckpointManifest | None
+
+    @property
+    def table(self) -> str:
+        return self.task.table
+
+    @property
+    def topic(self) -> str:
+        return self.task.topic
+
+    @property
+    def cluster_id(self) -> str:
+        return self.task.cluster_id
+
+    @property
+    def partitions(self) -> tuple[int, ...]:
+        return self.task.partitions
+
+    @property
+    def state(self) -> TopicState:
+        return self.task.state
+
+    @property
+    def repo(self) -> CheckpointRepository:
+        assert self.task.repo is not None
+        return self.task.repo
 
     @property
     def api(self) -> SnapshotApi:
@@ -106,56 +109,26 @@ class SparkTableWriter:
         bootstrap_servers: str,
         topic: str,
         table: str,
-        checkpoints: str,
-        storage_options: Mapping[str, Any] | None,
+        checkpoints: CheckpointOptions,
         kafka_config: Mapping[str, Any] | None,
-        retention: RetentionPolicy | None,
         task_id: str,
-        snapshot_store: str | None = None,
-        snapshot_timeout: timedelta = timedelta(seconds=60),
-        generation: int | None = None,
-        require_checkpoint: bool = False,
         timeout: float = 15.0,
         remote_executors: bool = False,
     ) -> SparkTableWriter:
-        """Ask the cluster (a missing topic fails here, before any Spark job), open the store,
-        write the descriptor, choose the base checkpoint (*generation*, or the newest usable)."""
-        if not valid_table_name(table):
-            raise ConfigError(f"invalid table name {table!r}: use letters, digits, '.', '_', '-'")
+        """Open the task through the core (a missing topic fails here, before any Spark job),
+        and join the table's snapshots continuing from the base checkpoint (the generation asked
+        for, or the newest usable)."""
+        check_table_name(table)
         opts = check_table_options(table_options(bootstrap_servers, topic, kafka_config, timeout))
-        admin = KafkaAdmin(opts.settings())
-        cluster_id = admin.cluster_id()
-        info = admin.describe_topic(topic)
-        store = open_blob_store(checkpoints, **dict(storage_options or {}))
+        store = open_checkpoint_store(checkpoints)
         if remote_executors:
             store = for_executors(store)
-        store.check(writable=True)
-        repo = CheckpointRepository.for_table(store, cluster_id, table)
-        state = topic_state(opts, cluster_id, info)
-        spec = resolve_spec(snapshot_store, (repo.descriptor() or {}).get("snapshot_store"), table)
-        repo.ensure_descriptor(table, topic, cluster_id, len(info.partitions), str(spec))
-        selector = CheckpointSelector(repo, table, generation, require_checkpoint)
-        previous = selector.newest_verified(state, datetime.now(UTC))
-        api = SnapshotApi.for_repo(
-            repo,
-            table,
-            snapshot_store=str(spec),
-            kafka=opts.settings(),
-            topic=topic,
-            cluster_id=cluster_id,
-            partitions=info.partitions,
+        task = open_task(table, topic, opts.settings(), checkpoints, writes=True, blob=store)
+        previous = task.base_checkpoint()
+        participant = task.join_snapshots(
+            Participant, task_id=task_id, owned=task.partitions, engine=Engine.SPARK, previous=previous
         )
-        participant = Participant(
-            api,
-            task_id=task_id,
-            owned=info.partitions,
-            engine="spark",
-            retention=retention,
-            snapshot_timeout=snapshot_timeout,
-            previous=previous,
-            topic_id=state.topic_id,
-        )
-        return cls(table, topic, opts, cluster_id, info.partitions, state, repo, participant, previous)
+        return cls(task, opts, participant, previous)
 
     def close(self) -> None:
         self.participant.close()

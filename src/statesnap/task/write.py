@@ -17,8 +17,9 @@ from statesnap.checkpoint.retention import RetentionPolicy
 from statesnap.checkpoint.writer import PartitionUpdate
 from statesnap.errors import CheckpointError
 from statesnap.kafka.config import KafkaSettings
-from statesnap.snapshot.api import SnapshotApi
 from statesnap.snapshot.participant import Participant
+from statesnap.task.opening import Engine, join_snapshots
+from statesnap.task.options import SnapshotOptions
 
 
 def write_checkpoint(
@@ -39,26 +40,23 @@ def write_checkpoint(
 
     Partitions without a new ``base``/``delta`` reference *previous*'s files again.
     """
-    partitions = sorted(set(updates) | set(previous.partitions if previous is not None else ()))
-    repo.ensure_descriptor(table, topic, cluster_id, len(partitions), str(snapshot_store or "blob"))
-    api = SnapshotApi.for_repo(
+    partitions = tuple(sorted(set(updates) | set(previous.partitions if previous is not None else ())))
+    task = join_snapshots(
+        Participant,
         repo,
-        table,
-        snapshot_store=snapshot_store,
-        kafka=kafka,
+        table=table,
         topic=topic,
         cluster_id=cluster_id,
         partitions=partitions,
-    )
-    task = Participant(
-        api,
-        task_id=engine,
-        owned=tuple(partitions),
-        engine=engine,
+        settings=kafka,
+        snapshots=SnapshotOptions(snapshot_store, timedelta(minutes=5)),
         retention=retention,
-        snapshot_timeout=timedelta(minutes=5),
+        task_id=engine,
+        owned=partitions,
+        engine=Engine(engine),
         previous=previous,
     )
+    api = task.api
     try:
         snap = task.begin()
         files = task.write(snap.generation, updates)

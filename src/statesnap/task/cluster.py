@@ -1,0 +1,125 @@
+"""What the cluster says about a task's topic when the task opens: one answer for every engine.
+
+A restore decision (:mod:`statesnap.checkpoint.selection`) needs the cluster's id, the topic's
+partitions and settings, each partition's first offset, its true end and the topic's ID. Both
+engines get them here, so a checkpoint of another incarnation of the topic (deleted and recreated)
+is recognised in one place — by topic ID where the broker reports one, else by a checkpoint that
+resumes past a partition's end — before anything is loaded or read.
+
+Ends are found by partition EOF (the dev broker under-reports high watermarks; EOF is exact on
+every broker), starting from the reported high watermark, so on Apache Kafka the probe is one
+fetch per partition.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaException, TopicPartition
+
+from statesnap.checkpoint.selection import TopicState
+from statesnap.errors import BrokerUnavailableError, ConfigError
+from statesnap.kafka.admin import KafkaAdmin, TopicInfo
+from statesnap.kafka.clients import new_consumer
+from statesnap.kafka.config import KafkaSettings
+from statesnap.kafka.identity import topic_id
+from statesnap.kafka.reader import ChangelogReader
+
+__all__ = ["END_PROBE_POLL", "END_PROBE_SETTLE", "ClusterFacts", "cluster_facts", "log_ends", "watermarks"]
+
+#: Poll timeout of the end probe: the reader's short fetch wait answers EOF within a few of these.
+END_PROBE_POLL = 0.02
+#: A partition that keeps receiving records faster than EOF can be seen settles on the last offset
+#: read after this long: any offset that exists is a valid end (only a promise of records that do
+#: not exist would make a checkpoint look like another incarnation's).
+END_PROBE_SETTLE = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterFacts:
+    """The cluster's id, the topic as described, and the state a checkpoint is judged against."""
+
+    cluster_id: str
+    info: TopicInfo
+    state: TopicState
+
+    @property
+    def all_partitions(self) -> tuple[int, ...]:
+        return self.info.partitions
+
+
+def watermarks(
+    settings: KafkaSettings, topic: str, partitions: tuple[int, ...]
+) -> tuple[dict[int, int], dict[int, int]]:
+    """(first offset still stored, reported high watermark) per partition, in one client.
+
+    The low watermark is exact everywhere; the high one is only a lower bound of the end on the
+    dev broker (see :func:`log_ends`)."""
+    consumer = new_consumer(settings, **{"group.id": "statesnap-metadata", "enable.auto.commit": False})
+    low: dict[int, int] = {}
+    high: dict[int, int] = {}
+    try:
+        for p in partitions:
+            lo, hi = consumer.get_watermark_offsets(
+                TopicPartition(topic, p), timeout=settings.timeout, cached=False
+            )
+            low[p], high[p] = max(0, int(lo)), max(0, int(hi))
+        return low, high
+    except KafkaException as e:
+        raise BrokerUnavailableError(
+            f"cannot read offsets of {topic!r} from {settings.bootstrap_servers}: {e}"
+        ) from e
+    finally:
+        consumer.close()
+
+
+def log_ends(settings: KafkaSettings, topic: str, reported: dict[int, int]) -> dict[int, int]:
+    """The true end of each partition: read from its *reported* high watermark to partition EOF.
+
+    Bounded by ``settings.timeout`` of silence (the reader's stall check) and
+    :data:`END_PROBE_SETTLE` of constant traffic."""
+    if not reported:
+        return {}
+    reader = ChangelogReader(settings, topic, reported)
+    began = time.monotonic()
+    try:
+        while not reader.caught_up and time.monotonic() - began < END_PROBE_SETTLE:
+            for partition, messages in reader.poll(END_PROBE_POLL).items():
+                reader.applied(partition, messages[-1].offset() + 1)
+        return dict(reader.positions)
+    finally:
+        reader.close()
+
+
+def cluster_facts(
+    settings: KafkaSettings,
+    topic: str,
+    partitions: tuple[int, ...] | None = None,
+    *,
+    checkpointed: bool = True,
+) -> ClusterFacts:
+    """Ask the cluster about *topic* (all partitions, or *partitions*, which must exist).
+
+    *checkpointed*: the task restores from or writes checkpoints, so the topic's ID and ends are
+    needed to judge them; without checkpoints only start offsets are asked for."""
+    admin = KafkaAdmin(settings)
+    cluster_id = admin.cluster_id()
+    info = admin.describe_topic(topic)
+    if partitions is None:
+        partitions = info.partitions
+    missing = sorted(set(partitions) - set(info.partitions))
+    if missing:
+        raise ConfigError(f"topic {topic!r} has no partitions {missing}")
+    start, high = watermarks(settings, topic, partitions)
+    state = TopicState(
+        topic,
+        cluster_id,
+        partitions,
+        start,
+        info.compacted,
+        info.delete_retention_ms,
+        log_ends(settings, topic, high) if checkpointed else None,
+        topic_id(settings, topic) if checkpointed else None,
+    )
+    return ClusterFacts(cluster_id, info, state)
