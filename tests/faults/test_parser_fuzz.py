@@ -32,7 +32,7 @@ from statesnap.checkpoint.manifest import canonical_checksum
 from statesnap.errors import CorruptCheckpointError
 from statesnap.snapshot.audit import read_high_water
 from statesnap.snapshot.model import CheckpointRef, Snapshot, SnapshotState, TaskSnapshot
-from statesnap.snapshot.topic_store import decode_record
+from statesnap.snapshot.topic_records import decode_record
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

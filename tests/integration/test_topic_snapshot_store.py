@@ -43,7 +43,7 @@ from statesnap.errors import (
 )
 from statesnap.kafka.admin import KafkaAdmin
 from statesnap.kafka.config import KafkaSettings
-from statesnap.snapshot import topic_store
+from statesnap.snapshot import topic_clients, topic_records
 from statesnap.snapshot.model import EMPTY, CheckpointRef, Snapshot, SnapshotState, TaskSnapshot
 from statesnap.snapshot.store import BlobSnapshotStore, SnapshotStore
 from statesnap.snapshot.topic_store import TopicSnapshotStore
@@ -427,7 +427,7 @@ def test_a_commit_whose_answer_is_lost_is_applied_once(
                     RdKafkaError(RdKafkaError._TIMED_OUT, "injected: answer lost", retriable=True)
                 )
 
-    monkeypatch.setattr(topic_store, "Producer", LosesOneCommitAnswer)
+    monkeypatch.setattr(topic_clients, "Producer", LosesOneCommitAnswer)
     store = open_topic_store()
     store.update_current(increment)
     assert lost["left"] == 0
@@ -460,7 +460,7 @@ def test_an_aborted_attempt_that_chains_is_applied_once(
                 )
             super().commit_transaction(*args)
 
-    monkeypatch.setattr(topic_store, "Producer", AbortsOnce)
+    monkeypatch.setattr(topic_clients, "Producer", AbortsOnce)
     store = open_topic_store()
     out = store.update_current(increment)
     assert aborted["left"] == 0
@@ -503,13 +503,13 @@ class TestChainRule:
 
     @staticmethod
     def put(generation: int, prev: int, table: str | None = None, label: str = "") -> bytes:
-        write = topic_store._Write("put", generation, new_generation(generation, label=label)(EMPTY))
-        return topic_store.encode_record(table, write, prev=prev, writer=f"w-{generation}-{prev}")
+        write = topic_records.Write("put", generation, new_generation(generation, label=label)(EMPTY))
+        return topic_records.encode_record(table, write, prev=prev, writer=f"w-{generation}-{prev}")
 
     @staticmethod
     def delete(generation: int, prev: int) -> bytes:
-        return topic_store.encode_record(
-            None, topic_store._Write("delete", generation), prev=prev, writer="d"
+        return topic_records.encode_record(
+            None, topic_records.Write("delete", generation), prev=prev, writer="d"
         )
 
     def store(self) -> TopicSnapshotStore:

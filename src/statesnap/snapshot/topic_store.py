@@ -5,15 +5,9 @@ checkpoints. Any thread or process may update the store; no update is lost.
 
 Records
 -------
-One record per change, in partition 0 of the store topic (created if missing with one partition,
-``cleanup.policy=delete`` and ``retention.ms=retention.bytes=-1``: snapshots expire by explicit
-:meth:`TopicSnapshotStore.delete`, never by topic retention, and compaction would break the chain).
-
-- key: ``<generation:020d>``, or ``<table>/<generation:020d>`` when the store has a ``table``
-  (one topic may serve several tables; each table reads only its own records).
-- value: a JSON envelope ``{"statesnap_record": "snapshot", "format_version": 1, "table",
-  "op": "put" | "delete", "generation", "prev", "writer", "snapshot": <Snapshot.to_json()>}``.
-  A delete is a record too (``op: "delete"``, no snapshot), so it can take part in the chain.
+One record per change, in partition 0 of the store topic; their key and JSON envelope are
+:mod:`statesnap.snapshot.topic_records`, the topic and its clients
+:mod:`statesnap.snapshot.topic_clients`.
 
 The chain
 ---------
@@ -88,21 +82,20 @@ no lock, no background thread. Keep it fresh by calling ``current()`` periodical
 from __future__ import annotations
 
 import builtins
-import json
 import logging
 import random
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from functools import partial
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Self
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
+from confluent_kafka import KafkaException, TopicPartition
 
-from statesnap.checkpoint.jsonfields import as_int, load_json
 from statesnap.errors import (
     BrokerUnavailableError,
     ConfigError,
@@ -111,25 +104,22 @@ from statesnap.errors import (
     KafkaError,
     SnapshotError,
     SnapshotNotFoundError,
-    TopicNotFoundError,
 )
-from statesnap.kafka.admin import KafkaAdmin
 from statesnap.kafka.config import KafkaSettings
 from statesnap.snapshot.model import EMPTY, Snapshot
 from statesnap.snapshot.store import MAX_ATTEMPTS, Update, check_successor
+from statesnap.snapshot.topic_clients import (
+    aborted_for_retry,
+    check_store_topic,
+    store_consumer,
+    store_producer,
+)
+from statesnap.snapshot.topic_records import Write, decode_record, encode_record, record_key
+
+__all__ = ["TopicSnapshotStore"]
 
 log = logging.getLogger(__name__)
 
-RECORD_KIND = "snapshot"
-#: Bumped on any change a reader of the previous version would misread.
-FORMAT_VERSION = 1
-#: A new store topic: one partition (one ordered chain), never compacted, never expired.
-TOPIC_CONFIG = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
-#: Without a short fetch wait every "am I at the end?" probe costs the broker's default (500 ms+).
-FETCH_WAIT_MS = 10
-#: Our transactions last milliseconds; the coordinator aborts one a crashed writer left open after
-#: this long (the next writer's init_transactions does so at once). Readers never wait for it.
-TRANSACTION_TIMEOUT_MS = 15_000
 #: Upper bound of one consumer poll; the read loop also checks its deadline this often.
 _POLL_S = 0.1
 #: A read that hears nothing at all (no record, no end of partition, no error) for this long
@@ -140,99 +130,6 @@ _STALL_S = 2.0
 #: fencing each other fall out of step.
 _BACKOFF_S = 0.01
 _BACKOFF_MAX_S = 0.5
-_FENCED = frozenset({RdKafkaError._FENCED, RdKafkaError.PRODUCER_FENCED, RdKafkaError.INVALID_PRODUCER_EPOCH})
-
-Op = Literal["put", "delete"]
-
-
-class _ProducerLog:
-    """librdkafka's log lines for the store's producer. Being fenced is how writers take turns
-    here, yet librdkafka logs it as an error and a fatal error: those lines go to DEBUG."""
-
-    def __init__(self, target: Any) -> None:
-        self.target = target
-
-    def log(self, level: int, msg: str, *args: Any) -> None:
-        if level > logging.DEBUG and any("fence" in str(a) for a in args):
-            level = logging.DEBUG
-        self.target.log(level, msg, *args)
-
-
-@dataclass(frozen=True, slots=True)
-class _Record:
-    """One decoded store record."""
-
-    offset: int
-    table: str | None
-    op: Op
-    generation: int
-    prev: int
-    writer: str
-    snapshot: Snapshot | None
-
-
-@dataclass(frozen=True, slots=True)
-class _Write:
-    """What one attempt of an update wants to append."""
-
-    op: Op
-    generation: int
-    snapshot: Snapshot | None = None
-
-
-def record_key(table: str | None, generation: int) -> bytes:
-    return (f"{generation:020d}" if table is None else f"{table}/{generation:020d}").encode()
-
-
-def encode_record(table: str | None, write: _Write, *, prev: int, writer: str) -> bytes:
-    obj: dict[str, Any] = {
-        "statesnap_record": RECORD_KIND,
-        "format_version": FORMAT_VERSION,
-        "table": table,
-        "op": write.op,
-        "generation": write.generation,
-        "prev": prev,
-        "writer": writer,
-    }
-    if write.snapshot is not None:
-        obj["snapshot"] = write.snapshot.to_json()
-    return json.dumps(obj, separators=(",", ":")).encode()
-
-
-def decode_record(topic: str, offset: int, value: bytes | None) -> _Record | None:
-    """The record at *offset*; None for anything that is not a snapshot record (skipped)."""
-    if value is None:
-        return None
-    try:
-        obj = load_json(value, source=f"offset {offset} of snapshot topic {topic!r}")
-    except CorruptCheckpointError:  # not JSON, or hostile JSON: not a record of ours
-        obj = None
-    if not isinstance(obj, dict) or obj.get("statesnap_record") != RECORD_KIND:
-        log.warning("skipping offset %d of snapshot topic %r: not a snapshot record", offset, topic)
-        return None
-    where = f"snapshot record at offset {offset} of topic {topic!r}"
-    version = obj.get("format_version")
-    if version != FORMAT_VERSION:
-        raise CorruptCheckpointError(
-            f"{where} has format version {version!r}; this statesnap reads version {FORMAT_VERSION} "
-            "(was it written by a newer statesnap?)"
-        )
-    try:
-        op = obj["op"]
-        if op not in ("put", "delete"):
-            raise ValueError(f"unknown op {op!r}")
-        table = obj.get("table")
-        return _Record(
-            offset=offset,
-            table=None if table is None else str(table),
-            op=op,
-            generation=as_int(obj["generation"], "generation"),
-            prev=as_int(obj["prev"], "prev", lo=-1),
-            writer=str(obj["writer"]),
-            snapshot=Snapshot.from_json(obj["snapshot"]) if op == "put" else None,
-        )
-    except (AttributeError, KeyError, TypeError, ValueError, CorruptCheckpointError) as e:
-        raise CorruptCheckpointError(f"{where} is malformed: {e}") from e
 
 
 class TopicSnapshotStore:
@@ -346,82 +243,13 @@ class TopicSnapshotStore:
             raise SnapshotError(f"{self._where()}: the store is closed")
         if self._consumer is not None:
             return
-        self._check_topic()
-        self._consumer = Consumer(
-            self.settings.client_config(
-                **{
-                    "group.id": f"statesnap-snapshots.{self.topic}",  # never joined: assign only
-                    "enable.auto.commit": False,
-                    "enable.auto.offset.store": False,
-                    "enable.partition.eof": True,
-                    "auto.offset.reset": "earliest",
-                    "fetch.wait.max.ms": FETCH_WAIT_MS,
-                    # The chain, not transaction markers, decides what counts (module docstring).
-                    "isolation.level": "read_uncommitted",
-                }
-            )
-        )
-
-    def _check_topic(self) -> None:
-        admin = KafkaAdmin(self.settings)
-        if self.create:
-            admin.create_topic(self.topic, 1, config=TOPIC_CONFIG)
-        deadline = time.monotonic() + self.settings.timeout
-        while True:  # a new topic takes a moment to appear in metadata
-            try:
-                partitions = admin.partitions(self.topic)
-                break
-            except TopicNotFoundError:
-                if not self.create or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.05)
-        if partitions != (0,):
-            raise ConfigError(
-                f"snapshot topic {self.topic!r} has {len(partitions)} partitions; a snapshot store "
-                "needs exactly one (its records form one ordered chain)"
-            )
-        configs = admin.topic_configs(self.topic)  # {} where the broker does not say
-        if "compact" in configs.get("cleanup.policy", "delete"):
-            raise ConfigError(
-                f"snapshot topic {self.topic!r} is compacted; compaction removes records the chain "
-                "refers to. Use a topic with cleanup.policy=delete and retention.ms=-1"
-            )
-        for name in ("retention.ms", "retention.bytes"):
-            value = configs.get(name)
-            if value is not None and int(value) >= 0:
-                raise ConfigError(
-                    f"snapshot topic {self.topic!r} has {name}={value}; the store needs every record "
-                    f"forever (snapshots expire by explicit delete). Set {name}=-1 on the topic"
-                )
+        check_store_topic(self.settings, self.topic, create=self.create)
+        self._consumer = store_consumer(self.settings, self.topic)
 
     def _ensure_producer(self) -> Any:
         """This store's transactional producer; a new one fences every older writer of the topic."""
         if self._producer is None:
-            producer = Producer(
-                self.settings.client_config(
-                    **{
-                        "transactional.id": self.transactional_id,
-                        "enable.idempotence": True,
-                        "acks": "all",
-                        "linger.ms": 0,
-                        "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
-                        "logger": _ProducerLog(self.settings.client_config().get("logger", log)),
-                    }
-                )
-            )
-            try:
-                producer.init_transactions(self.settings.timeout)
-            except KafkaException as e:
-                err = e.args[0]
-                if err.code() == RdKafkaError._TIMED_OUT or err.retriable():
-                    raise BrokerUnavailableError(
-                        f"no transaction coordinator answered at {self.settings.bootstrap_servers} "
-                        f"within {self.settings.timeout:g}s for {self._where()}: {err.str()}"
-                    ) from e
-                raise KafkaError(
-                    f"cannot start transactions as {self.transactional_id!r} for {self._where()}: {err.str()}"
-                ) from e
-            self._producer = producer
+            self._producer = store_producer(self.settings, self.transactional_id, self._where())
         return self._producer
 
     def _drop_producer(self) -> None:
@@ -504,10 +332,10 @@ class TopicSnapshotStore:
 
     # --- writing ------------------------------------------------------------------------------
 
-    def _transact(self, plan: Callable[[], _Write | Snapshot]) -> Snapshot | None:
+    def _transact(self, plan: Callable[[], Write | Snapshot]) -> Snapshot | None:
         """Append what *plan* computes from the current chain, exactly once (see the module doc).
 
-        *plan* returns a :class:`_Write`, or a snapshot to return without writing anything. It
+        *plan* returns a :class:`Write`, or a snapshot to return without writing anything. It
         may run several times (once per lost race) and may raise to abandon the update.
         """
         token = uuid.uuid4().hex
@@ -545,7 +373,7 @@ class TopicSnapshotStore:
                 self._pending.discard(token)
                 self._landed.pop(token, None)
 
-    def _write(self, producer: Any, write: _Write, token: str) -> int | None:
+    def _write(self, producer: Any, write: Write, token: str) -> int | None:
         """Produce one record in one transaction: its offset (-1 if committed but not reported),
         or None when the transaction failed and the next attempt must settle the outcome."""
         value = encode_record(self.table, write, prev=self._head, writer=token)
@@ -572,26 +400,13 @@ class TopicSnapshotStore:
         return delivered[-1] if delivered else -1
 
     def _recover(self, e: KafkaException) -> None:
-        """After a failed transaction: keep, reset or drop the producer; raise if retrying is futile."""
-        err = e.args[0] if e.args and isinstance(e.args[0], RdKafkaError) else None
-        if err is None:
-            self._drop_producer()
-            raise KafkaError(f"writing to {self._where()}: {e}") from e
-        if err.code() in _FENCED:
-            log.debug("%s: fenced by another writer; retrying", self._where())
-            self._drop_producer()
-        elif err.txn_requires_abort():
-            log.debug("%s: transaction aborted (%s); retrying", self._where(), err.str())
-            try:
-                self._producer.abort_transaction(self.commit_timeout)
-            except KafkaException:
+        """After a failed transaction: keep or drop the producer; raise if retrying is futile."""
+        usable = False
+        try:
+            usable = aborted_for_retry(self._producer, e, where=self._where(), timeout=self.commit_timeout)
+        finally:
+            if not usable:
                 self._drop_producer()
-        elif err.retriable():
-            log.info("%s: commit outcome unknown (%s); re-reading to settle it", self._where(), err.str())
-            self._drop_producer()
-        else:
-            self._drop_producer()
-            raise KafkaError(f"writing to {self._where()}: {err.str()}") from e
 
     # --- the SnapshotStore protocol -----------------------------------------------------------
 
@@ -623,7 +438,7 @@ class TopicSnapshotStore:
         return found
 
     def update_current(self, fn: Update) -> Snapshot:
-        def plan() -> _Write | Snapshot:
+        def plan() -> Write | Snapshot:
             current = self._newest()
             new = fn(current)
             if new is None:
@@ -632,12 +447,12 @@ class TopicSnapshotStore:
             if new.generation <= 0:
                 raise GenerationConflictError("generation 0 is the empty snapshot; it is never written")
             version = current.version + 1 if new.generation == current.generation else 0
-            return _Write("put", new.generation, replace(new, version=version))
+            return Write("put", new.generation, replace(new, version=version))
 
         return self._expect(self._transact(plan))
 
     def update(self, generation: int, fn: Update) -> Snapshot:
-        def plan() -> _Write | Snapshot:
+        def plan() -> Write | Snapshot:
             current = self._snapshots.get(generation)
             if current is None:
                 raise SnapshotNotFoundError(f"no snapshot generation {generation} in {self._where()}")
@@ -646,15 +461,15 @@ class TopicSnapshotStore:
                 return current
             if new.generation != generation:
                 raise GenerationConflictError("update() cannot change a record's generation")
-            return _Write("put", generation, replace(new, version=current.version + 1))
+            return Write("put", generation, replace(new, version=current.version + 1))
 
         return self._expect(self._transact(plan))
 
     def delete(self, generation: int) -> None:
-        def plan() -> _Write | Snapshot:
+        def plan() -> Write | Snapshot:
             if generation not in self._snapshots:
                 raise SnapshotNotFoundError(f"no snapshot generation {generation} in {self._where()}")
-            return _Write("delete", generation)
+            return Write("delete", generation)
 
         self._transact(plan)
 
@@ -686,31 +501,20 @@ class TopicSnapshotStore:
         self.close()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (
-            _reopen,
-            (self.settings, self.topic, self.table, self.create, self.transactional_id, self.commit_timeout),
+        """By configuration (a new instance opens its own clients), never by live clients."""
+        reopen = partial(
+            TopicSnapshotStore,
+            self.settings,
+            self.topic,
+            table=self.table,
+            create=self.create,
+            transactional_id=self.transactional_id,
+            commit_timeout=self.commit_timeout,
         )
+        return (reopen, ())
 
     def __repr__(self) -> str:
         return (
             f"TopicSnapshotStore(topic={self.topic!r}, table={self.table!r}, "
             f"bootstrap_servers={self.settings.bootstrap_servers!r})"
         )
-
-
-def _reopen(
-    settings: KafkaSettings,
-    topic: str,
-    table: str | None,
-    create: bool,
-    transactional_id: str,
-    commit_timeout: float,
-) -> TopicSnapshotStore:
-    return TopicSnapshotStore(
-        settings,
-        topic,
-        table=table,
-        create=create,
-        transactional_id=transactional_id,
-        commit_timeout=commit_timeout,
-    )
