@@ -1,0 +1,172 @@
+"""An Apache Kafka broker SIGKILLed and restarted on the same log dirs under tailing tables.
+
+Apache Kafka 4.1.1 proved it (Tansu's memory storage loses every topic on restart, so only a broker
+whose log survives can show this): a background table that was caught up when the broker died
+keeps serving its rows while the broker is down, waits (a warning, not an error, even when the
+outage outlasts its ``timeout``), and after the restart consumes what was written since; it
+equals a plain consumer's replay. A checkpoint taken while the broker is down:
+
+- with snapshot records beside the checkpoints (``blob``, the default) needs no broker: it commits,
+  and a restore from it plus the tail equals the replay (the records it claims survived the
+  kill: SIGKILL loses no page cache);
+- with snapshot records on a topic (``topic:NAME``) cannot commit: one typed line
+  (:class:`BrokerUnavailableError`) within the table's ``timeout``, the table unharmed, and the
+  next checkpoint after the restart commits.
+
+The broker is this module's own: killing the session broker would break every test after this.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from integration.conftest import KafkaTool, Rec
+from statesnap import Table
+from statesnap.devstack import ApacheKafkaBroker
+from statesnap.devstack.apache import apache_kafka_missing
+from statesnap.devstack.process import LoopbackService
+from statesnap.errors import BrokerUnavailableError
+from statesnap.task.options import CheckpointOptions, SnapshotOptions
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 3
+#: The tables' Kafka deadline: the topic-store checkpoint gives up after this long.
+STALL = 3.0
+
+
+class RestartableBroker(ApacheKafkaBroker):
+    """The dev broker, killable and restartable on the log dirs it already has."""
+
+    def kill(self) -> None:
+        """SIGKILL to the JVM's process group: no controlled shutdown, no flush."""
+        proc, self._proc = self._proc, None
+        assert proc is not None
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        if self._log_path is not None:
+            with contextlib.suppress(OSError):
+                self._log_path.unlink()
+
+    def restart(self, timeout: float = 60.0) -> None:
+        """Start the JVM again on the same directory, ports and cluster id (no re-format)."""
+        LoopbackService.start(self, timeout)
+
+
+@pytest.fixture
+def broker() -> Iterator[RestartableBroker]:
+    """A broker for this test only (it dies with the test run, like every dev service). A
+    short broker session: a node restarted after SIGKILL re-registers once its old session
+    expired, 9 s by default (12 s restarts measured; 4 s with 2 s)."""
+    if (missing := apache_kafka_missing()) is not None:
+        pytest.skip(missing)
+    b = RestartableBroker(
+        settings={"broker.session.timeout.ms": "2000", "broker.heartbeat.interval.ms": "500"}
+    )
+    b.start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def _records(tag: str, n: int, keys: int) -> list[tuple[int, bytes | None, bytes | None]]:
+    """Upserts and some tombstones; a key always lives in one partition, as Kafka keys do."""
+    return [
+        ((i % keys) % PARTITIONS, b"k%d" % (i % keys), None if i % 11 == 5 else f"{tag}{i}".encode())
+        for i in range(n)
+    ]
+
+
+def _tailing(broker: ApacheKafkaBroker, topic: str, url: str, snapshot_store: str | None = None) -> Table:
+    """A background table with checkpoints at *url* and a short Kafka deadline."""
+    checkpoints = CheckpointOptions(url, snapshots=SnapshotOptions(store=snapshot_store))
+    return Table(topic, bootstrap_servers=broker.bootstrap_servers, checkpoints=checkpoints, timeout=STALL)
+
+
+def _ends(records: list[Rec]) -> dict[int, int]:
+    return KafkaTool.end_offsets(records, range(PARTITIONS))
+
+
+def _caught_up(table: Table, ends: dict[int, int]) -> bool:
+    return table.wait_for({p: end - 1 for p, end in ends.items() if end}, timeout=30)
+
+
+def test_tables_ride_out_a_broker_killed_and_restarted(
+    broker: RestartableBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    kafka = KafkaTool(broker.bootstrap_servers)
+    topic = kafka.create_topic(f"restart-{uuid.uuid4().hex[:10]}", PARTITIONS)
+    blob_url, topic_url = (tmp_path / "blob").as_uri(), (tmp_path / "topic").as_uri()
+    tables: list[Table] = []
+    try:
+        kafka.produce(topic, _records("a", 300, 50))
+        blob_table = _tailing(broker, topic, blob_url)
+        topic_table = _tailing(broker, topic, topic_url, f"topic:snap-{topic}")
+        tables += [blob_table, topic_table]
+        for t in tables:
+            t.start()
+            assert t.checkpoint() is not None  # generation 1
+
+        before = kafka.produce(topic, _records("b", 200, 60))
+        truth_before = kafka.truth(kafka.read_all(topic, range(PARTITIONS)))
+        for t in tables:
+            assert _caught_up(t, _ends(before))
+
+        caplog.set_level(logging.WARNING, logger="statesnap.kafka.reader")
+        broker.kill()
+        down_at = time.monotonic()
+        for t in tables:  # reads are served from the table while the broker is down
+            assert dict(t.raw_items()) == truth_before
+
+        written = blob_table.checkpoint(timeout="20s")
+        assert written is not None
+        assert written.generation == 2
+        assert written.offsets == _ends(before)
+
+        started = time.monotonic()
+        with pytest.raises(BrokerUnavailableError) as refused:
+            topic_table.checkpoint(timeout="20s")
+        assert time.monotonic() - started < STALL + 5, "the topic store's wait has no deadline"
+        assert broker.bootstrap_servers in str(refused.value)
+        assert "\n" not in str(refused.value)
+        assert dict(topic_table.raw_items()) == truth_before
+
+        assert time.monotonic() - down_at > STALL  # down longer than the tables' deadline
+        broker.restart()
+        after = kafka.produce(topic, _records("c", 300, 70))
+        everything = kafka.read_all(topic, range(PARTITIONS))
+        truth = kafka.truth(everything)
+        assert _ends(everything) == _ends(after)
+        for t in tables:
+            assert _caught_up(t, _ends(after)), f"stuck at {t.offsets} after the restart"
+            assert dict(t.raw_items()) == truth
+        assert any("unreachable" in r.getMessage() for r in caplog.records), "no warning while down"
+
+        again = topic_table.checkpoint(timeout="20s")
+        assert again is not None
+        assert again.generation == 2  # the refused attempt committed nothing
+    finally:
+        for t in tables:
+            t.close(checkpoint=False)
+
+    restored = Table(
+        topic, checkpoints=blob_url, bootstrap_servers=broker.bootstrap_servers, background=False
+    )
+    report = restored.start()
+    try:
+        assert report.checkpoint == 2  # the one written while the broker was down
+        assert report.replayed_records == len(after)
+        assert dict(restored.raw_items()) == truth
+    finally:
+        restored.close(checkpoint=False)
+        kafka.close()
