@@ -11,7 +11,7 @@ import json
 import logging
 import os
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -146,8 +146,18 @@ class CheckpointRepository:
     def load_partition(self, manifest: CheckpointManifest, partition: int) -> pa.Table:
         """The partition's table at this checkpoint: base + deltas merged, tombstones removed,
         once the files agree with what the manifest claims (see :func:`checked_merge`)."""
-        pc = manifest.partitions[partition]
+        return self.merge_partition(manifest.partitions[partition])
+
+    def merge_partition(self, pc: PartitionCheckpoint) -> pa.Table:
+        """:meth:`load_partition` for a partition's entry alone (a Spark task gets no manifest)."""
         return checked_merge(pc, [self.read_file(f) for f in pc.files], source=self.url)
+
+    def merge_files(self, files: Sequence[DataFile]) -> pa.Table:
+        """*files* merged in order, each file's size and checksum verified, but not checked against
+        a manifest's claims (rows, offsets, keys: :func:`checked_merge`). For writers building on
+        files they have no partition entry for (a Spark bootstrap split's predecessors, the files
+        the streaming materializer compacts)."""
+        return datafile.merge([self.read_file(f) for f in files])
 
     def decode_partition(
         self, manifest: CheckpointManifest, partition: int, downloads: list[Future[bytes]]

@@ -27,11 +27,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import Consumer, IsolationLevel, KafkaException, Message, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
-from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._listoffsets import OffsetSpec
 
 from statesnap.checkpoint import datafile
 from statesnap.errors import BrokerUnavailableError, DataLossError, KafkaError, TopicNotFoundError
+from statesnap.kafka.clients import new_admin
 from statesnap.spark.options import TP, KafkaSourceOptions
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class OffsetOracle:
     @property
     def admin(self) -> Any:
         if self._admin is None:
-            self._admin = AdminClient(self.opts.settings().client_config())
+            self._admin = new_admin(self.opts.settings())
         return self._admin
 
     def _unreachable(self, what: str, e: Exception | None = None) -> BrokerUnavailableError:
