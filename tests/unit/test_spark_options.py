@@ -22,13 +22,13 @@ import pytest
 from statesnap.errors import ConfigError, DataLossError, KafkaConfigError
 from statesnap.spark.java_settings import translate
 from statesnap.spark.kafka_io import split_ranges
+from statesnap.spark.option_parsing import parse_options
 from statesnap.spark.options import (
     TP,
     KafkaSourceOptions,
     PartitionOffsets,
     Subscription,
     Timestamps,
-    parse_options,
 )
 from statesnap.spark.planning import (
     TriggerGate,

@@ -19,7 +19,8 @@ from __future__ import annotations
 from statesnap.spark.bootstrap import bootstrap
 from statesnap.spark.checkpoint_source import CheckpointDataSource
 from statesnap.spark.materialize import StreamMaterializer, materialize_stream
-from statesnap.spark.options import KafkaSourceOptions, offsets_json, parse_options, source_options
+from statesnap.spark.option_parsing import parse_options
+from statesnap.spark.options import KafkaSourceOptions, offsets_json, source_options
 from statesnap.spark.readback import count_keys, read_table
 from statesnap.spark.registration import register
 from statesnap.spark.session import spark_session

@@ -48,7 +48,8 @@ from pyspark.sql.types import (
 
 from statesnap.errors import ConfigError
 from statesnap.spark.kafka_io import OffsetOracle, iter_range, spark_batch, split_ranges
-from statesnap.spark.options import TP, KafkaSourceOptions, parse_options
+from statesnap.spark.option_parsing import parse_options
+from statesnap.spark.options import TP, KafkaSourceOptions
 from statesnap.spark.planning import (
     TriggerGate,
     continue_from,

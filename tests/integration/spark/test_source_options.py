@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient
 from statesnap.kafka.admin import KafkaAdmin
 from statesnap.kafka.config import KafkaSettings
 from statesnap.spark.kafka_io import OffsetOracle
-from statesnap.spark.options import parse_options
+from statesnap.spark.option_parsing import parse_options
 from statesnap.spark.source import SPARK_SCHEMA_WITH_HEADERS
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
