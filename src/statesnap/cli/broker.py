@@ -7,7 +7,8 @@ import threading
 
 import click
 
-from statesnap.cli.options import emit_json, json_option
+from statesnap.cli.options import json_option
+from statesnap.cli.output import emit_json
 from statesnap.devstack import ApacheKafkaBroker, EmbeddedBroker
 from statesnap.devstack.process import LoopbackService
 

@@ -10,13 +10,13 @@ from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, RetentionPolicy
 from statesnap.checkpoint.repository import TableLocation, discover_tables
 from statesnap.cli.options import (
-    emit_json,
     json_option,
     pairs_to_dict,
     snapshot_cluster_options,
     snapshot_store_args,
     storage_options,
 )
+from statesnap.cli.output import emit_json
 from statesnap.durations import parse_duration
 from statesnap.errors import CheckpointError, CorruptCheckpointError, TableNotFoundError
 from statesnap.snapshot.api import SnapshotApi

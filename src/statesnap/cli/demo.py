@@ -12,14 +12,15 @@ import click
 from rich.table import Table as RichTable
 
 from statesnap.checkpoint import CheckpointManifest
-from statesnap.cli.engine import spark_available
-from statesnap.cli.options import emit_json, json_option
+from statesnap.cli.options import json_option
+from statesnap.cli.output import emit_json
 from statesnap.cli.progress import progress_bar, stderr
 from statesnap.cli.spark_engine import spark_session
 from statesnap.cli.tables import start_with_progress
 from statesnap.devstack import EmbeddedBroker
 from statesnap.digest import table_digest
 from statesnap.kafka.config import KafkaSettings
+from statesnap.materialize.engine import spark_available
 from statesnap.python.reads import StoreName
 from statesnap.python.table import Table
 from statesnap.sample import SampleSpec, produce_sample

@@ -19,13 +19,17 @@ from typing import Any
 
 import click
 
+from statesnap.durations import format_duration
+from statesnap.materialize.options import SHUTDOWN_TIMEOUT as LIBRARY_SHUTDOWN_TIMEOUT
+
 #: A signal this soon after the first is the same request delivered twice (to the process, then to
 #: its group); a person pressing Ctrl-C again because the command seems stuck does it later.
 REPEAT_WINDOW_SECONDS = 1.0
 
-#: ``--shutdown-timeout``'s default: long enough for a final incremental checkpoint, short enough
-#: that an operator's Ctrl-C is answered even when the checkpoint store is not.
-SHUTDOWN_TIMEOUT = "20s"
+#: ``--shutdown-timeout``'s default (the library's): long enough for a final incremental
+#: checkpoint, short enough that an operator's Ctrl-C is answered even when the checkpoint store
+#: is not.
+SHUTDOWN_TIMEOUT = format_duration(LIBRARY_SHUTDOWN_TIMEOUT)
 
 shutdown_timeout_option = click.option(
     "--shutdown-timeout",
@@ -64,10 +68,12 @@ def _on_signals(
 
 def stop_on_signals(
     again: str | Callable[[], str] = "stopped again before the final checkpoint finished",
+    stop: threading.Event | None = None,
 ) -> threading.Event:
-    """An event set by the first SIGINT/SIGTERM; the second ends the process (exit 130) with
-    *again* (a callable says what the command was doing at that moment)."""
-    stop = threading.Event()
+    """An event (*stop*, or a new one) set by the first SIGINT/SIGTERM; the second ends the
+    process (exit 130) with *again* (a callable says what the command was doing at that
+    moment)."""
+    stop = stop if stop is not None else threading.Event()
     _on_signals(stop, again)
     return stop
 

@@ -1,10 +1,8 @@
-"""Options shared by several commands, and the output conventions (human text or ``--json``)."""
+"""Options shared by several commands (output goes through :mod:`statesnap.cli.output`)."""
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -217,9 +215,3 @@ def pairs_to_dict(pairs: tuple[str, ...], what: str) -> dict[str, str]:
             raise click.BadParameter(f"entry {n} is not KEY=VALUE (value not shown)", param_hint=what)
         out[key.strip()] = value
     return out
-
-
-def emit_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=None, default=str)
-    sys.stdout.write("\n")
-    sys.stdout.flush()

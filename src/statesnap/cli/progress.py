@@ -12,9 +12,10 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
+import click
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -26,6 +27,9 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+
+from statesnap.materialize.engine import EngineChoice
+from statesnap.materialize.progress import MaterializeProgress, Stage
 
 stderr = Console(stderr=True)
 
@@ -209,3 +213,65 @@ class ReplayProgress:
             description=label,
             detail=f"{_count(records)} records",
         )
+
+
+class ConsoleProgress(MaterializeProgress):
+    """A materialization's progress on stderr: the engine line, the replay bar, the Spark job's
+    activity line, status lines; nothing when *quiet*. *on_stage* hears every stage (the CLI's
+    signal handling follows them). Use it as a context manager: a bar still open when the run
+    fails is closed."""
+
+    def __init__(self, quiet: bool, on_stage: Callable[[Stage], None] | None = None) -> None:
+        self.quiet = quiet
+        self.on_stage = on_stage
+        self.stage_now: Stage | None = None
+        self._bars = ExitStack()
+        self._replay: ReplayProgress | None = None
+        self._job: tuple[Progress, TaskID] | None = None
+
+    def __enter__(self) -> ConsoleProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._bars.close()
+
+    def engine_chosen(self, choice: EngineChoice) -> None:
+        self.status(f"engine: {choice.engine} ({choice.reason})")
+
+    def stage(self, stage: Stage) -> None:
+        self.stage_now = stage
+        if self.on_stage is not None:
+            self.on_stage(stage)
+
+    def status(self, line: str) -> None:
+        if not self.quiet:
+            click.echo(line, err=True)
+
+    def replay_started(self, label: str) -> None:
+        bar = self._bars.enter_context(replay_bar(self.quiet))
+        self._replay = ReplayProgress(bar, label)
+
+    def replay(
+        self, records: int, partitions_done: int, partitions_total: int, estimated_total: int | None
+    ) -> None:
+        if self._replay is not None:
+            self._replay(records, partitions_done, partitions_total, estimated_total)
+
+    def replay_finished(self, records: int, label: str) -> None:
+        if self._replay is not None:
+            self._replay.finish(records, label)
+            self._replay = None
+            self._bars.close()
+
+    def job_started(self, label: str) -> None:
+        bar = self._bars.enter_context(activity_bar(self.quiet))
+        self._job = (bar, bar.add_task(label, total=None, detail=""))
+
+    def job(self, detail: str) -> None:
+        if self._job is not None:
+            bar, task = self._job
+            bar.update(task, detail=detail)
+
+    def job_finished(self) -> None:
+        self._job = None
+        self._bars.close()

@@ -8,13 +8,13 @@ import click
 
 from statesnap.cli.options import (
     bootstrap_option,
-    emit_json,
     json_option,
     kafka_config_options,
     kafka_settings,
     timeout_option,
     topic_option,
 )
+from statesnap.cli.output import emit_json
 from statesnap.cli.progress import progress_bar
 from statesnap.sample import SampleSpec, produce_sample
 

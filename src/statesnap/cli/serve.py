@@ -128,6 +128,8 @@ def serve(
     """
     from statesnap.python.follower import Follower
     from statesnap.serve import HttpServer, create_app
+    from statesnap.task.options import CheckpointOptions
+    from statesnap.task.rowfilter import RowFilter
 
     settings = kafka_settings(bootstrap_servers, kafka_pairs, kafka_files, timeout)
     try:
@@ -137,11 +139,15 @@ def serve(
             kafka_config=dict(settings.config),
             timeout=settings.timeout,
             name=table or topic,
-            checkpoints=checkpoints,
-            storage_options=pairs_to_dict(storage_pairs, "--storage-option"),
+            checkpoints=CheckpointOptions(
+                checkpoints,
+                storage_options=pairs_to_dict(storage_pairs, "--storage-option"),
+                require=require_checkpoint,
+            )
+            if checkpoints
+            else None,
             store=store,
-            key_filter=prefix_filter(key_prefixes),
-            require_checkpoint=require_checkpoint,
+            row_filter=RowFilter(key_filter=prefix_filter(key_prefixes)),
         )
         app = create_app(
             follower,

@@ -7,13 +7,13 @@ from typing import Any
 import click
 
 from statesnap.cli.options import (
-    emit_json,
     json_option,
     pairs_to_dict,
     snapshot_cluster_options,
     snapshot_store_args,
     storage_options,
 )
+from statesnap.cli.output import emit_json
 from statesnap.snapshot.api import SnapshotApi, snapshot_json
 from statesnap.snapshot.diff import diff_snapshots
 from statesnap.snapshot.model import Snapshot, SnapshotState

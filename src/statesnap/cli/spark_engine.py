@@ -1,38 +1,26 @@
-"""``--engine spark``: the CLI's bridge to :mod:`statesnap.spark` (imported only when used).
-
-It returns the same result keys as the python engine, so ``--json`` output does not depend on
-which engine ran.
+"""The CLI's Spark sessions (imported only when used): started with a display and the CLI's
+signal handling, for ``materialize --engine spark``, ``demo`` and ``snapshot diff --engine spark``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import click
 
-from statesnap.checkpoint import CheckpointManifest, RetentionPolicy
 from statesnap.cli.interrupts import (
     Interrupted,
     cancel_spark_jobs_on_signals,
-    stop_on_signals,
     wait_on_signals,
 )
 from statesnap.cli.progress import activity_bar, stderr_as_it_is
-from statesnap.deadline import call_within
-from statesnap.durations import parse_duration
-from statesnap.errors import CheckpointTimeoutError
-from statesnap.kafka.admin import KafkaAdmin
-from statesnap.kafka.config import KafkaSettings
 from statesnap.snapshot.diff import SAMPLE as DIFF_SAMPLE
 from statesnap.snapshot.diff import SnapshotDiff
-from statesnap.task.restore import RestoreReport
 
 #: Set by the first Ctrl-C of a CLI Spark session (which then cancels its jobs).
 _interrupted = threading.Event()
@@ -145,224 +133,9 @@ def spark_session(
     return spark
 
 
-def materialize_on_spark(
-    *,
-    settings: KafkaSettings,
-    topic: str,
-    table: str,
-    checkpoints: str,
-    storage_options: dict[str, str],
-    follow: bool,
-    checkpoint_interval: str,
-    trigger_interval: str,
-    retention: RetentionPolicy,
-    generation: int | None,
-    snapshot_timeout: str,
-    shutdown_timeout: str,
-    snapshot_store: str | None,
-    spark_checkpoint_location: str | None,
-    spark_conf: dict[str, str],
-    quiet: bool,
-) -> dict[str, Any]:
-    """Bootstrap (or, with ``follow``, continuously materialize) *topic* into checkpoints on Spark.
-
-    The result's figures are this run's, measured: ``restore`` is the checkpoint it resumed from,
-    the records it read to reach the topic's end and how long that took; ``checkpoint_seconds``
-    the commit of its (final) checkpoint. A manifest's ``writer`` metadata describes the
-    checkpoint, which another run may have written."""
-    from statesnap.spark.bootstrap import run_bootstrap
-    from statesnap.spark.writer import check_table_options, table_options
-
-    started = time.monotonic()
-    common: dict[str, Any] = {
-        "bootstrap_servers": settings.bootstrap_servers,
-        "topic": topic,
-        "table": table,
-        "checkpoints": checkpoints,
-        "storage_options": storage_options,
-        "kafka_config": dict(settings.config),
-        "retention": retention,
-        "snapshot_store": snapshot_store,
-        "snapshot_timeout": snapshot_timeout,
-        "generation": generation,
-        "timeout": settings.timeout,
-    }
-    # A typo'd topic, settings librdkafka refuses or a dead broker fail now, not after Spark's start-up.
-    check_table_options(
-        table_options(settings.bootstrap_servers, topic, dict(settings.config), settings.timeout)
-    )
-    KafkaAdmin(settings).partitions(topic)
-    if not follow:
-        spark = spark_session(spark_conf, quiet=quiet)
-        try:
-            with activity_bar(quiet) as bar:
-                task = bar.add_task(f"bootstrapping {topic}", total=None, detail="")
-
-                def progress(records: int, done: int, tasks: int) -> None:
-                    bar.update(task, detail=f"{done}/{tasks} tasks · {records:,} records read")
-
-                try:
-                    run = run_bootstrap(spark, progress=progress, **common)
-                except Exception as e:
-                    if _interrupted.is_set():  # the job we cancelled, not a failure of its own
-                        raise Interrupted("the Spark job was cancelled before its checkpoint") from e
-                    raise
-            return _result(
-                spark,
-                run.manifest,
-                checkpoints,
-                storage_options,
-                topic,
-                table,
-                started,
-                written=run.written,
-                restore=run.restore,
-                checkpoint_seconds=run.checkpoint_seconds,
-            )
-        finally:
-            spark.stop()
-    again = ["stopped again while the Spark session was starting"]  # what a second signal interrupts
-    stop = stop_on_signals(lambda: again[0])
-    spark = spark_session(spark_conf, quiet=quiet, stop=stop)
-    try:
-        return _follow(spark, stop, again, common, spark_checkpoint_location, checkpoint_interval,
-                       trigger_interval, shutdown_timeout, quiet, started)  # fmt: skip
-    finally:
-        spark.stop()
-
-
-def _follow(
-    spark: Any,
-    stop: threading.Event,
-    again: list[str],
-    common: dict[str, Any],
-    spark_checkpoint_location: str | None,
-    checkpoint_interval: str,
-    trigger_interval: str,
-    shutdown_timeout: str,
-    quiet: bool,
-    started: float,
-) -> dict[str, Any]:
-    """``materialize --follow`` on Spark: run the streaming materializer until the first
-    SIGINT/SIGTERM (*stop*), then commit the final checkpoint within *shutdown_timeout*."""
-    from statesnap.spark import materialize_stream
-
-    topic, table, checkpoints = common["topic"], common["table"], common["checkpoints"]
-    location = spark_checkpoint_location or _default_query_location(checkpoints, table)
-    again[0] = "stopped again while the streaming query was starting"
-    materializer = materialize_stream(
-        spark,
-        checkpoint_location=location,
-        checkpoint_interval=checkpoint_interval,
-        trigger_interval=trigger_interval,
-        **common,
-    )
-    again[0] = "stopped again before the final checkpoint finished"
-    following = time.monotonic()
-    if not quiet:
-        click.echo(
-            f"materializing {topic} on Spark; checkpoints every {checkpoint_interval}, streaming state "
-            f"in {location} (Ctrl-C to stop)",
-            err=True,
-        )
-    seconds = parse_duration(shutdown_timeout).total_seconds()
-    with activity_bar(quiet) as bar:
-        task = bar.add_task(f"materializing {topic}", total=None, detail="")
-
-        def show(state: str) -> None:
-            m = materializer
-            bar.update(task, detail=f"{m.batches} batches · {m.records_read:,} records read · {state}")
-
-        while not stop.wait(POLL_SECONDS):
-            show("caught up" if materializer.caught_up else "catching up")
-            if not materializer.query.isActive:
-                if materializer.failure is not None:
-                    raise materializer.failure
-                raise click.ClickException(f"streaming query stopped: {materializer.query.exception()}")
-        show("final checkpoint")
-        committing = time.monotonic()
-        followed = {  # as the Python engine reports it: what the query read after its restore
-            "records": max(0, materializer.records_read - materializer.restore.replayed_records),
-            "seconds": round(committing - following, 3),
-        }
-        final = call_within(
-            seconds,
-            # A batch in flight may finish within half the time: its records make the checkpoint.
-            lambda _abandoned: materializer.stop(checkpoint=True, drain_seconds=seconds / 2),
-            lambda: CheckpointTimeoutError(
-                f"the final checkpoint did not finish within {seconds:g}s (--shutdown-timeout); the "
-                "last committed checkpoint stands"
-            ),
-            "statesnap-final-checkpoint",
-        )
-        checkpoint_seconds = time.monotonic() - committing
-        show("stopped")
-    current = final or materializer.last_checkpoint
-    return _result(
-        spark,
-        current,
-        checkpoints,
-        storage_options=common["storage_options"],
-        topic=topic,
-        table=table,
-        started=started,
-        written=final is not None,
-        restore=materializer.restore,
-        checkpoint_seconds=checkpoint_seconds,
-        followed=followed,
-    )
-
-
-def _result(
-    spark: Any,
-    manifest: CheckpointManifest | None,
-    checkpoints: str,
-    storage_options: dict[str, str],
-    topic: str,
-    table: str,
-    started: float,
-    *,
-    written: bool,
-    restore: RestoreReport,
-    checkpoint_seconds: float,
-    followed: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The python engine's result keys: the manifest's generation, offsets and size, this run's
-    *restore* and *checkpoint_seconds*, and ``keys``, the table's key count (recorded by the
-    writer, or merged from the files by a small job)."""
-    from statesnap.blob import open_blob_store
-    from statesnap.checkpoint import locate_table
-    from statesnap.spark import count_keys
-
-    keys, url = 0, None
-    if manifest is not None:
-        repo = locate_table(open_blob_store(checkpoints, **storage_options), table, manifest.cluster_id)
-        keys, url = count_keys(spark, repo, manifest), repo.url
-    return {
-        "table": table,
-        "topic": topic,
-        "engine": "spark",
-        "checkpoint": manifest.generation if manifest is not None else None,
-        "written": written,
-        "keys": keys,
-        "offsets": manifest.offsets if manifest is not None else {},
-        "restore": {
-            "checkpoint": restore.checkpoint,
-            "replayed_records": restore.replayed_records,
-            "restore_seconds": round(restore.restore_seconds, 3),
-        },
-        "checkpoint_seconds": round(checkpoint_seconds, 3),
-        "seconds": round(time.monotonic() - started, 3),
-        "bytes": manifest.total_bytes if manifest is not None else 0,
-        "url": url,
-        **({"followed": followed} if followed is not None else {}),
-    }
-
-
-def _default_query_location(checkpoints: str, table: str) -> str:
-    """Spark's own streaming checkpoint: a per-user cache directory keyed by store and table."""
-    digest = hashlib.sha256(f"{checkpoints}|{table}".encode()).hexdigest()[:12]
-    return str(Path.home() / ".cache" / "statesnap" / "spark" / f"{table}-{digest}")
+def interrupted() -> bool:
+    """Whether a signal cancelled this CLI session's Spark jobs (a failure is then the cancel)."""
+    return _interrupted.is_set()
 
 
 def diff_on_spark(

@@ -6,19 +6,18 @@ import base64
 import json
 import logging
 import sys
-import time
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import click
 
-from statesnap.blob import open_blob_store
-from statesnap.checkpoint import CheckpointRepository, RetentionPolicy
-from statesnap.cli.engine import choose_engine
-from statesnap.cli.interrupts import shutdown_timeout_option, stop_on_signals
+from statesnap.checkpoint import RetentionPolicy
+from statesnap.cli.interrupts import Interrupted, shutdown_timeout_option, stop_on_signals
 from statesnap.cli.options import (
     bootstrap_option,
-    emit_json,
     json_option,
     kafka_config_options,
     kafka_settings,
@@ -29,59 +28,27 @@ from statesnap.cli.options import (
     timeout_option,
     topic_option,
 )
-from statesnap.cli.progress import ReplayProgress, replay_bar
-from statesnap.deadline import Deadline
+from statesnap.cli.output import Output
+from statesnap.cli.progress import ConsoleProgress
+from statesnap.cli.spark_engine import interrupted as spark_jobs_cancelled
 from statesnap.digest import table_digest
 from statesnap.durations import parse_duration
-from statesnap.kafka.admin import KafkaAdmin
-from statesnap.kafka.backlog import estimate_backlog, high_watermarks
-from statesnap.kafka.config import KafkaSettings
-from statesnap.python.table import RestoreReport, Table
+from statesnap.errors import ConfigError, StatesnapError
+from statesnap.materialize import Engine, FollowOptions, SparkOptions, Stage
+from statesnap.materialize import materialize as materialize_table
+from statesnap.materialize.python_run import Restorable, restore_with_progress
+from statesnap.python.follower import Follower
+from statesnap.task.options import CheckpointOptions, GroupOptions, SnapshotOptions, StaticShare, StoreOptions
+from statesnap.task.restore import RestoreReport
 
 log = logging.getLogger(__name__)
 
 
-def start_with_progress(table: Table, quiet: bool) -> RestoreReport:
+def start_with_progress(table: Restorable, quiet: bool) -> RestoreReport:
     """``table.start()`` with a bar: records replayed of an estimated total, rate and ETA, and
-    partitions at their end. The total is records replayed plus the lag the broker's high
-    watermarks suggest — an estimate (the dev broker under-reports them), never shrinking."""
-    with replay_bar(quiet) as bar:
-        replay = ReplayProgress(bar, f"replaying {table.topic}")
-        estimate: list[int] = []  # the largest estimate so far, once there is one
-
-        def update(records: int, done: int, total: int) -> None:
-            behind = sum(table.lag().values())
-            if behind or estimate:
-                estimate[:] = [max(estimate[0] if estimate else 0, records + behind)]
-            replay(records, done, total, estimate[0] if estimate else None)
-
-        report = table.start(progress=update)
-        replay.finish(report.replayed_records, f"restored {table.name}")
-    return report
-
-
-def _table(
-    bootstrap_servers: str,
-    topic: str,
-    table: str | None,
-    checkpoints: str | None,
-    storage_pairs: tuple[str, ...],
-    kafka_pairs: tuple[str, ...],
-    kafka_files: tuple[str, ...],
-    timeout: float,
-    **kwargs: Any,
-) -> Table:
-    settings = kafka_settings(bootstrap_servers, kafka_pairs, kafka_files, timeout)
-    return Table(
-        topic,
-        bootstrap_servers=settings.bootstrap_servers,
-        kafka_config=dict(settings.config),
-        timeout=settings.timeout,
-        name=table or topic,
-        checkpoints=checkpoints,
-        storage_options=pairs_to_dict(storage_pairs, "--storage-option"),
-        **kwargs,
-    )
+    partitions at their end (see :func:`statesnap.materialize.python_run.restore_with_progress`)."""
+    with ConsoleProgress(quiet) as progress:
+        return restore_with_progress(table, progress)
 
 
 @click.command()
@@ -97,7 +64,7 @@ def _table(
 )
 @click.option(
     "--engine",
-    type=click.Choice(["auto", "python", "spark"]),
+    type=click.Choice([e.value for e in Engine]),
     default="auto",
     show_default=True,
     envvar="STATESNAP_ENGINE",
@@ -204,7 +171,7 @@ def materialize(
     Starts from the newest valid checkpoint (so running it again is incremental) and exits, or with
     --follow keeps consuming and checkpointing until interrupted (a final checkpoint on exit).
     Every option means the same on both engines or is refused, in one line, by the one that cannot
-    honour it; --json prints the same keys on both.
+    honour it; --json prints the same keys on both (see :func:`statesnap.materialize.materialize`).
     """
     if group is not None and (instance is not None or instances is not None):
         raise click.UsageError(
@@ -219,205 +186,94 @@ def materialize(
         raise click.UsageError(
             "--group restores each partition it gains from the newest checkpoint; not with --generation"
         )
+    if (instance is None) != (instances is None):
+        raise ConfigError("instance and instances go together")
     interval = parse_duration(checkpoint_interval)
     grace = parse_duration(orphan_grace) if orphan_grace else max(timedelta(hours=1), 2 * interval)
-    retention = RetentionPolicy(min_count, parse_duration(min_age), grace)
+    options = CheckpointOptions(
+        checkpoints,
+        storage_options=pairs_to_dict(storage_pairs, "--storage-option"),
+        interval=interval,
+        commit_interval=commit_interval,
+        retention=RetentionPolicy(min_count, parse_duration(min_age), grace),
+        generation=generation,
+        snapshots=SnapshotOptions(snapshot_store, snapshot_timeout),
+    )
+    share: StaticShare | GroupOptions | None = None
+    if group is not None:
+        share = GroupOptions(group)
+    elif instance is not None and instances is not None:
+        share = StaticShare(instance, instances)
     settings = kafka_settings(bootstrap_servers, kafka_pairs, kafka_files, timeout)
-    name = table or topic
-    options = pairs_to_dict(storage_pairs, "--storage-option")
-    backlog = None
-    if engine == "auto":
-        backlog = estimate_table_backlog(settings, topic, name, checkpoints, options)
-    choice = choose_engine(
-        engine,
-        python_only={
-            "store": store is not None,
-            "instances": instance is not None or instances is not None,
-            "group": group is not None,
-        },
-        spark_only={
-            "spark_checkpoint_location": bool(spark_checkpoint_location),
-            "spark_conf": bool(spark_conf),
-        },
-        backlog=backlog,
-        follow=follow,
-    )
-    log.info("engine %s: %s", choice.engine, choice.reason)
-    if not quiet and not as_json:
-        click.echo(f"engine: {choice.engine} ({choice.reason})", err=True)
-    if choice.engine == "spark":
-        from statesnap.cli.spark_engine import materialize_on_spark
-
-        result = materialize_on_spark(
-            settings=settings,
-            topic=topic,
-            table=name,
-            checkpoints=checkpoints,
-            storage_options=options,
-            follow=follow,
-            checkpoint_interval=checkpoint_interval,
-            trigger_interval=commit_interval,
-            retention=retention,
-            generation=generation,
-            snapshot_timeout=snapshot_timeout,
-            shutdown_timeout=shutdown_timeout,
-            snapshot_store=snapshot_store,
-            spark_checkpoint_location=spark_checkpoint_location,
-            spark_conf=pairs_to_dict(spark_conf, "--spark-conf"),
-            quiet=quiet or as_json,
-        )
-    else:
-        result = _materialize_in_python(
-            settings,
-            topic,
-            name,
-            checkpoints,
-            options,
-            store=store or "auto",
-            retention=retention,
-            checkpoint_interval=checkpoint_interval,
-            commit_interval=commit_interval,
-            follow=follow,
-            shutdown_timeout=shutdown_timeout,
-            instance=instance,
-            instances=instances,
-            group=group,
-            generation=generation,
-            snapshot_timeout=snapshot_timeout,
-            snapshot_store=snapshot_store,
-            quiet=quiet or as_json,
-        )
-    result["engine_reason"] = choice.reason
-    report_materialized(result, as_json)
+    out = Output(as_json, quiet)
+    quiet = not out.shows_progress
+    stop = threading.Event()
+    signals = _FollowSignals(stop) if follow else None
+    conf = pairs_to_dict(spark_conf, "--spark-conf")
+    spark = SparkOptions(conf, spark_checkpoint_location, _cli_session(conf, quiet, stop if follow else None))
+    with ConsoleProgress(quiet, signals.on_stage if signals else None) as progress:
+        try:
+            result = materialize_table(
+                topic,
+                bootstrap_servers=settings.bootstrap_servers,
+                checkpoints=options,
+                name=table,
+                engine=engine,
+                follow=FollowOptions(stop, parse_duration(shutdown_timeout)) if follow else False,
+                kafka_config=settings.config,
+                timeout=settings.timeout,
+                store=StoreOptions.of(store) if store is not None else None,
+                share=share,
+                spark=spark,
+                progress=progress,
+            )
+        except (click.ClickException, StatesnapError):
+            raise
+        except Exception as e:  # a batch job we cancelled on Ctrl-C, not a failure of its own
+            if progress.stage_now is Stage.READING and spark_jobs_cancelled():
+                raise Interrupted("the Spark job was cancelled before its checkpoint") from e
+            raise
+    out.result(result)
 
 
-def estimate_table_backlog(
-    settings: KafkaSettings, topic: str, table: str, checkpoints: str, storage: dict[str, str]
-) -> int:
-    """Records a materialization would read: watermarks (an estimate) minus the newest
-    checkpoint's offsets. A missing topic or broker fails here, at once."""
-    admin = KafkaAdmin(settings)
-    cluster_id = admin.cluster_id()
-    partitions = admin.partitions(topic)
-    ends = high_watermarks(settings, topic, partitions)
-    repo = CheckpointRepository.for_table(open_blob_store(checkpoints, **storage), cluster_id, table)
-    latest = repo.latest()
-    return estimate_backlog(ends, latest.offsets if latest is not None else {})
+class _FollowSignals:
+    """A follow run's Ctrl-C: the first sets *stop* (a clean stop with a final checkpoint), a
+    second exits at once saying what it interrupted. Handled from the moment there is something
+    to stop cleanly (a Spark session starting, the Python engine following); before that a
+    Ctrl-C ends the command like any other."""
 
-
-def _materialize_in_python(
-    settings: KafkaSettings,
-    topic: str,
-    table: str,
-    checkpoints: str,
-    storage: dict[str, str],
-    *,
-    follow: bool,
-    shutdown_timeout: str,
-    quiet: bool,
-    instances: int | None,
-    **kwargs: Any,
-) -> dict[str, Any]:
-    started = time.monotonic()
-    t = Table(
-        topic,
-        bootstrap_servers=settings.bootstrap_servers,
-        kafka_config=dict(settings.config),
-        timeout=settings.timeout,
-        name=table,
-        checkpoints=checkpoints,
-        storage_options=storage,
-        background=follow,
-        instances=instances,
-        **kwargs,
-    )
-    deadline = Deadline(None)  # a one-shot run waits for its checkpoint as long as it takes
-    followed: dict[str, Any] | None = None
-    try:
-        report = start_with_progress(t, quiet)
-        restored_at, restored_offsets = time.monotonic(), t.offsets
-        if follow:
-            stop = stop_on_signals()
-            if not quiet:
-                member = f" as {t.task_id} of consumer group {t.group}" if t.group else ""
-                click.echo(
-                    f"following {topic}{member}; checkpoints every {kwargs['checkpoint_interval']} "
-                    "(Ctrl-C to stop)",
-                    err=True,
-                )
-            while not stop.wait(0.5):
-                t.raise_if_failed()
-            deadline = Deadline(parse_duration(shutdown_timeout).total_seconds())
-            followed = {
-                "records": records_between(restored_offsets, t.offsets),
-                "seconds": round(time.monotonic() - restored_at, 3),
-            }
-        write_started = time.monotonic()
-        # One task of several cannot complete a snapshot alone; its peers report on their own.
-        solo = not instances or instances == 1 or not follow
-        manifest = t.checkpoint(timeout=deadline.remaining()) if solo else None
-        write_seconds = time.monotonic() - write_started
-        keys = len(t.store)
-    finally:
-        t.close(checkpoint=False, timeout=deadline.remaining())
-    current = manifest or t.last_checkpoint
-    return {
-        "table": t.name,
-        "topic": topic,
-        "engine": "python",
-        "checkpoint": current.generation if current else None,
-        "written": manifest is not None,
-        "keys": keys,
-        "offsets": current.offsets if current else {},
-        "restore": {
-            "checkpoint": report.checkpoint,
-            "replayed_records": report.replayed_records,
-            "restore_seconds": round(report.restore_seconds, 3),
-        },
-        "checkpoint_seconds": round(write_seconds, 3),
-        "seconds": round(time.monotonic() - started, 3),
-        "bytes": current.total_bytes if current else 0,
-        "url": t.repo.url if t.repo else None,
-        **({"followed": followed} if followed is not None else {}),
+    #: What a second Ctrl-C interrupts, by the stage the run is in.
+    AGAIN = {
+        Stage.SESSION_STARTING: "stopped again while the Spark session was starting",
+        Stage.QUERY_STARTING: "stopped again while the streaming query was starting",
     }
 
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        self.stage: Stage | None = None
+        self.installed = False
 
-def records_between(start: dict[int, int], end: dict[int, int]) -> int:
-    """Records read from *start* to *end* (next offsets), over the partitions held at both ends (a
-    partition a group member gained meanwhile was restored, not read from *start*). Offsets count
-    records exactly on the dev broker; on Kafka, transaction markers and compacted gaps make it an
-    upper bound."""
-    return sum(max(0, end[p] - start[p]) for p in start.keys() & end.keys())
+    def again(self) -> str:
+        default = "stopped again before the final checkpoint finished"
+        return self.AGAIN.get(self.stage, default) if self.stage is not None else default
 
-
-def report_materialized(result: dict[str, Any], as_json: bool) -> None:
-    """The same keys (``--json``) and the same sentence whichever engine ran."""
-    if as_json:
-        emit_json(result)
-    elif not result["written"]:
-        click.echo(f"no new records since checkpoint {result['checkpoint']}; nothing written")
-    else:
-        click.echo(summary(result))
+    def on_stage(self, stage: Stage) -> None:
+        self.stage = stage
+        if not self.installed and stage in (Stage.SESSION_STARTING, Stage.FOLLOWING):
+            stop_on_signals(self.again, self.stop)
+            self.installed = True
 
 
-def summary(result: dict[str, Any]) -> str:
-    """The sentence for a written checkpoint. A one-shot run reads and writes in the time it
-    gives; a --follow run says how long it followed and what it read in that time, and how long
-    the final checkpoint took, so neither number is the other's."""
-    restore = result["restore"]
-    base = restore["checkpoint"]
-    since = f"after checkpoint {base}" if base is not None else "from the start of the topic"
-    head = f"checkpoint {result['checkpoint']} of {result['table']} by {result['engine']}: "
-    size = f"{result['keys']:,} keys, {result['bytes']:,} bytes"
-    followed = result.get("followed")
-    if followed is None:
-        read = f"read {restore['replayed_records']:,} records {since}"
-        return f"{head}{size} in {result['seconds']:.2f}s ({read}) → {result['url']}"
-    read = restore["replayed_records"] + followed["records"]
-    return (
-        f"{head}{size}, written in {result['checkpoint_seconds']:.2f}s after following for "
-        f"{followed['seconds']:.2f}s (read {read:,} records {since}) → {result['url']}"
-    )
+def _cli_session(conf: dict[str, str], quiet: bool, stop: threading.Event | None) -> Callable[[], Any]:
+    """The Spark session as the CLI starts it: a display while it starts, Spark's logs only at
+    debug, the CLI's signal handling (a follow run's *stop*, else cancelling the jobs)."""
+
+    def start() -> Any:
+        from statesnap.cli.spark_engine import spark_session
+
+        return spark_session(conf, quiet=quiet, stop=stop)
+
+    return start
 
 
 @click.command()
@@ -484,52 +340,74 @@ def dump(
     --generation G --no-tail shows the table as snapshot G holds it (a point in time).
     """
     _check_dump_flags(checkpoints, no_checkpoint, require_checkpoint, generation, no_tail)
-    t = _table(
-        bootstrap_servers,
+    settings = kafka_settings(bootstrap_servers, kafka_pairs, kafka_files, timeout)
+    options = None
+    if checkpoints and not no_checkpoint:
+        options = CheckpointOptions(
+            checkpoints,
+            storage_options=pairs_to_dict(storage_pairs, "--storage-option"),
+            generation=generation,
+            require=require_checkpoint,
+        )
+    t: Follower[bytes, bytes] = Follower(
         topic,
-        table,
-        None if no_checkpoint else checkpoints,
-        storage_pairs,
-        kafka_pairs,
-        kafka_files,
-        timeout,
-        store=store,
-        generation=generation,
+        bootstrap_servers=settings.bootstrap_servers,
+        checkpoints=options,
+        name=table,
+        store=StoreOptions.of(store),
+        kafka_config=settings.config,
+        timeout=settings.timeout,
         tail=not no_tail,
-        require_checkpoint=require_checkpoint,
-        background=False,
-        read_only=True,
     )
     try:
         report = start_with_progress(t, quiet or not digest or as_json)
         if digest:
             hexdigest, keys = table_digest(t.raw_items())
-            result = {
-                "table": t.name,
-                "topic": topic,
-                "keys": keys,
-                "digest": hexdigest,
-                "checkpoint": report.checkpoint,
-                "replayed_records": report.replayed_records,
-                "restore_seconds": round(report.restore_seconds, 3),
-                "offsets": t.offsets,
-                "tail": not no_tail,
-                "skipped": report.to_json()["skipped"],
-            }
-            if as_json:
-                emit_json(result)
-            else:
-                how = "as it is, no tail" if no_tail else f"replayed {report.replayed_records} records"
-                click.echo(
-                    f"{keys} keys, digest {hexdigest} (checkpoint {report.checkpoint}, "
-                    f"{how} in {report.restore_seconds:.2f}s)"
-                )
+            Output(as_json).result(
+                TableDigest(t.name, topic, keys, hexdigest, report, t.offsets, not no_tail)
+            )
         else:
             out = sys.stdout
             for key, value in sorted(t.raw_items()):
                 out.write(json.dumps({**_field("key", key), **_field("value", value)}) + "\n")
     finally:
-        t.close(checkpoint=False)
+        t.close()
+
+
+@dataclass(frozen=True, slots=True)
+class TableDigest:
+    """``dump --digest``: the table's key count and digest, and how it was restored."""
+
+    table: str
+    topic: str
+    keys: int
+    digest: str
+    report: RestoreReport
+    offsets: dict[int, int]
+    tail: bool
+
+    def to_json(self) -> dict[str, Any]:
+        report = self.report
+        return {
+            "table": self.table,
+            "topic": self.topic,
+            "keys": self.keys,
+            "digest": self.digest,
+            "checkpoint": report.checkpoint,
+            "replayed_records": report.replayed_records,
+            "restore_seconds": round(report.restore_seconds, 3),
+            "offsets": self.offsets,
+            "tail": self.tail,
+            "skipped": report.to_json()["skipped"],
+        }
+
+    def summary(self) -> str:
+        report = self.report
+        how = "as it is, no tail" if not self.tail else f"replayed {report.replayed_records} records"
+        return (
+            f"{self.keys} keys, digest {self.digest} (checkpoint {report.checkpoint}, "
+            f"{how} in {report.restore_seconds:.2f}s)"
+        )
 
 
 def _check_dump_flags(

@@ -27,27 +27,25 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from datetime import timedelta
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from statesnap.checkpoint import (
     CheckpointManifest,
     CheckpointRepository,
     PartitionCheckpoint,
-    RetentionPolicy,
     datafile,
 )
 from statesnap.checkpoint.datafile import latest_per_key
 from statesnap.checkpoint.manifest import DataFile
-from statesnap.durations import parse_duration
 from statesnap.errors import CheckpointError
 from statesnap.spark.changes import ChangeFolder, from_ipc, to_ipc, write_data_file
 from statesnap.spark.kafka_io import change_table, iter_range, split_ranges
 from statesnap.spark.options import KafkaSourceOptions
 from statesnap.spark.session import is_local
 from statesnap.spark.writer import SparkTableWriter
-from statesnap.task.options import CheckpointOptions, SnapshotOptions
+from statesnap.task.options import CheckpointOptions
 from statesnap.task.restore import RestoreReport
 
 log = logging.getLogger(__name__)
@@ -83,21 +81,40 @@ class _Split:
     previous: tuple[DataFile, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class BootstrapSpec:
+    """What one bootstrap run is asked to do (the keywords of :func:`bootstrap`, as one value).
+
+    ``checkpoints``: the checkpoint store, or :class:`CheckpointOptions` with its storage
+    options, retention (GC after the commit), an exact generation to continue from, whether a
+    checkpoint is required, and how the run takes part in snapshots (``snapshots.task_id``
+    defaults to ``spark-bootstrap``). ``min_partitions``: at least this many tasks (default: the
+    cluster's default parallelism, splitting only ranges of more than 2 × 200k records; an
+    explicit value splits down to single records). ``timeout``: how long an unreachable cluster
+    is waited for.
+    """
+
+    bootstrap_servers: str
+    topic: str
+    table: str
+    checkpoints: CheckpointOptions
+    kafka_config: Mapping[str, Any] = field(default_factory=dict)
+    min_partitions: int | None = None
+    timeout: float = 15.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kafka_config", MappingProxyType(dict(self.kafka_config)))
+
+
 def bootstrap(
     spark: Any,
     *,
     bootstrap_servers: str,
     topic: str,
     table: str,
-    checkpoints: str,
-    storage_options: Mapping[str, Any] | None = None,
+    checkpoints: str | CheckpointOptions,
     kafka_config: Mapping[str, Any] | None = None,
-    retention: RetentionPolicy | None = None,
     min_partitions: int | None = None,
-    snapshot_store: str | None = None,
-    snapshot_timeout: str | float | timedelta = "60s",
-    generation: int | None = None,
-    require_checkpoint: bool = False,
     timeout: float = 15.0,
 ) -> CheckpointManifest:
     """Write a checkpoint of *topic*'s table as of now, using the whole Spark cluster.
@@ -105,70 +122,39 @@ def bootstrap(
     The driver is one task of the table's snapshots: it joins the snapshot in progress (one
     ``statesnap snapshot create`` started) or starts one, and reports every partition, so the
     snapshot completes with its report, through the same orchestrator as every writer.
-    With a usable checkpoint of *table* (or *generation*) only the records after its offsets are
-    read; without one, the whole history. Returns the committed manifest (the previous one if
-    nothing was appended and no snapshot waits). ``retention`` runs GC after the commit.
-    Partitions are split so that there are at least ``min_partitions`` tasks (default: the
-    cluster's default parallelism, splitting only ranges of more than 2 × 200k records; an
-    explicit value splits down to single records). An unreachable cluster fails after *timeout*.
+    With a usable checkpoint of *table* (or ``checkpoints.generation``) only the records after
+    its offsets are read; without one, the whole history (or, with ``checkpoints.require``, a
+    ``NoUsableCheckpointError``). Returns the committed manifest (the previous one if nothing
+    was appended and no snapshot waits). See :class:`BootstrapSpec` for the other settings.
     """
-    return run_bootstrap(
-        spark,
-        bootstrap_servers=bootstrap_servers,
-        topic=topic,
-        table=table,
-        checkpoints=checkpoints,
-        storage_options=storage_options,
-        kafka_config=kafka_config,
-        retention=retention,
-        min_partitions=min_partitions,
-        snapshot_store=snapshot_store,
-        snapshot_timeout=snapshot_timeout,
-        generation=generation,
-        require_checkpoint=require_checkpoint,
-        timeout=timeout,
-    ).manifest
+    spec = BootstrapSpec(
+        bootstrap_servers,
+        topic,
+        table,
+        checkpoints if isinstance(checkpoints, CheckpointOptions) else CheckpointOptions(checkpoints),
+        kafka_config or {},
+        min_partitions,
+        timeout,
+    )
+    return run_bootstrap(spark, spec).manifest
 
 
-def run_bootstrap(
-    spark: Any,
-    *,
-    bootstrap_servers: str,
-    topic: str,
-    table: str,
-    checkpoints: str,
-    storage_options: Mapping[str, Any] | None = None,
-    kafka_config: Mapping[str, Any] | None = None,
-    retention: RetentionPolicy | None = None,
-    min_partitions: int | None = None,
-    snapshot_store: str | None = None,
-    snapshot_timeout: str | float | timedelta = "60s",
-    generation: int | None = None,
-    require_checkpoint: bool = False,
-    timeout: float = 15.0,
-    progress: Progress | None = None,
-) -> BootstrapResult:
-    """:func:`bootstrap`, returning what the run did; *progress* is called while the job runs."""
+def run_bootstrap(spark: Any, spec: BootstrapSpec, *, progress: Progress | None = None) -> BootstrapResult:
+    """:func:`bootstrap` as *spec* says, returning what the run did; *progress* is called while
+    the job runs."""
     started = time.monotonic()
     writer = SparkTableWriter.open(
-        bootstrap_servers=bootstrap_servers,
-        topic=topic,
-        table=table,
-        checkpoints=CheckpointOptions(
-            checkpoints,
-            storage_options=storage_options or {},
-            retention=retention or RetentionPolicy(),
-            generation=generation,
-            require=require_checkpoint,
-            snapshots=SnapshotOptions(snapshot_store, parse_duration(snapshot_timeout)),
-        ),
-        kafka_config=kafka_config,
-        task_id="spark-bootstrap",
-        timeout=timeout,
+        bootstrap_servers=spec.bootstrap_servers,
+        topic=spec.topic,
+        table=spec.table,
+        checkpoints=spec.checkpoints,
+        kafka_config=spec.kafka_config,
+        task_id=spec.checkpoints.snapshots.task_id or "spark-bootstrap",
+        timeout=spec.timeout,
         remote_executors=not is_local(spark),
     )
     try:
-        return _bootstrap(spark, writer, min_partitions, started, progress)
+        return _bootstrap(spark, writer, spec.min_partitions, started, progress)
     finally:
         writer.close()
 

@@ -9,7 +9,7 @@ micro-batch, in ``foreachBatch``:
 
 The driver is one task of the table's snapshots (a
 :class:`~statesnap.snapshot.participant.Participant`, like every writer). A timer on the driver —
-not only the next batch — commits a checkpoint when ``checkpoint_interval`` has passed with
+not only the next batch — commits a checkpoint when the checkpoint interval has passed with
 something new, and reports to any snapshot in progress (``statesnap snapshot create``) even when
 the topic is quiet: partitions whose deltas piled up are compacted into a new ``base`` by tasks,
 the participant reports every partition (previous files + pending deltas, offsets = the end of
@@ -25,7 +25,7 @@ Killed anywhere and restarted, the next checkpoint is still exactly a full repla
 materializer per table at a time.
 
 Generations stay consecutive: delta files are written before any generation is reserved (a
-checkpoint is committed only every ``checkpoint_interval``), so they go into the data directory
+checkpoint is committed only every checkpoint interval), so they go into the data directory
 of the checkpoint they build on (the table's highest generation in use before the first one),
 not into a directory of their own — a new directory number is a generation used, and the next
 snapshot would skip it. A run numbers its files past every file already in that directory, so a
@@ -49,10 +49,9 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
-from statesnap.checkpoint import CheckpointManifest, PartitionCheckpoint, RetentionPolicy, datafile, layout
+from statesnap.checkpoint import CheckpointManifest, PartitionCheckpoint, datafile, layout
 from statesnap.checkpoint.journal import BatchEntry, BatchJournal, BatchRange, pending_entries
 from statesnap.checkpoint.manifest import DataFile
-from statesnap.durations import parse_duration
 from statesnap.errors import CheckpointError, CheckpointHistoryLostError, ConfigError
 from statesnap.snapshot.model import Snapshot
 from statesnap.snapshot.participant import needs_base
@@ -63,7 +62,7 @@ from statesnap.spark.query_state import reconcile_query_state
 from statesnap.spark.session import is_local
 from statesnap.spark.source import RANGES_SOURCE_NAME
 from statesnap.spark.writer import SparkTableWriter
-from statesnap.task.options import CheckpointOptions, SnapshotOptions
+from statesnap.task.options import CheckpointOptions
 from statesnap.task.restore import RestoreReport
 
 log = logging.getLogger(__name__)
@@ -86,17 +85,11 @@ class StreamMaterializer:
         bootstrap_servers: str,
         topic: str,
         table: str,
-        checkpoints: str,
+        checkpoints: CheckpointOptions,
         checkpoint_location: str,
-        storage_options: Mapping[str, Any] | None,
         kafka_config: Mapping[str, Any] | None,
-        checkpoint_interval: timedelta,
-        retention: RetentionPolicy,
         compact_after: int,
         observer: Observer | None,
-        snapshot_store: str | None = None,
-        snapshot_timeout: timedelta = timedelta(seconds=60),
-        generation: int | None = None,
         timer_interval: float = 1.0,
         timeout: float = 15.0,
     ) -> None:
@@ -106,7 +99,7 @@ class StreamMaterializer:
         self.spark = spark
         self.topic = topic
         self.table = table
-        self.checkpoint_interval = checkpoint_interval
+        self.checkpoint_interval = checkpoints.interval
         self.compact_after = compact_after
         self.observer = observer
         self.timer_interval = timer_interval
@@ -114,15 +107,9 @@ class StreamMaterializer:
             bootstrap_servers=bootstrap_servers,
             topic=topic,
             table=table,
-            checkpoints=CheckpointOptions(
-                checkpoints,
-                storage_options=storage_options or {},
-                retention=retention or RetentionPolicy(),
-                generation=generation,
-                snapshots=SnapshotOptions(snapshot_store, snapshot_timeout),
-            ),
+            checkpoints=checkpoints,
             kafka_config=kafka_config,
-            task_id="spark-stream",
+            task_id=checkpoints.snapshots.task_id or "spark-stream",
             timeout=timeout,
             remote_executors=not is_local(spark),
         )
@@ -481,58 +468,64 @@ class StreamMaterializer:
             self.writer.close()
 
 
+#: What a plain URL means for a stream: a checkpoint every 5 minutes, a micro-batch every 10 s.
+STREAM_CHECKPOINT_INTERVAL = timedelta(minutes=5)
+STREAM_TRIGGER_INTERVAL = timedelta(seconds=10)
+
+
+def stream_checkpoints(checkpoints: str | CheckpointOptions) -> CheckpointOptions:
+    """*checkpoints* as a bundle: a URL gets the stream's intervals, a bundle stays as it is."""
+    if isinstance(checkpoints, CheckpointOptions):
+        return checkpoints
+    return CheckpointOptions(
+        checkpoints, interval=STREAM_CHECKPOINT_INTERVAL, commit_interval=STREAM_TRIGGER_INTERVAL
+    )
+
+
 def materialize_stream(
     spark: Any,
     *,
     bootstrap_servers: str,
     topic: str,
     table: str,
-    checkpoints: str,
+    checkpoints: str | CheckpointOptions,
     checkpoint_location: str,
-    storage_options: Mapping[str, Any] | None = None,
     kafka_config: Mapping[str, Any] | None = None,
-    checkpoint_interval: str | float | timedelta = "5m",
-    trigger_interval: str | float | timedelta = "10s",
     available_now: bool = False,
     max_offsets_per_trigger: int | None = None,
-    retention: RetentionPolicy | None = None,
     compact_after: int = 8,
     query_name: str | None = None,
     observer: Observer | None = None,
-    snapshot_store: str | None = None,
-    snapshot_timeout: str | float | timedelta = "60s",
-    generation: int | None = None,
     timeout: float = 15.0,
 ) -> StreamMaterializer:
     """Start materializing *topic* into checkpoints of *table*; returns the running handle.
 
+    ``checkpoints``: the store, or :class:`CheckpointOptions` with its storage options, the
+    checkpoint ``interval``, the micro-batch trigger (``commit_interval``: a batch is a commit
+    point), retention, an exact generation to continue from and snapshot settings; a plain URL
+    checkpoints every 5 minutes with a batch every 10 seconds.
     ``checkpoint_location`` is the Spark streaming checkpoint (restart with the same one to
     resume; state that disagrees with the checkpoint store is moved aside). A checkpoint is
-    committed every ``checkpoint_interval`` when something new was materialized (checked at each
-    batch and on a timer, so a quiet topic is checkpointed too); a snapshot created elsewhere
-    (``statesnap snapshot create``) is reported to within about one ``trigger_interval``.
-    Partitions with more than ``compact_after`` delta files (or more delta than base bytes) get
-    a new base. ``available_now`` processes what exists and stops. Stop with
+    committed every interval when something new was materialized (checked at each batch and on
+    a timer, so a quiet topic is checkpointed too); a snapshot created elsewhere (``statesnap
+    snapshot create``) is reported to within about one trigger interval. Partitions with more
+    than ``compact_after`` delta files (or more delta than base bytes) get a new base.
+    ``available_now`` processes what exists and stops. Stop with
     :meth:`StreamMaterializer.stop` (which commits a final checkpoint). ``observer`` sees each
     step of a batch; ``timeout`` bounds waits for the cluster's metadata.
     """
-    trigger_seconds = parse_duration(trigger_interval).total_seconds()
+    options = stream_checkpoints(checkpoints)
+    trigger_seconds = options.commit_interval.total_seconds()
     materializer = StreamMaterializer(
         spark,
         bootstrap_servers=bootstrap_servers,
         topic=topic,
         table=table,
-        checkpoints=checkpoints,
+        checkpoints=options,
         checkpoint_location=checkpoint_location,
-        storage_options=storage_options,
         kafka_config=kafka_config,
-        checkpoint_interval=parse_duration(checkpoint_interval),
-        retention=retention or RetentionPolicy(),
         compact_after=compact_after,
         observer=observer,
-        snapshot_store=snapshot_store,
-        snapshot_timeout=parse_duration(snapshot_timeout),
-        generation=generation,
         timer_interval=max(0.2, min(trigger_seconds, 1.0)),
         timeout=timeout,
     )
