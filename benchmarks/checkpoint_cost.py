@@ -46,6 +46,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from statesnap import CheckpointOptions, StoreOptions
+
 if TYPE_CHECKING:
     from statesnap.python.reads import StoreName
 
@@ -225,11 +227,9 @@ def write_cost(
             topic,
             bootstrap_servers=bootstrap,
             name=f"cost-{store}",
-            checkpoints=os.path.join(root, store),
-            store=cast("StoreName", store),
-            store_path=os.path.join(root, f"{store}-state"),
+            checkpoints=CheckpointOptions(os.path.join(root, store), interval=1e9),
+            store=StoreOptions(cast("StoreName", store), path=os.path.join(root, f"{store}-state")),
             background=False,
-            checkpoint_interval=1e9,  # only the explicit checkpoints below
         )
         t0 = time.perf_counter()
         rep = t.start()
@@ -365,11 +365,10 @@ def follow_child(args: dict[str, Any]) -> dict[str, Any]:
         args["topic"],
         bootstrap_servers=args["bootstrap"],
         name=f"cost-{args['store']}",
-        checkpoints=args["checkpoints"],
-        store=args["store"],
-        store_path=args["store_path"],
-        commit_interval=args["commit_interval"],
-        checkpoint_interval=args["checkpoint_interval"],
+        checkpoints=CheckpointOptions(
+            args["checkpoints"], commit_interval=args["commit_interval"], interval=args["checkpoint_interval"]
+        ),
+        store=StoreOptions(args["store"], path=args["store_path"]),
     )
     table.start()
     assert table.snapshots is not None
@@ -679,10 +678,9 @@ def main() -> None:
                     topic,
                     bootstrap_servers=bs,
                     name=f"cost-{store}",
-                    checkpoints=os.path.join(root, store),
+                    checkpoints=CheckpointOptions(os.path.join(root, store), interval=1e9),
                     store=cast("StoreName", store),
                     background=False,
-                    checkpoint_interval=1e9,
                 ) as t:
                     t.checkpoint()
         if args.follow_seconds > 0:

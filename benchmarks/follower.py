@@ -39,7 +39,7 @@ from confluent_kafka import Producer
 from rich.console import Console
 from rich.table import Table as RichTable
 
-from statesnap import Table
+from statesnap import CheckpointOptions, Table
 from statesnap.devstack import EmbeddedBroker, EmbeddedS3
 from statesnap.devstack.process import free_port
 from statesnap.digest import table_digest
@@ -83,7 +83,12 @@ def bench_boot(
         settings, SampleSpec(topic, args.partitions, args.keys, history, 0.01, args.value_bytes, 1)
     )
     console.print(f"produced {history:,} updates over {args.keys:,} keys in {time.monotonic() - t0:.1f}s")
-    owner = Table(topic, bootstrap_servers=bs, checkpoints=url, storage_options=options, background=False)
+    owner = Table(
+        topic,
+        bootstrap_servers=bs,
+        checkpoints=CheckpointOptions(url, storage_options=options),
+        background=False,
+    )
     owner.start()
     manifest = owner.checkpoint()
     owner.close(checkpoint=False)
@@ -91,7 +96,9 @@ def bench_boot(
     tail = max(1, history // 100)
     produce_sample(settings, SampleSpec(topic, args.partitions, args.keys, tail, 0.01, args.value_bytes, 2))
 
-    follower = Follower(topic, bootstrap_servers=bs, checkpoints=url, storage_options=options)
+    follower = Follower(
+        topic, bootstrap_servers=bs, checkpoints=CheckpointOptions(url, storage_options=options)
+    )
     rep = follower.start()
     boot = follower.status().restore_seconds or 0.0
     d_follower = table_digest(follower.raw_items())

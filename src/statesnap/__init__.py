@@ -7,21 +7,30 @@ __version__ = "0.1.0"
 from statesnap.checkpoint.retention import RetentionPolicy
 from statesnap.errors import StatesnapError
 from statesnap.python.follower import Follower, FollowerStatus
-from statesnap.python.hooks import RestoreListener
+from statesnap.python.hooks import Hooks, RestoreListener
 from statesnap.python.table import Table
 from statesnap.serde import BytesSerde, JsonSerde, Serde, StringSerde
+from statesnap.task.options import CheckpointOptions, GroupOptions, SnapshotOptions, StaticShare, StoreOptions
 from statesnap.task.restore import RestoreReport
+from statesnap.task.rowfilter import RowFilter
 
 __all__ = [
     "BytesSerde",
+    "CheckpointOptions",
     "Follower",
     "FollowerStatus",
+    "GroupOptions",
+    "Hooks",
     "JsonSerde",
     "RestoreListener",
     "RestoreReport",
     "RetentionPolicy",
+    "RowFilter",
     "Serde",
+    "SnapshotOptions",
     "StatesnapError",
+    "StaticShare",
+    "StoreOptions",
     "StringSerde",
     "Table",
     "__version__",

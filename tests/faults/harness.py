@@ -25,6 +25,7 @@ from typing import Any
 
 from faults.ledger import CaseLedger
 from integration.conftest import KafkaTool, Rec
+from statesnap import CheckpointOptions
 from statesnap.blob import BlobStore, open_blob_store
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, layout
 
@@ -368,21 +369,33 @@ class Restored:
 
 
 def restore(
-    bootstrap: str, topic: str, loc: Location | None, *, name: str | None = None, **kw: Any
+    bootstrap: str,
+    topic: str,
+    loc: Location | None,
+    *,
+    name: str | None = None,
+    read_only: bool = False,
+    generation: int | None = None,
+    tail: bool = True,
 ) -> Restored:
-    """An in-process restore (statesnap's restore path; the *result* is judged by the caller)."""
-    from statesnap import Table
+    """An in-process restore (statesnap's restore path; the *result* is judged by the caller): a
+    writer's ``Table``, or with *read_only* (or ``tail=False``) a ``Follower``."""
+    from statesnap import Follower, Table
 
-    t = Table(
-        topic,
-        name=name,
-        bootstrap_servers=bootstrap,
-        checkpoints=loc.url if loc else None,
-        storage_options=dict(loc.options) if loc else None,
-        background=False,
-        timeout=20.0,
-        **kw,
+    options = (
+        CheckpointOptions(loc.url, storage_options=dict(loc.options), generation=generation)
+        if loc is not None
+        else None
     )
+    t: Table[bytes, bytes] | Follower[bytes, bytes]
+    if read_only or not tail:
+        t = Follower(
+            topic, name=name, bootstrap_servers=bootstrap, checkpoints=options, timeout=20.0, tail=tail
+        )
+    else:
+        t = Table(
+            topic, name=name, bootstrap_servers=bootstrap, checkpoints=options, background=False, timeout=20.0
+        )
     try:
         report = t.start()
         return Restored(
@@ -392,7 +405,10 @@ def restore(
             [s.generation for s in report.skipped],
         )
     finally:
-        t.close(checkpoint=False)
+        if isinstance(t, Table):
+            t.close(checkpoint=False)
+        else:
+            t.close()
 
 
 def judge(ledger: CaseLedger, what: str, got: Mapping[bytes, bytes], expected: Mapping[bytes, bytes]) -> None:

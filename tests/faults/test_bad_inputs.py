@@ -34,7 +34,7 @@ from faults.harness import (
     truth_at,
 )
 from faults.ledger import CaseLedger, is_long
-from statesnap import Table
+from statesnap import CheckpointOptions, Table
 from statesnap.checkpoint import layout
 from statesnap.devstack.process import free_port
 
@@ -274,8 +274,7 @@ def _checkpointed(kafka: KafkaTool, topic: str, loc: Location) -> None:
         t = Table(
             topic,
             bootstrap_servers=kafka.bootstrap,
-            checkpoints=loc.url,
-            storage_options=dict(loc.options),
+            checkpoints=CheckpointOptions(loc.url, storage_options=dict(loc.options)),
             background=False,
         )
         t.start()

@@ -38,7 +38,7 @@ from faults.harness import (
     truth_at,
 )
 from faults.ledger import CaseLedger, is_long
-from statesnap import RetentionPolicy, Table
+from statesnap import CheckpointOptions, RetentionPolicy, Table
 from statesnap.checkpoint import CheckpointRepository, layout
 from statesnap.errors import CheckpointMismatchError, OffsetOutOfRangeError, StatesnapError
 
@@ -253,12 +253,14 @@ def _history(kafka: KafkaTool, s3_server: Any, base: Path) -> History:
         kind: Table(
             topic,
             bootstrap_servers=kafka.bootstrap,
-            checkpoints=loc.url,
-            storage_options=dict(loc.options),
+            checkpoints=CheckpointOptions(
+                loc.url,
+                storage_options=dict(loc.options),
+                interval="1h",
+                commit_interval="1h",
+                retention=RetentionPolicy(min_count=10),
+            ),
             background=False,
-            checkpoint_interval="1h",
-            commit_interval="1h",
-            retention=RetentionPolicy(min_count=10),
         )
         for kind, loc in templates.items()
     }

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from statesnap import RetentionPolicy, Table
+from statesnap import CheckpointOptions, RetentionPolicy, Table
 from statesnap.blob import BlobStore, open_blob_store
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, layout
 from statesnap.digest import table_digest
@@ -50,11 +50,13 @@ def _table(kafka: Any, topic: str, location: Any, **kw: Any) -> Table:
         topic,
         bootstrap_servers=kafka.bootstrap,
         background=False,
-        checkpoints=location.url,
-        storage_options=location.options,
-        checkpoint_interval="1h",
-        commit_interval="1h",
-        retention=RetentionPolicy(min_count=10),
+        checkpoints=CheckpointOptions(
+            location.url,
+            storage_options=location.options,
+            interval="1h",
+            commit_interval="1h",
+            retention=RetentionPolicy(min_count=10),
+        ),
         **kw,
     )
 

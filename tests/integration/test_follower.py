@@ -22,7 +22,7 @@ import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 
 from integration.conftest import restored_digest
-from statesnap import RetentionPolicy, Table
+from statesnap import CheckpointOptions, RetentionPolicy, RowFilter, StoreOptions, Table
 from statesnap.blob import BlobStore, open_blob_store
 from statesnap.digest import table_digest
 from statesnap.errors import ConfigError, ReadOnlyTableError, TableStateError, TopicNotFoundError
@@ -73,12 +73,10 @@ def owner_table(kafka: Any, topic: str, url: str, options: dict[str, str]) -> Ta
     return Table(
         topic,
         bootstrap_servers=kafka.bootstrap,
-        checkpoints=url,
-        storage_options=options,
+        checkpoints=CheckpointOptions(
+            url, storage_options=options, retention=EAGER_GC, commit_interval="1h", interval="1h"
+        ),
         background=False,
-        retention=EAGER_GC,
-        commit_interval="1h",
-        checkpoint_interval="1h",
     )
 
 
@@ -86,7 +84,10 @@ def follower_for(
     kafka: Any, topic: str, url: str | BlobStore, options: dict[str, str], **kwargs: Any
 ) -> Follower:
     return Follower(
-        topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, storage_options=options, **kwargs
+        topic,
+        bootstrap_servers=kafka.bootstrap,
+        checkpoints=CheckpointOptions(url, storage_options=options),
+        **kwargs,
     )
 
 
@@ -149,8 +150,7 @@ def test_follower_started_while_owner_writes_converges(kafka: Any, s3_location: 
             topic,
             s3_location.url,
             s3_location.options,
-            key_filter=keep_even if filtered else None,
-            value_projection=project if filtered else None,
+            row_filter=RowFilter(keep_even, project) if filtered else None,
         )
         report = follower.start()
         at_boot = sum(follower.offsets.values())
@@ -173,10 +173,7 @@ def test_follower_started_while_owner_writes_converges(kafka: Any, s3_location: 
         got = table_digest(follower.raw_items())
         assert got == table_digest(truth.items())
         assert got == restored_digest(  # a full replay with the same filters
-            topic,
-            kafka.bootstrap,
-            key_filter=keep_even if filtered else None,
-            value_projection=project if filtered else None,
+            topic, kafka.bootstrap, row_filter=RowFilter(keep_even, project) if filtered else None
         )
         assert len(follower) == len(truth)
 
@@ -318,8 +315,7 @@ def test_read_your_writes_through_wait_for(kafka: Any, s3_location: Any, store: 
         topic,
         s3_location.url,
         s3_location.options,
-        store=store,
-        store_path=tmp_path / "replica",
+        store=StoreOptions(store, path=tmp_path / "replica"),
         key_serde="string",
         value_serde="string",
     )

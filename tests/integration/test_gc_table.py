@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from statesnap import RetentionPolicy, Table
+from statesnap import CheckpointOptions, RetentionPolicy, Table
 from statesnap.checkpoint import CheckpointRepository, collect_garbage
 
 pytestmark = pytest.mark.integration
@@ -29,11 +29,13 @@ def test_gc_after_each_checkpoint_keeps_min_count(checkpoint_location: Any, kafk
         topic,
         bootstrap_servers=kafka.bootstrap,
         background=False,
-        checkpoints=checkpoint_location.url,
-        storage_options=checkpoint_location.options,
-        checkpoint_interval="1h",
-        commit_interval="1h",
-        retention=RetentionPolicy(min_count=2, min_age=timedelta(0), orphan_grace=timedelta(0)),
+        checkpoints=CheckpointOptions(
+            checkpoint_location.url,
+            storage_options=checkpoint_location.options,
+            interval="1h",
+            commit_interval="1h",
+            retention=RetentionPolicy(min_count=2, min_age=timedelta(0), orphan_grace=timedelta(0)),
+        ),
     )
     t.start()
     produced: list[Any] = []
@@ -62,9 +64,9 @@ def test_gc_after_each_checkpoint_keeps_min_count(checkpoint_location: Any, kafk
             topic,
             bootstrap_servers=kafka.bootstrap,
             background=False,
-            checkpoints=checkpoint_location.url,
-            storage_options=checkpoint_location.options,
-            generation=generation,
+            checkpoints=CheckpointOptions(
+                checkpoint_location.url, storage_options=checkpoint_location.options, generation=generation
+            ),
         )
         report = r.start()
         try:
@@ -80,9 +82,11 @@ def test_min_age_keeps_young_checkpoints(checkpoint_location: Any, kafka: Any) -
         topic,
         bootstrap_servers=kafka.bootstrap,
         background=False,
-        checkpoints=checkpoint_location.url,
-        storage_options=checkpoint_location.options,
-        retention=RetentionPolicy(min_count=1, min_age=timedelta(hours=1)),
+        checkpoints=CheckpointOptions(
+            checkpoint_location.url,
+            storage_options=checkpoint_location.options,
+            retention=RetentionPolicy(min_count=1, min_age=timedelta(hours=1)),
+        ),
     )
     t.start()
     produced: list[Any] = []

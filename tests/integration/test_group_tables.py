@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from statesnap import Table
+from statesnap import CheckpointOptions, Follower, SnapshotOptions, StaticShare, Table
 from statesnap.errors import ConfigError, PartitionNotOwnedError
 from statesnap.kafka.partitioner import resolve_partitioner
 from statesnap.snapshot.api import SnapshotApi
@@ -73,11 +73,10 @@ def member(bootstrap: str, topic: str, url: str, group: str) -> Table:
     return Table(
         topic,
         bootstrap_servers=bootstrap,
-        checkpoints=url,
+        checkpoints=CheckpointOptions(
+            url, commit_interval="1s", interval="1h", snapshots=SnapshotOptions(timeout="60s")
+        ),
         group=group,
-        commit_interval="1s",
-        checkpoint_interval="1h",
-        snapshot_timeout="60s",
     )
 
 
@@ -215,8 +214,11 @@ def test_members_come_and_go_under_load(
     assert set(snap.tasks) == {a.task_id, b.task_id, d.task_id}
     for t in (a, b, d):
         assert snap.tasks[t.task_id].partitions == set(t.partitions)
-    frozen = Table(
-        topic_name, bootstrap_servers=bootstrap, checkpoints=url, generation=snap.generation, tail=False
+    frozen = Follower(
+        topic_name,
+        bootstrap_servers=bootstrap,
+        checkpoints=CheckpointOptions(url, generation=snap.generation),
+        tail=False,
     )
     frozen.start()
     try:
@@ -250,11 +252,9 @@ def test_group_and_static_instances_are_refused_together(
     bootstrap: str, topic_name: str, tmp_path: Path
 ) -> None:
     with pytest.raises(ConfigError, match="pick one"):
-        Table(topic_name, bootstrap_servers=bootstrap, group="g", instance=0, instances=2)
+        Table(topic_name, bootstrap_servers=bootstrap, group="g", partitions=StaticShare(0, 2))
     with pytest.raises(ConfigError, match="partitions"):
         Table(topic_name, bootstrap_servers=bootstrap, group="g", partitions=[0])
-    with pytest.raises(ConfigError, match="tails the topic"):
-        Table(topic_name, bootstrap_servers=bootstrap, group="g", read_only=True)
     base = [*STATESNAP, "materialize", "-b", bootstrap, "-t", topic_name, "-c", str(tmp_path / "c")]
     cases = {
         ("--follow", "--group", "g", "--instance", "0", "--instances", "2"): "pick one",

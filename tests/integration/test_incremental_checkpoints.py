@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from statesnap import RetentionPolicy, Table
+from statesnap import CheckpointOptions, RetentionPolicy, Table
 from statesnap.checkpoint.compaction import COMPACT_AFTER
 
 pytestmark = pytest.mark.integration
@@ -25,11 +25,10 @@ def _table(kafka: Any, topic: str, location: Any, **kw: Any) -> Table:
     return Table(
         topic,
         bootstrap_servers=kafka.bootstrap,
-        checkpoints=location.url,
-        storage_options=location.options,
+        checkpoints=CheckpointOptions(
+            location.url, storage_options=location.options, interval="1h", commit_interval="1h"
+        ),
         background=False,
-        checkpoint_interval="1h",
-        commit_interval="1h",
         **kw,
     )
 

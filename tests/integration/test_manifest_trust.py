@@ -23,7 +23,7 @@ from urllib.request import url2pathname
 import pytest
 
 from integration.cli_runner import digest, statesnap
-from statesnap import RetentionPolicy, Table
+from statesnap import CheckpointOptions, RetentionPolicy, SnapshotOptions, Table
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, layout
 
@@ -48,10 +48,9 @@ def _table(kafka: Any, topic: str, url: str) -> Table:
         topic,
         bootstrap_servers=kafka.bootstrap,
         background=False,
-        checkpoints=url,
-        checkpoint_interval="1h",
-        commit_interval="1h",
-        retention=RetentionPolicy(min_count=10),
+        checkpoints=CheckpointOptions(
+            url, interval="1h", commit_interval="1h", retention=RetentionPolicy(min_count=10)
+        ),
     )
 
 
@@ -332,9 +331,7 @@ def test_verify_reads_a_topic_snapshot_store_only_with_its_cluster(
         topic,
         bootstrap_servers=kafka.bootstrap,
         background=False,
-        checkpoints=url,
-        snapshot_store=snapshots,
-        checkpoint_interval="1h",
+        checkpoints=CheckpointOptions(url, interval="1h", snapshots=SnapshotOptions(store=snapshots)),
     )
     t.start()
     try:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from statesnap import Follower, Table
+from statesnap import CheckpointOptions, Follower, Table
 from statesnap.cli import cli
 from statesnap.digest import table_digest
 from statesnap.errors import (
@@ -30,7 +30,6 @@ from statesnap.errors import (
     NoUsableCheckpointError,
     ReadOnlyTableError,
     SnapshotNotFoundError,
-    TableStateError,
 )
 
 pytestmark = pytest.mark.integration
@@ -96,8 +95,11 @@ def test_table_at_a_generation_without_tail_is_that_snapshot(
     assert len({json.dumps(sorted(t.items()), default=repr) for t in g["truths"].values()}) == 3
     before = tree_hash(g["root"])
     for gen, truth in g["truths"].items():
-        t = Table(
-            g["topic"], bootstrap_servers=kafka.bootstrap, checkpoints=g["url"], generation=gen, tail=False
+        t = Follower(
+            g["topic"],
+            bootstrap_servers=kafka.bootstrap,
+            checkpoints=CheckpointOptions(g["url"], generation=gen),
+            tail=False,
         )
         report = t.start()
         try:
@@ -110,20 +112,16 @@ def test_table_at_a_generation_without_tail_is_that_snapshot(
             assert not t.wait_for({0: 10_000}, timeout=5)  # never moves: answers at once
             with pytest.raises(ReadOnlyTableError, match="point-in-time"):
                 t.checkpoint()
-            with pytest.raises(TableStateError, match="tail=False"):
-                t.poll()
         finally:
             t.close()
     assert tree_hash(g["root"]) == before, "a point-in-time read wrote to the checkpoint store"
 
     # With the tail (the default) every generation converges on the full replay.
     for gen in (1, 3):
-        with Table(
+        with Follower(
             g["topic"],
             bootstrap_servers=kafka.bootstrap,
-            checkpoints=g["url"],
-            generation=gen,
-            read_only=True,
+            checkpoints=CheckpointOptions(g["url"], generation=gen),
         ) as t:
             assert dict(t.raw_items()) == g["full"]
 
@@ -182,8 +180,11 @@ def test_dump_refuses_conflicting_flags_in_one_line(
 def test_a_missing_generation_is_named(kafka: Any, three_generations: dict[str, Any]) -> None:
     g = three_generations
     for tail in (True, False):
-        t = Table(
-            g["topic"], bootstrap_servers=kafka.bootstrap, checkpoints=g["url"], generation=99, tail=tail
+        t = Follower(
+            g["topic"],
+            bootstrap_servers=kafka.bootstrap,
+            checkpoints=CheckpointOptions(g["url"], generation=99),
+            tail=tail,
         )
         with pytest.raises(GenerationNotFoundError, match=r"no generation 99 .*generations there: 1, 2, 3"):
             t.start()
@@ -201,11 +202,11 @@ def test_a_missing_generation_is_named(kafka: Any, three_generations: dict[str, 
 
 def test_point_in_time_arguments_are_checked_before_any_io() -> None:
     with pytest.raises(ConfigError, match="tail=False needs generation"):
-        Table("t", bootstrap_servers="127.0.0.1:1", checkpoints="/tmp/x", tail=False)
-    with pytest.raises(ConfigError, match="needs checkpoints"):
-        Table("t", bootstrap_servers="127.0.0.1:1", generation=2)
+        Follower("t", bootstrap_servers="127.0.0.1:1", checkpoints="/tmp/x", tail=False)
+    with pytest.raises(ConfigError, match="tail=False needs generation"):
+        Follower("t", bootstrap_servers="127.0.0.1:1", checkpoints=None, tail=False)
     with pytest.raises(ConfigError, match=">= 1"):
-        Table("t", bootstrap_servers="127.0.0.1:1", checkpoints="/tmp/x", generation=0)
+        Table("t", bootstrap_servers="127.0.0.1:1", checkpoints=CheckpointOptions("/tmp/x", generation=0))
 
 
 def test_a_checkpoint_url_holding_nothing_is_a_warning_not_silence(
@@ -233,7 +234,9 @@ def test_a_checkpoint_url_holding_nothing_is_a_warning_not_silence(
     assert "replaying the whole topic" in warnings[0].message
 
     caplog.clear()
-    strict = Follower(topic, bootstrap_servers=kafka.bootstrap, checkpoints=typo, require_checkpoint=True)
+    strict = Follower(
+        topic, bootstrap_servers=kafka.bootstrap, checkpoints=CheckpointOptions(typo, require=True)
+    )
     with pytest.raises(NoUsableCheckpointError, match="checkpionts"):
         strict.start()
     assert strict.state == "failed"

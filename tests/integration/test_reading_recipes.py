@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from statesnap import RetentionPolicy, Table
+from statesnap import CheckpointOptions, RetentionPolicy, Table
 from statesnap.checkpoint import CheckpointManifest
 from statesnap.snapshot.api import SnapshotApi
 
@@ -120,11 +120,8 @@ def write_checkpoints(kafka: Any, directory: Path) -> Written:
     t = Table(
         topic,
         bootstrap_servers=kafka.bootstrap,
-        checkpoints=root,
+        checkpoints=CheckpointOptions(root, interval="1h", commit_interval="1h", retention=eager),
         background=False,
-        checkpoint_interval="1h",
-        commit_interval="1h",
-        retention=eager,
     )
     t.start()
     deleted_early: set[int] = set()

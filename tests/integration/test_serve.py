@@ -27,7 +27,7 @@ import httpx
 import pytest
 from confluent_kafka import Producer
 
-from statesnap import RetentionPolicy, Table
+from statesnap import CheckpointOptions, RetentionPolicy, Table
 from statesnap.blob import BlobStore, open_blob_store
 from statesnap.devstack.process import free_port
 from statesnap.python.follower import Follower
@@ -60,10 +60,10 @@ def checkpointed_topic(kafka: Any, s3: Any, count: int = 1000, seed: int = 1) ->
     owner = Table(
         topic,
         bootstrap_servers=kafka.bootstrap,
-        checkpoints=s3.url,
-        storage_options=s3.options,
+        checkpoints=CheckpointOptions(
+            s3.url, storage_options=s3.options, retention=RetentionPolicy(min_count=1, min_age=timedelta(0))
+        ),
         background=False,
-        retention=RetentionPolicy(min_count=1, min_age=timedelta(0)),
     )
     owner.start()
     assert owner.checkpoint() is not None
@@ -163,8 +163,7 @@ def test_lookups_and_read_your_writes_while_the_owner_writes(
         Follower(
             topic,
             bootstrap_servers=kafka.bootstrap,
-            checkpoints=s3_location.url,
-            storage_options=s3_location.options,
+            checkpoints=CheckpointOptions(s3_location.url, storage_options=s3_location.options),
         )
     )
     assert served.follower.report.checkpoint is not None
@@ -326,8 +325,7 @@ def test_api_errors_binary_keys_and_openapi(kafka: Any, s3_location: Any, serve_
         Follower(
             topic,
             bootstrap_servers=kafka.bootstrap,
-            checkpoints=s3_location.url,
-            storage_options=s3_location.options,
+            checkpoints=CheckpointOptions(s3_location.url, storage_options=s3_location.options),
         )
     )
     http = served.http
@@ -423,8 +421,7 @@ def test_huge_and_hostile_numbers_answer_400_never_500(
         Follower(
             topic,
             bootstrap_servers=kafka.bootstrap,
-            checkpoints=s3_location.url,
-            storage_options=s3_location.options,
+            checkpoints=CheckpointOptions(s3_location.url, storage_options=s3_location.options),
         )
     )
     http, url = served.http, served.key_url(b"key-001")
@@ -474,8 +471,7 @@ def test_pending_waits_do_not_block_other_requests(kafka: Any, s3_location: Any,
         Follower(
             topic,
             bootstrap_servers=kafka.bootstrap,
-            checkpoints=s3_location.url,
-            storage_options=s3_location.options,
+            checkpoints=CheckpointOptions(s3_location.url, storage_options=s3_location.options),
         )
     )
     http, waiting = served.http, 60
@@ -535,8 +531,7 @@ def test_docs_work_offline_and_metrics_count_requests(
         Follower(
             topic,
             bootstrap_servers=kafka.bootstrap,
-            checkpoints=s3_location.url,
-            storage_options=s3_location.options,
+            checkpoints=CheckpointOptions(s3_location.url, storage_options=s3_location.options),
         )
     )
     http = served.http

@@ -22,7 +22,7 @@ import pytest
 from confluent_kafka import Producer
 
 from integration.conftest import restored_digest
-from statesnap import Table
+from statesnap import CheckpointOptions, Follower, StaticShare
 from statesnap.digest import table_digest
 from statesnap.errors import StaleGenerationError
 from statesnap.kafka.config import KafkaSettings
@@ -179,15 +179,11 @@ def test_snapshot_across_three_processes_is_consistent(
     # Restore every instance's partitions from that generation, replay the tail: equals a full replay.
     pairs: list[tuple[bytes, bytes]] = []
     for i in range(3):
-        t = Table(
+        t = Follower(
             topic_name,
             bootstrap_servers=bootstrap,
-            checkpoints=url,
-            generation=generation,
-            instance=i,
-            instances=3,
-            background=False,
-            read_only=True,
+            checkpoints=CheckpointOptions(url, generation=generation),
+            partitions=StaticShare(i, 3),
         )
         report = t.start()
         assert report.checkpoint == generation

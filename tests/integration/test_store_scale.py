@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from statesnap import Table
+from statesnap import StoreOptions, Table
 
 pytestmark = pytest.mark.integration
 
@@ -63,7 +63,9 @@ def test_rocksdb_table_never_deletes_the_users_files(kafka: Any, tmp_path: Path)
     state = tmp_path / "state"
     state.mkdir()
     (state / "notes.txt").write_text("mine")
-    t = Table(topic, bootstrap_servers=kafka.bootstrap, store="rocksdb", store_path=state, background=False)
+    t = Table(
+        topic, bootstrap_servers=kafka.bootstrap, store=StoreOptions("rocksdb", path=state), background=False
+    )
     assert (state / "notes.txt").read_text() == "mine"  # construction wiped nothing
     try:
         t.start()

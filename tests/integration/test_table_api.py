@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import pytest
 
-from statesnap import JsonSerde, Table
+from statesnap import CheckpointOptions, JsonSerde, Table
 from statesnap.checkpoint import CheckpointRepository
 from statesnap.errors import (
     BrokerUnavailableError,
@@ -103,12 +103,12 @@ def test_a_table_without_checkpoints_keeps_no_change_set(
     topic = kafka.create_topic(f"nock-{uuid.uuid4().hex[:12]}", 2)
     records = [(i % 2, b"k%d" % (i % 40), None if i % 7 == 0 else b"v%d" % i) for i in range(300)]
     kafka.produce(topic, records)
-    t = Table(topic, bootstrap_servers=kafka.bootstrap, background=False, store=store, commit_interval="0s")
+    t = Table(topic, bootstrap_servers=kafka.bootstrap, background=False, store=store)
     t.start()
     try:
         kafka.produce(topic, [(0, b"late", b"x")])
         kafka.wait_for(lambda: t.poll(0.1) >= 0 and t.get_raw(b"late") == b"x", what="the late record")
-        t.poll(0.05)  # a commit point after the last batch
+        t.commit()  # a commit point after the last batch
         assert t.store.changes() == {}
         truth = kafka.truth(kafka.read_all(topic, range(2)))
         assert dict(t.raw_items()) == truth
@@ -123,9 +123,7 @@ def test_close_writes_a_final_checkpoint(kafka: Any, tmp_path: Path) -> None:
     t = Table(
         topic,
         bootstrap_servers=kafka.bootstrap,
-        checkpoints=url,
-        checkpoint_interval="1h",
-        commit_interval="1h",
+        checkpoints=CheckpointOptions(url, interval="1h", commit_interval="1h"),
     )
     t.start()
     produced = kafka.produce(topic, [(0, b"a", b"3"), (1, b"c", b"4"), (1, b"b", None)])
@@ -215,7 +213,7 @@ def test_bad_configuration_fails_before_any_io() -> None:
     with pytest.raises(ConfigError, match="state store"):
         Table("t", bootstrap_servers="127.0.0.1:1", store="redis")  # type: ignore[arg-type]  # the bad input under test
     with pytest.raises(ConfigError, match="duration"):
-        Table("t", bootstrap_servers="127.0.0.1:1", checkpoint_interval="often")
+        Table("t", bootstrap_servers="127.0.0.1:1", checkpoints=CheckpointOptions("/tmp/x", interval="often"))
 
 
 def test_unknown_partition_is_a_config_error(kafka: Any) -> None:

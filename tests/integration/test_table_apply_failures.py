@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # re-exported without __all__
 
-from statesnap import Table
+from statesnap import CheckpointOptions, Table
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointRepository
 from statesnap.devstack import EmbeddedBroker
@@ -83,9 +83,7 @@ def table_factory(
         t: Table[Any, Any] = Table(
             topic,
             bootstrap_servers=broker.bootstrap_servers,
-            checkpoints=str(tmp_path / "ckpt"),
-            commit_interval="1h",
-            checkpoint_interval="1h",
+            checkpoints=CheckpointOptions(str(tmp_path / "ckpt"), commit_interval="1h", interval="1h"),
             **options,
         )
         made.append(t)

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import pytest
 
 import statesnap.python.aio
-from statesnap import Follower, RestoreListener, Table
+from statesnap import Follower, Hooks, RestoreListener, Table
 from statesnap.errors import TableStateError
 
 pytestmark = pytest.mark.integration
@@ -79,7 +79,7 @@ def test_start_and_wait_for_keep_the_loop_running(kafka: Any, tmp_path: Path) ->
             topic,
             bootstrap_servers=kafka.bootstrap,
             checkpoints=(tmp_path / "cp").as_uri(),
-            restore_listener=slow,
+            hooks=Hooks(restore_listener=slow),
         )
         report, ticks = await ticking(t.start_async())
         assert report.replayed_records == 3
@@ -163,7 +163,9 @@ def test_follower_async(kafka: Any, tmp_path: Path) -> None:
     slow = SlowRestore()
 
     async def main() -> None:
-        f = Follower(topic, bootstrap_servers=kafka.bootstrap, checkpoints=None, restore_listener=slow)
+        f = Follower(
+            topic, bootstrap_servers=kafka.bootstrap, checkpoints=None, hooks=Hooks(restore_listener=slow)
+        )
         async with f:
             assert dict(f) == {b"a": b"1", b"b": b"2"}
             writer = asyncio.get_running_loop().run_in_executor(
@@ -178,7 +180,9 @@ def test_follower_async(kafka: Any, tmp_path: Path) -> None:
         assert f.state == "closed"
 
         # Waiting on a follower still restoring waits for the restore first, loop running.
-        g = Follower(topic, bootstrap_servers=kafka.bootstrap, checkpoints=None, restore_listener=slow)
+        g = Follower(
+            topic, bootstrap_servers=kafka.bootstrap, checkpoints=None, hooks=Hooks(restore_listener=slow)
+        )
         g.start_in_background()
         assert g.state == "restoring"
         end = kafka.end_offsets(produced, [0, 1])

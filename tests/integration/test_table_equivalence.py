@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from statesnap import RetentionPolicy, Table
+from statesnap import CheckpointOptions, RetentionPolicy, StoreOptions, Table
 from statesnap.digest import table_digest
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -76,19 +76,26 @@ def test_restore_plus_tail_equals_full_replay(
     parts = tuple(range(PARTITIONS))
 
     def table(**kw: Any) -> Table:
+        options = (
+            CheckpointOptions(
+                checkpoint_location.url,
+                storage_options=checkpoint_location.options,
+                interval="1h",
+                commit_interval="1h",
+                **kw,
+            )
+            if kw
+            else None
+        )
         return Table(
             topic,
             bootstrap_servers=kafka.bootstrap,
-            store=store,
-            store_path=tmp_path_factory.mktemp("db") / "db",
+            store=StoreOptions(store, path=tmp_path_factory.mktemp("db") / "db"),
             background=False,
-            checkpoint_interval="1h",
-            commit_interval="1h",
-            storage_options=checkpoint_location.options,
-            **kw,
+            checkpoints=options,
         )
 
-    writer = table(checkpoints=checkpoint_location.url, retention=RetentionPolicy(min_count=100))
+    writer = table(retention=RetentionPolicy(min_count=100))
     writer.start()
     produced: list[Any] = []
     checkpoints: dict[int, dict[int, int]] = {}  # generation -> its offsets
@@ -129,7 +136,7 @@ def test_restore_plus_tail_equals_full_replay(
     if checkpoints:
         targets.append(data.draw(st.sampled_from(sorted(checkpoints)), label="older generation"))
     for generation in targets:
-        restored = table(checkpoints=checkpoint_location.url, generation=generation)
+        restored = table(generation=generation)
         report = restored.start()
         try:
             want = generation if generation is not None else max(checkpoints, default=None)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from statesnap import RestoreListener, Table
+from statesnap import Hooks, RestoreListener, Table
 from statesnap.checkpoint import CheckpointManifest
 
 pytestmark = pytest.mark.integration
@@ -66,7 +66,11 @@ def test_on_update_gets_old_and_new_after_start_on_the_consuming_thread(
             raise RuntimeError("hook bug")
 
     t: Table[str, Any] = Table(
-        topic, bootstrap_servers=kafka.bootstrap, key_serde="string", value_serde="json", on_update=on_update
+        topic,
+        bootstrap_servers=kafka.bootstrap,
+        key_serde="string",
+        value_serde="json",
+        hooks=Hooks(on_update=on_update),
     )
     caplog.set_level(logging.WARNING, logger="statesnap")
     t.start()
@@ -108,7 +112,7 @@ def test_on_update_runs_on_the_polling_thread_without_background(kafka: Any) -> 
         bootstrap_servers=kafka.bootstrap,
         background=False,
         key_serde="string",
-        on_update=lambda k, o, n: seen.append((k, o, n, threading.current_thread().name)),
+        hooks=Hooks(on_update=lambda k, o, n: seen.append((k, o, n, threading.current_thread().name))),
     )
     t.start()
     try:
@@ -134,7 +138,7 @@ def test_on_checkpoint_receives_each_completed_manifest(
         bootstrap_servers=kafka.bootstrap,
         checkpoints=(tmp_path / "cp").as_uri(),
         background=False,
-        on_checkpoint=lambda m: got.append((m, threading.current_thread().name)),
+        hooks=Hooks(on_checkpoint=lambda m: got.append((m, threading.current_thread().name))),
     )
     t.start()
     try:
@@ -164,7 +168,7 @@ def test_on_checkpoint_receives_each_completed_manifest(
         bootstrap_servers=kafka.bootstrap,
         checkpoints=(tmp_path / "cp").as_uri(),
         background=False,
-        on_checkpoint=broken,
+        hooks=Hooks(on_checkpoint=broken),
     )
     t.start()
     try:
@@ -206,7 +210,11 @@ def test_restore_listener_reports_each_partition(kafka: Any, tmp_path: Path) -> 
     produced += tail
     listener = Recorder()
     t = Table(
-        topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False, restore_listener=listener
+        topic,
+        bootstrap_servers=kafka.bootstrap,
+        checkpoints=url,
+        background=False,
+        hooks=Hooks(restore_listener=listener),
     )
     report = t.start()
     try:

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from statesnap import Follower, Table
+from statesnap import Follower, RowFilter, StoreOptions, Table
 from statesnap.errors import (
     ConfigError,
     DeserializationError,
@@ -61,8 +61,7 @@ def test_table_is_an_ordered_typed_mapping(kafka: Any, tmp_path: Path, store: st
         topic,
         bootstrap_servers=kafka.bootstrap,
         checkpoints=url,
-        store=store,  # type: ignore[arg-type]
-        store_path=tmp_path / "db",
+        store=StoreOptions(store, path=tmp_path / "db"),
         key_serde="string",
         value_serde="json",
         background=False,
@@ -132,7 +131,7 @@ def test_follower_is_the_same_mapping(kafka: Any, tmp_path: Path) -> None:
         checkpoints=None,
         key_serde="string",
         value_serde="json",
-        key_filter=lambda k: not k.startswith(b"asia-"),
+        row_filter=RowFilter(key_filter=lambda k: not k.startswith(b"asia-")),
     )
     with pytest.raises(TableStateError, match="new"):
         list(f)
@@ -189,8 +188,7 @@ def test_undecodable_value_names_key_partition_and_offset(
         topic,
         bootstrap_servers=kafka.bootstrap,
         checkpoints=url,
-        store=store,  # type: ignore[arg-type]
-        store_path=tmp_path / "db",
+        store=StoreOptions(store, path=tmp_path / "db"),
         key_serde="string",
         value_serde="json",
         background=False,

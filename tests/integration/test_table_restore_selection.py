@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-import statesnap.python.table
-from statesnap import Table
+import statesnap.task.cluster
+from statesnap import CheckpointOptions, Table
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +44,7 @@ def test_log_start_beyond_checkpoint_skips_it(
     topic, produced, gen = _checkpointed_topic(kafka, url)
     produced += kafka.produce(topic, [(0, b"d", b"2"), (0, b"e", b"2")])
     monkeypatch.setattr(
-        statesnap.python.table, "log_start_offsets", lambda settings, topic, partitions: {0: 5, 1: 0}
+        statesnap.task.cluster, "log_start_offsets", lambda settings, topic, partitions: {0: 5, 1: 0}
     )
     t = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False)
     report = t.start()
@@ -67,7 +67,7 @@ def test_log_start_at_checkpoint_offset_uses_it(
     url = (tmp_path / "cp").as_uri()
     topic, produced, gen = _checkpointed_topic(kafka, url)
     monkeypatch.setattr(
-        statesnap.python.table, "log_start_offsets", lambda settings, topic, partitions: {0: 3, 1: 1}
+        statesnap.task.cluster, "log_start_offsets", lambda settings, topic, partitions: {0: 3, 1: 1}
     )
     t = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False)
     report = t.start()
@@ -93,9 +93,8 @@ def test_compacted_topic_and_old_checkpoint(kafka: Any, tmp_path: Path) -> None:
         return Table(
             topic,
             bootstrap_servers=kafka.bootstrap,
-            checkpoints=url,
+            checkpoints=CheckpointOptions(url, clock=lambda: datetime.now(UTC) + delta),
             background=False,
-            clock=lambda: datetime.now(UTC) + delta,
         )
 
     old = at(timedelta(minutes=2))
@@ -129,9 +128,8 @@ def test_compacted_topic_with_kafka_default_delete_retention(kafka: Any, tmp_pat
         t = Table(
             topic,
             bootstrap_servers=kafka.bootstrap,
-            checkpoints=url,
+            checkpoints=CheckpointOptions(url, clock=clock),
             background=False,
-            clock=clock,
         )
         try:
             assert t.start().checkpoint == expected

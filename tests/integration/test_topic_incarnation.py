@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from statesnap import Table
+from statesnap import Follower, Table
 
 pytestmark = pytest.mark.integration
 
@@ -87,7 +87,7 @@ def test_without_topic_ids_a_checkpoint_past_the_end_falls_back_to_a_full_replay
     a recreated topic shorter than the old one is detected by the fallback signal: the restored
     checkpoint resumes past a partition's end. No hang: the checkpoint is skipped with the
     reason, the table replays the new topic from the beginning."""
-    monkeypatch.setattr("statesnap.python.table.topic_id", lambda *_a: None)
+    monkeypatch.setattr("statesnap.task.cluster.topic_id", lambda *_a: None)
     topic = kafka.create_topic(f"inc-{uuid.uuid4().hex[:10]}", 2)
     kafka.produce(topic, [(i % 2, b"old-%d" % (i % 50), b"v%d" % i) for i in range(400)])
     url = str(tmp_path / "ckpt")
@@ -111,7 +111,7 @@ def test_without_topic_ids_a_checkpoint_past_the_end_falls_back_to_a_full_replay
         assert "another incarnation" in report.skipped[0].reason
         assert dict(r.raw_items()) == truth
     finally:
-        r.close(checkpoint=False)
+        r.close()
 
 
 def test_a_key_in_two_partitions_is_reported_at_restore(
@@ -152,8 +152,8 @@ def test_a_key_in_two_partitions_is_reported_at_restore(
             1: PartitionUpdate(1, 1, base=rows([(b"shared", b"from-1", 0)])),
         },
     )
-    r = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False, read_only=True)
+    r = Follower(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url)
     with caplog.at_level("WARNING", logger="statesnap"):
         r.start()
-    r.close(checkpoint=False)
+    r.close()
     assert any("more than one partition" in rec.getMessage() for rec in caplog.records)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from statesnap import RowFilter
 from statesnap.cli.serve import prefix_filter
 from statesnap.errors import BrokerUnavailableError, ConfigError, ReadOnlyTableError, TableStateError
 from statesnap.python.follower import Follower, FollowerStatus
@@ -82,7 +83,10 @@ def test_cli_wait_limits_match_the_api() -> None:
 
 def test_key_filter_decides_what_the_replica_keeps() -> None:
     f = Follower(
-        "orders", bootstrap_servers="127.0.0.1:1", checkpoints=None, key_filter=prefix_filter(("eu-", "us-"))
+        "orders",
+        bootstrap_servers="127.0.0.1:1",
+        checkpoints=None,
+        row_filter=RowFilter(key_filter=prefix_filter(("eu-", "us-"))),
     )
     assert f.keeps(b"eu-1")
     assert f.keeps(b"us-")

@@ -38,20 +38,22 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
+from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Generic
 
 from statesnap.blob import BlobStore
+from statesnap.checkpoint import CheckpointManifest
 from statesnap.errors import ConfigError, ReadOnlyTableError, TableStateError
-from statesnap.python.hooks import RestoreListener, UpdateHook
-from statesnap.python.reads import K, SerdeName, SerdeOf, StoreName, TableReads, V
+from statesnap.python.hooks import Hooks
+from statesnap.python.reads import K, SerdeName, SerdeOf, TableReads, V
 from statesnap.python.table import ProgressCallback, RestoreReport, Table
 from statesnap.serde import SchemaRegistry, Serde
 from statesnap.stores import StateStore
+from statesnap.task.options import CheckpointOptions, StaticShare, StoreName, StoreOptions
+from statesnap.task.rowfilter import RowFilter
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,17 @@ log = logging.getLogger(__name__)
 _CAUGHT_UP_SAMPLE_SECONDS = 0.005
 
 STATES = ("new", "restoring", "running", "failed", "closed")
+
+
+class _Replica(Table[K, V]):
+    """A table that never writes: no checkpoint, no snapshot, no GC (a follower's engine)."""
+
+    _writes = False
+
+    def __init__(self, topic: str, *, tail: bool, **options: Any) -> None:
+        super().__init__(topic, **options)
+        self.tail = tail
+        self.background = self.background and tail
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,69 +148,64 @@ class Follower(TableReads[K, V], Generic[K, V]):
         topic: str,
         *,
         bootstrap_servers: str,
-        checkpoints: str | BlobStore | None,
+        checkpoints: str | BlobStore | CheckpointOptions | None,
         name: str | None = None,
-        storage_options: Mapping[str, Any] | None = None,
-        store: StoreName = "auto",
-        store_path: str | Path | None = None,
+        store: StoreName | StoreOptions = "auto",
         key_serde: SerdeOf[K] | SerdeName | None = None,
         value_serde: SerdeOf[V] | SerdeName | None = None,
         schema_registry_url: SchemaRegistry | str | Mapping[str, Any] | None = None,
         kafka_config: Mapping[str, Any] | None = None,
-        key_filter: Callable[[bytes], bool] | None = None,
-        value_projection: Callable[[bytes], bytes | None] | None = None,
-        require_checkpoint: bool = False,
-        partitions: Collection[int] | None = None,
         timeout: float = 15.0,
-        on_update: UpdateHook[K, V] | None = None,
-        restore_listener: RestoreListener | None = None,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        partitions: Collection[int] | StaticShare | None = None,
+        row_filter: RowFilter | None = None,
+        hooks: Hooks | None = None,
+        tail: bool = True,
     ) -> None:
         """
         Args:
             topic: the owner's changelog topic.
             bootstrap_servers: Kafka bootstrap address(es).
-            checkpoints: the owner's checkpoint store URL (or store), read only; None replays the
-                whole topic.
+            checkpoints: the owner's checkpoint store (a URL, a store, or
+                :class:`~statesnap.CheckpointOptions`: storage options; ``require=True`` fails
+                instead of replaying the whole topic when no checkpoint verifies, e.g. when the
+                URL has a typo; ``generation=G`` boots from exactly that generation), read only;
+                None replays the whole topic.
             name: the owner's table name in the checkpoint store (default: the topic name).
-            storage_options: blob-store options (``endpoint_url``, ``region``, …).
             store: local state store, ``memory``, ``columnar`` or ``rocksdb``.
             key_serde, value_serde: how reads convert keys and values (default: raw bytes).
                 Filters and projections always see raw bytes.
             schema_registry_url: the schema registry of ``avro`` / ``json_schema`` serdes.
             kafka_config: extra librdkafka properties (TLS, SASL, …).
-            key_filter: keep only keys for which it returns True.
-            value_projection: rewrite each value before storing it; returning None drops the key.
-            require_checkpoint: fail instead of replaying the whole topic when no checkpoint
-                verifies (:class:`~statesnap.errors.NoUsableCheckpointError`), e.g. when the
-                checkpoint URL has a typo.
-            partitions: follow only these partitions (default: all).
             timeout: how long to wait for the cluster's first answers.
-            on_update, restore_listener: hooks (:mod:`statesnap.python.hooks`).
+            partitions: follow only these partitions (default: all).
+            row_filter: keep a subset (a key filter and a value projection).
+            hooks: ``on_update`` and ``restore_listener`` (:mod:`statesnap.python.hooks`).
+            tail: False gives the table exactly as ``checkpoints.generation`` holds it: restored,
+                never replayed, never moving.
         """
-        self._key_filter = key_filter
-        self._table: Table[K, V] = Table(
+        options = CheckpointOptions.of(checkpoints)
+        if not tail and (options is None or options.generation is None):
+            raise ConfigError(
+                "tail=False needs generation=G (checkpoints=CheckpointOptions(url, generation=G)): it "
+                "gives the table as snapshot G holds it"
+            )
+        self._key_filter = row_filter.key_filter if row_filter is not None else None
+        self._table: Table[K, V] = _Replica(
             topic,
+            tail=tail,
             bootstrap_servers=bootstrap_servers,
             name=name,
-            checkpoints=checkpoints,
-            storage_options=storage_options,
+            checkpoints=options,
             store=store,
-            store_path=store_path,
             key_serde=key_serde,
             value_serde=value_serde,
             schema_registry_url=schema_registry_url,
             kafka_config=kafka_config,
-            require_checkpoint=require_checkpoint,
-            background=True,
-            partitions=partitions,
             timeout=timeout,
-            read_only=True,
-            key_filter=key_filter,
-            value_projection=value_projection,
-            on_update=on_update,
-            restore_listener=restore_listener,
-            clock=clock,
+            partitions=partitions,
+            background=True,
+            row_filter=row_filter,
+            hooks=hooks,
         )
         self._state = "new"
         self._state_lock = threading.Lock()
@@ -229,6 +237,11 @@ class Follower(TableReads[K, V], Generic[K, V]):
     def report(self) -> RestoreReport:
         """How the boot went: checkpoint used, keys restored, records replayed, seconds."""
         return self._table.report
+
+    @property
+    def last_checkpoint(self) -> CheckpointManifest | None:
+        """The checkpoint this replica booted from (None after a full replay)."""
+        return self._table.last_checkpoint
 
     @property
     def checkpoint_url(self) -> str | None:
@@ -374,7 +387,7 @@ class Follower(TableReads[K, V], Generic[K, V]):
     def _store_for(self, action: str | None) -> StateStore:
         if action is not None:
             self._require_running(action)
-        return self._table._store_for(action)  # also refuses reads once the tailing thread failed
+        return self._table.readable_store(action)  # also refuses reads once the tailing thread failed
 
     def _serdes(self) -> tuple[Serde, Serde]:
         return self._table.key_serde, self._table.value_serde

@@ -16,6 +16,7 @@ from datetime import datetime
 from statesnap.errors import ConfigError, TableStateError
 from statesnap.kafka.reader import ChangelogReader
 from statesnap.python.aio import AsyncWaiters
+from statesnap.task.lifecycle import TaskPhase
 
 
 class TableFreshness:
@@ -38,7 +39,7 @@ class TableFreshness:
     _waiters: AsyncWaiters
     _thread: threading.Thread | None
     _thread_error: BaseException | None
-    _state: str
+    _state: TaskPhase
 
     def poll(self, timeout: float = 0.5) -> int:
         """Consume one batch (the table's)."""

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from statesnap.checkpoint.manifest import CheckpointManifest
@@ -82,6 +83,15 @@ class RestoreListener:
 
     def on_restore_end(self, partition: int, total_records: int) -> None:
         """*partition* reached its end after *total_records* replayed records."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hooks:
+    """A table's hooks, as one value (each is also an attribute, settable before ``start()``)."""
+
+    on_update: UpdateHook[Any, Any] | None = None
+    on_checkpoint: CheckpointHook | None = None
+    restore_listener: RestoreListener | None = None
 
 
 def call_safely(what: str, table: str, hook: Callable[..., Any], *args: Any) -> None:

@@ -1,4 +1,4 @@
-"""A :class:`~statesnap.Table` as a member of a consumer group: what happens at each rebalance.
+"""A task (a :class:`~statesnap.Table`) as a member of a consumer group: what happens at each rebalance.
 
 - **Gained** partitions are restored from the newest valid checkpoint (only their files are
   read; the rest of the store is untouched), then replayed from its offsets by the group reader.
@@ -12,7 +12,7 @@
   current ownership: after a member dies, whoever gains its partitions reports them and the
   snapshot completes.
 
-Everything here runs on the table's consuming thread, inside the group reader's poll, with the
+Everything here runs on the task's consuming thread, inside the group reader's poll, with the
 table's lock held.
 """
 
@@ -20,25 +20,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Protocol, cast
 
-import pyarrow as pa
-
-from statesnap.checkpoint.restore import CheckpointSelector
-from statesnap.checkpoint.selection import TopicState, resume_offsets
-from statesnap.errors import (
-    BlobStoreError,
-    CheckpointError,
-    ConfigError,
-    PartitionNotOwnedError,
-    SnapshotError,
-)
+from statesnap.checkpoint import CheckpointManifest
+from statesnap.checkpoint.selection import resume_offsets
+from statesnap.errors import PartitionNotOwnedError
 from statesnap.kafka.group_reader import GroupReader
-from statesnap.kafka.partitioner import PartitionerSpec, resolve_partitioner
+from statesnap.kafka.partitioner import resolve_partitioner
+from statesnap.kafka.reader import ChangelogReader
+from statesnap.task.opening import OpenedTask
+from statesnap.task.options import GroupOptions
 
-if TYPE_CHECKING:
-    from statesnap.python.table import Table
+__all__ = ["FIRST_ASSIGNMENT_TIMEOUT", "GroupHost", "GroupMembership"]
 
 log = logging.getLogger(__name__)
 
@@ -47,83 +40,76 @@ log = logging.getLogger(__name__)
 FIRST_ASSIGNMENT_TIMEOUT = 60.0
 
 
-def check_group_options(
-    group: str, instance: int | None, partitions: object, generation: int | None, read_only: bool
-) -> None:
-    """Refuse what cannot go with a consumer group, in one line each, before any I/O."""
-    if not group.strip():
-        raise ConfigError("group must be a non-empty consumer group id")
-    if instance is not None:
-        raise ConfigError(
-            "group and instance/instances are two ways of sharing partitions; pick one "
-            "(group: Kafka rebalances them; instance/instances: a fixed p % N == I)"
-        )
-    if partitions is not None:
-        raise ConfigError("group assigns the partitions; it cannot go with partitions=")
-    if generation is not None or read_only:
-        raise ConfigError(
-            "group is for a writer that tails the topic: not with generation=, tail=False or read_only"
-        )
+class GroupHost(Protocol):
+    """What a group member's task does at a rebalance (a :class:`~statesnap.Table` is one)."""
+
+    name: str
+
+    def restore_partitions(
+        self, task: OpenedTask, partitions: tuple[int, ...], *, first: bool
+    ) -> CheckpointManifest | None:
+        """Restore *partitions* from the newest usable checkpoint (None: replay them)."""
+        ...
+
+    def take_partitions(self, partitions: tuple[int, ...], restored: CheckpointManifest | None) -> None:
+        """*partitions* are now this task's (its snapshot task reports them)."""
+        ...
+
+    def hand_over(self, partitions: tuple[int, ...]) -> None:
+        """Checkpoint what the task owns before *partitions* leave it."""
+        ...
+
+    def release_partitions(self, partitions: tuple[int, ...], *, drop_rows: bool) -> int:
+        """*partitions* are no longer this task's; drop their rows unless the task is closing."""
+        ...
 
 
 class GroupMembership:
-    """The rebalance listener of a table's :class:`GroupReader`, and its read-side ownership check."""
+    """The rebalance listener of a task's :class:`GroupReader`, and its read-side ownership check."""
 
-    def __init__(self, table: Table[object, object], group: str, partitioner: PartitionerSpec) -> None:
-        self.table = table
-        self.group = group
-        self.partition_of = resolve_partitioner(partitioner)
+    def __init__(self, host: GroupHost, group: GroupOptions) -> None:
+        self.host = host
+        self.group = group.group_id
+        self.partition_of = resolve_partitioner(group.partitioner)
         self.partition_count = 0
-        self.topic_state: TopicState | None = None
+        self.task: OpenedTask | None = None
         self.reader: GroupReader | None = None
-        #: Set by close(): leaving the group then neither reports nor drops (the table is closing).
+        #: Set by close(): leaving the group then neither reports nor drops (the task is closing).
         self.closing = False
         #: The first assignment restores during start(): its figures go into the start report.
         self.first = True
         self._warned_partitioner = False
 
-    def join(self, topic_state: TopicState) -> GroupReader:
+    def join(self, task: OpenedTask) -> ChangelogReader:
         """Subscribe; partitions arrive in the reader's polls."""
-        t = self.table
-        self.topic_state = topic_state
-        self.partition_count = len(topic_state.partitions)
-        self.reader = GroupReader(t.settings, t.topic, self.group, self)
-        return self.reader
+        self.task = task
+        self.partition_count = len(task.facts.all_partitions)
+        self.reader = GroupReader(task.settings, task.topic, self.group, self)
+        # Duck-typed: the loop and the freshness mixin read positions, caught_up and lag().
+        return cast(ChangelogReader, self.reader)
+
+    @property
+    def assigned(self) -> bool:
+        """Whether the group has made its first assignment (possibly empty)."""
+        return self.reader is not None and self.reader.assigned
+
+    def commit_offsets(self) -> None:
+        """Commit the group's offsets, for lag monitoring (restores never read them)."""
+        if self.reader is not None:
+            self.reader.commit()
 
     # --- the rebalance listener ----------------------------------------------------------------
 
     def partitions_gained(self, partitions: list[int]) -> Mapping[int, int]:
-        t = self.table
-        assert self.reader is not None
-        assert self.topic_state is not None
-        manifest = None
-        if t.repo is not None:
-            state = replace(
-                self.topic_state, partitions=tuple(partitions), log_start=self.reader.log_start(partitions)
-            )
-            selector = CheckpointSelector(t.repo, t.name, None, t.require_checkpoint)
-
-            def load(partition: int, rows: pa.Table) -> None:
-                t.store.load(partition, rows if t.row_filter is None else t.row_filter.rows(rows))
-
-            before = len(t.store)
-
-            def undo() -> None:  # a checkpoint failed mid-load: forget only what it loaded
-                t.store.drop_partitions(partitions)
-
-            manifest = selector.restore(state, partitions, load, undo, t._clock())
-            if self.first:
-                t.report.skipped = selector.skipped
-                t.report.checkpoint = manifest.generation if manifest is not None else None
-                t.report.restored_keys = len(t.store) - before
+        assert self.task is not None
+        gained = tuple(partitions)
+        manifest = self.host.restore_partitions(self.task, gained, first=self.first)
         self.first = False
-        offsets = resume_offsets(manifest, tuple(partitions))
-        if t.snapshots is not None:
-            t.snapshots.gain(partitions, manifest)
-        t.partitions = tuple(sorted(set(t.partitions) | set(partitions)))
+        offsets = resume_offsets(manifest, gained)
+        self.host.take_partitions(gained, manifest)
         log.info(
             "table %s (group %s): gained partitions %s, restored from checkpoint %s, resuming at %s",
-            t.name,
+            self.host.name,
             self.group,
             partitions,
             manifest.generation if manifest is not None else None,
@@ -132,40 +118,19 @@ class GroupMembership:
         return offsets
 
     def partitions_leaving(self, partitions: list[int]) -> None:
-        t = self.table
-        if self.closing or t.snapshots is None or t.read_only:
-            return
-        try:
-            t.store.flush()
-            manifest = t.snapshots.checkpoint(t._task_state())
-        except (CheckpointError, BlobStoreError, SnapshotError) as e:
-            # The next owner restores from an older checkpoint and replays a longer tail: slower,
-            # still exact.
-            log.warning(
-                "table %s: could not checkpoint partitions %s it hands over: %s", t.name, partitions, e
-            )
-            return
-        log.info(
-            "table %s (group %s): handing over partitions %s (reported to generation %s%s)",
-            t.name,
-            self.group,
-            partitions,
-            t.snapshots.reported,
-            ", completed" if manifest is not None else "",
-        )
+        if not self.closing:
+            self.host.hand_over(tuple(partitions))
 
     def partitions_dropped(self, partitions: list[int]) -> None:
-        t = self.table
-        gone = set(partitions)
-        t.partitions = tuple(p for p in t.partitions if p not in gone)
-        if t.snapshots is not None:
-            t.snapshots.lose(partitions)
-        if self.closing:
-            return
-        dropped = t.store.drop_partitions(partitions)
-        log.info(
-            "table %s (group %s): dropped partitions %s (%d keys)", t.name, self.group, partitions, dropped
-        )
+        dropped = self.host.release_partitions(tuple(partitions), drop_rows=not self.closing)
+        if not self.closing:
+            log.info(
+                "table %s (group %s): dropped partitions %s (%d keys)",
+                self.host.name,
+                self.group,
+                partitions,
+                dropped,
+            )
 
     # --- reads ---------------------------------------------------------------------------------
 
@@ -191,7 +156,7 @@ class GroupMembership:
                 log.warning(
                     "table %s: the partitioner maps a key to partition %d but the topic holds it in "
                     "partition %d; set Table(partitioner=...) to the producers' partitioner",
-                    self.table.name,
+                    self.host.name,
                     p,
                     origin[0],
                 )
@@ -203,9 +168,9 @@ class GroupMembership:
             else f"is owned by another member of consumer group {self.group!r}"
         )
         raise PartitionNotOwnedError(
-            f"table {self.table.name!r}: the key is in partition {p}, which {why} "
+            f"table {self.host.name!r}: the key is in partition {p}, which {why} "
             f"(this member serves partitions {sorted(reader.owned - reader.restoring)})",
-            table=self.table.name,
+            table=self.host.name,
             partition=p,
             restoring=restoring,
         )

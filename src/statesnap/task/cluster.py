@@ -14,19 +14,19 @@ fetch per partition.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaException, TopicPartition
-
 from statesnap.checkpoint.selection import TopicState
-from statesnap.errors import BrokerUnavailableError, ConfigError
-from statesnap.kafka.admin import KafkaAdmin, TopicInfo
-from statesnap.kafka.clients import new_consumer
+from statesnap.errors import ConfigError
+from statesnap.kafka.admin import KafkaAdmin, TopicInfo, log_start_offsets
+from statesnap.kafka.backlog import high_watermarks
 from statesnap.kafka.config import KafkaSettings
 from statesnap.kafka.identity import topic_id
 from statesnap.kafka.reader import ChangelogReader
+from statesnap.task.options import StaticShare
 
-__all__ = ["END_PROBE_POLL", "END_PROBE_SETTLE", "ClusterFacts", "cluster_facts", "log_ends", "watermarks"]
+__all__ = ["END_PROBE_POLL", "END_PROBE_SETTLE", "ClusterFacts", "cluster_facts", "log_ends"]
 
 #: Poll timeout of the end probe: the reader's short fetch wait answers EOF within a few of these.
 END_PROBE_POLL = 0.02
@@ -49,32 +49,7 @@ class ClusterFacts:
         return self.info.partitions
 
 
-def watermarks(
-    settings: KafkaSettings, topic: str, partitions: tuple[int, ...]
-) -> tuple[dict[int, int], dict[int, int]]:
-    """(first offset still stored, reported high watermark) per partition, in one client.
-
-    The low watermark is exact everywhere; the high one is only a lower bound of the end on the
-    dev broker (see :func:`log_ends`)."""
-    consumer = new_consumer(settings, **{"group.id": "statesnap-metadata", "enable.auto.commit": False})
-    low: dict[int, int] = {}
-    high: dict[int, int] = {}
-    try:
-        for p in partitions:
-            lo, hi = consumer.get_watermark_offsets(
-                TopicPartition(topic, p), timeout=settings.timeout, cached=False
-            )
-            low[p], high[p] = max(0, int(lo)), max(0, int(hi))
-        return low, high
-    except KafkaException as e:
-        raise BrokerUnavailableError(
-            f"cannot read offsets of {topic!r} from {settings.bootstrap_servers}: {e}"
-        ) from e
-    finally:
-        consumer.close()
-
-
-def log_ends(settings: KafkaSettings, topic: str, reported: dict[int, int]) -> dict[int, int]:
+def log_ends(settings: KafkaSettings, topic: str, reported: Mapping[int, int]) -> dict[int, int]:
     """The true end of each partition: read from its *reported* high watermark to partition EOF.
 
     Bounded by ``settings.timeout`` of silence (the reader's stall check) and
@@ -95,11 +70,12 @@ def log_ends(settings: KafkaSettings, topic: str, reported: dict[int, int]) -> d
 def cluster_facts(
     settings: KafkaSettings,
     topic: str,
-    partitions: tuple[int, ...] | None = None,
+    partitions: tuple[int, ...] | StaticShare | None = None,
     *,
     checkpointed: bool = True,
 ) -> ClusterFacts:
-    """Ask the cluster about *topic* (all partitions, or *partitions*, which must exist).
+    """Ask the cluster about *topic* (all partitions, a static share of them, or *partitions*,
+    which must exist).
 
     *checkpointed*: the task restores from or writes checkpoints, so the topic's ID and ends are
     needed to judge them; without checkpoints only start offsets are asked for."""
@@ -108,10 +84,12 @@ def cluster_facts(
     info = admin.describe_topic(topic)
     if partitions is None:
         partitions = info.partitions
+    elif isinstance(partitions, StaticShare):
+        partitions = partitions.select(info.partitions)
     missing = sorted(set(partitions) - set(info.partitions))
     if missing:
         raise ConfigError(f"topic {topic!r} has no partitions {missing}")
-    start, high = watermarks(settings, topic, partitions)
+    start = log_start_offsets(settings, topic, partitions)
     state = TopicState(
         topic,
         cluster_id,
@@ -119,7 +97,7 @@ def cluster_facts(
         start,
         info.compacted,
         info.delete_retention_ms,
-        log_ends(settings, topic, high) if checkpointed else None,
+        log_ends(settings, topic, high_watermarks(settings, topic, partitions)) if checkpointed else None,
         topic_id(settings, topic) if checkpointed else None,
     )
     return ClusterFacts(cluster_id, info, state)

@@ -22,12 +22,14 @@ from statesnap.checkpoint.restore import CheckpointSelector
 from statesnap.checkpoint.retention import RetentionPolicy
 from statesnap.checkpoint.selection import TopicState
 from statesnap.errors import ConfigError
+from statesnap.kafka.admin import log_start_offsets
+from statesnap.kafka.backlog import high_watermarks
 from statesnap.kafka.config import KafkaSettings
 from statesnap.snapshot.api import SnapshotApi
 from statesnap.snapshot.participant import Participant
 from statesnap.snapshot.store import resolve_spec
-from statesnap.task.cluster import ClusterFacts, cluster_facts, log_ends, watermarks
-from statesnap.task.options import CheckpointOptions, SnapshotOptions
+from statesnap.task.cluster import ClusterFacts, cluster_facts, log_ends
+from statesnap.task.options import CheckpointOptions, SnapshotOptions, StaticShare
 
 __all__ = ["Engine", "OpenedTask", "check_table_name", "join_snapshots", "open_checkpoint_store", "open_task"]
 
@@ -84,7 +86,8 @@ class OpenedTask:
     def state_of(self, partitions: tuple[int, ...]) -> TopicState:
         """The topic's state for *partitions* as it is now (a group member's gained partitions:
         fresh start offsets and ends, since the ones found at open time may be old)."""
-        start, high = watermarks(self.settings, self.topic, partitions)
+        start = log_start_offsets(self.settings, self.topic, partitions)
+        high = high_watermarks(self.settings, self.topic, partitions)
         ends = log_ends(self.settings, self.topic, high) if self.repo is not None else None
         return replace(self.facts.state, partitions=partitions, log_start=start, log_end=ends)
 
@@ -142,7 +145,7 @@ def open_task(
     settings: KafkaSettings,
     checkpoints: CheckpointOptions | None,
     *,
-    partitions: tuple[int, ...] | None = None,
+    partitions: tuple[int, ...] | StaticShare | None = None,
     writes: bool,
     blob: BlobStore | None = None,
 ) -> OpenedTask:

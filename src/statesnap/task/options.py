@@ -8,7 +8,7 @@ stays one line: a plain URL string is ``CheckpointOptions(url)`` with every defa
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import MappingProxyType
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CheckpointOptions",
+    "Duration",
     "GroupOptions",
     "SnapshotOptions",
     "StaticShare",
@@ -31,6 +32,9 @@ __all__ = [
     "StoreOptions",
     "utc_now",
 ]
+
+#: A duration as users write it: ``"90s"``, ``"5m"``, ``"1h"``, seconds, or a ``timedelta``.
+Duration = str | float | timedelta
 
 #: The local state store kinds; ``auto`` picks by the size of the checkpoint to restore.
 StoreName = Literal["auto", "memory", "columnar", "rocksdb"]
@@ -45,7 +49,7 @@ def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return MappingProxyType(dict(mapping or {}))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class SnapshotOptions:
     """How a task takes part in its table's snapshots.
 
@@ -56,17 +60,21 @@ class SnapshotOptions:
     group member).
     """
 
-    store: str | None = None
-    timeout: timedelta = timedelta(seconds=60)
-    task_id: str | None = None
+    store: str | None
+    timeout: timedelta
+    task_id: str | None
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "timeout", parse_duration(self.timeout))
-        if self.task_id is not None and not self.task_id.strip():
+    def __init__(
+        self, store: str | None = None, timeout: Duration = "60s", task_id: str | None = None
+    ) -> None:
+        if task_id is not None and not task_id.strip():
             raise ConfigError("task_id must be a non-empty name")
+        object.__setattr__(self, "store", store)
+        object.__setattr__(self, "timeout", parse_duration(timeout))
+        object.__setattr__(self, "task_id", task_id)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class CheckpointOptions:
     """Where a task's checkpoints live and how it writes and chooses them.
 
@@ -83,21 +91,40 @@ class CheckpointOptions:
     """
 
     location: str | BlobStore
-    storage_options: Mapping[str, Any] = field(default_factory=dict)
-    interval: timedelta = timedelta(hours=1)
-    commit_interval: timedelta = timedelta(seconds=5)
-    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
-    require: bool = False
-    generation: int | None = None
-    snapshots: SnapshotOptions = field(default_factory=SnapshotOptions)
-    clock: Callable[[], datetime] = utc_now
+    storage_options: Mapping[str, Any]
+    interval: timedelta
+    commit_interval: timedelta
+    retention: RetentionPolicy
+    require: bool
+    generation: int | None
+    snapshots: SnapshotOptions
+    clock: Callable[[], datetime]
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "storage_options", _frozen(self.storage_options))
-        object.__setattr__(self, "interval", parse_duration(self.interval))
-        object.__setattr__(self, "commit_interval", parse_duration(self.commit_interval))
-        if self.generation is not None and (isinstance(self.generation, bool) or self.generation < 1):
-            raise ConfigError(f"generation must be >= 1, got {self.generation}")
+    def __init__(
+        self,
+        location: str | BlobStore,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        interval: Duration = "1h",
+        commit_interval: Duration = "5s",
+        retention: RetentionPolicy | None = None,
+        require: bool = False,
+        generation: int | None = None,
+        snapshots: SnapshotOptions | None = None,
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        if generation is not None and (isinstance(generation, bool) or generation < 1):
+            raise ConfigError(f"generation must be >= 1, got {generation}")
+        set_ = object.__setattr__
+        set_(self, "location", location)
+        set_(self, "storage_options", _frozen(storage_options))
+        set_(self, "interval", parse_duration(interval))
+        set_(self, "commit_interval", parse_duration(commit_interval))
+        set_(self, "retention", retention if retention is not None else RetentionPolicy())
+        set_(self, "require", require)
+        set_(self, "generation", generation)
+        set_(self, "snapshots", snapshots if snapshots is not None else SnapshotOptions())
+        set_(self, "clock", clock)
 
     @classmethod
     def of(cls, checkpoints: str | BlobStore | CheckpointOptions | None) -> CheckpointOptions | None:
@@ -118,15 +145,17 @@ class StoreOptions:
     """The local state store: ``kind`` (``auto``: ``columnar`` for checkpoints of at least 1 M rows,
     else ``memory``; ``memory``; ``columnar``; ``rocksdb``) and where an on-disk one lives."""
 
-    kind: StoreName = "auto"
+    kind: StoreName | str = "auto"
     path: str | Path | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("auto", "memory", "columnar", "rocksdb"):
-            raise ConfigError(f"unknown store {self.kind!r}: use auto, memory, columnar or rocksdb")
+            raise ConfigError(
+                f"unknown state store {self.kind!r}; choose one of auto, memory, columnar, rocksdb"
+            )
 
     @classmethod
-    def of(cls, store: StoreName | StoreOptions) -> StoreOptions:
+    def of(cls, store: StoreName | str | StoreOptions) -> StoreOptions:
         return store if isinstance(store, StoreOptions) else cls(store)
 
 

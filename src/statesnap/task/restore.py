@@ -1,4 +1,4 @@
-"""How ``Table.start()`` gets a table back: load a checkpoint, then report what happened.
+"""How a task gets its state back: load a checkpoint into its stores, then report what happened.
 
 Choosing the checkpoint is :class:`~statesnap.checkpoint.restore.CheckpointSelector`'s job; this
 module adds what a table needs around it: the exact generation asked for must exist, a store
@@ -12,17 +12,17 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
 
-from statesnap.checkpoint import CheckpointManifest, CheckpointRepository
-from statesnap.checkpoint.restore import CheckpointSelector, SkippedCheckpoint
+from statesnap.checkpoint import CheckpointManifest
+from statesnap.checkpoint.restore import SkippedCheckpoint
 from statesnap.checkpoint.selection import TopicState
 from statesnap.errors import GenerationNotFoundError
-from statesnap.python.rowfilter import RowFilter
 from statesnap.stores import StateStore
+from statesnap.task.opening import OpenedTask
+from statesnap.task.rowfilter import RowFilter
 
 log = logging.getLogger(__name__)
 
@@ -71,44 +71,42 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-@dataclass(frozen=True, slots=True)
-class CheckpointLoad:
-    """What to restore and how (one table's view of its checkpoint store)."""
-
-    repo: CheckpointRepository
-    table: str
-    topic: str
-    generation: int | None
-    require_checkpoint: bool
-    #: Readers (followers, dump) warn when the store holds nothing; an owner's first start does not.
-    warn_if_empty: bool
-
-
-def load_checkpoint(
-    spec: CheckpointLoad,
+def restore_into_store(
+    task: OpenedTask,
     state: TopicState,
-    partitions: tuple[int, ...],
     store: StateStore,
-    row_filter: RowFilter | None,
-    now: datetime,
-    report: RestoreReport,
+    row_filter: RowFilter | None = None,
+    report: RestoreReport | None = None,
+    *,
+    warn_if_empty: bool = False,
 ) -> CheckpointManifest | None:
-    """Load the checkpoint to continue from into *store*; None means replay from the beginning.
+    """Load the checkpoint to continue from into *store*, for ``state.partitions``; None means
+    replay them from the beginning. The one place any engine restores a checkpoint into a store:
+    a table's start and a group member's gained partitions both come here.
+
+    Only the partitions' files are read and only their rows are touched: a checkpoint that fails
+    half-way is undone by dropping those partitions, and the next older one is tried. *report*
+    (when given) gets the checkpoint used, the keys restored and the checkpoints skipped.
+    *warn_if_empty*: readers (followers, dump) warn when the store holds no checkpoint at all
+    (usually a typo'd URL); an owner's first start does not.
 
     Raises :class:`GenerationNotFoundError` when the exact generation asked for is not in the
     store, and what the selector raises (``NoUsableCheckpointError`` …).
     """
-    repo = spec.repo
-    if spec.generation is not None:
+    repo, options = task.repo, task.checkpoints
+    if repo is None or options is None:
+        return None
+    if options.generation is not None:
         held = repo.generations()
-        if spec.generation not in held:
+        if options.generation not in held:
             shown = ", ".join(map(str, sorted(held)[-10:])) or "none"
             raise GenerationNotFoundError(
-                f"no generation {spec.generation} of table {spec.table!r} in {repo.url} "
+                f"no generation {options.generation} of table {task.table!r} in {repo.url} "
                 f"(generations there: {shown})"
             )
-    selector = CheckpointSelector(repo, spec.table, spec.generation, spec.require_checkpoint)
-
+    selector = task.selector()
+    partitions = state.partitions
+    before = len(store)
     loaded = [0]
 
     def load(partition: int, rows: pa.Table) -> None:
@@ -116,36 +114,38 @@ def load_checkpoint(
         loaded[0] += kept.num_rows
         store.load(partition, kept)
 
-    def clear() -> None:
+    def undo() -> None:  # a checkpoint failed mid-load: forget only what it loaded
         loaded[0] = 0
-        store.clear()
+        store.drop_partitions(list(partitions))
 
     try:
-        manifest = selector.restore(state, partitions, load, clear, now)
+        manifest = selector.restore(state, partitions, load, undo, options.clock())
     finally:
-        report.skipped = selector.skipped
-    if manifest is not None:
-        report.checkpoint = manifest.generation
-        report.restored_keys = len(store)
-        if report.restored_keys < loaded[0]:
-            # Every partition's base holds a key once: fewer keys than rows means some key lives
-            # in two partitions, where "latest" depends on how partitions interleave.
-            log.warning(
-                "table %s: %d key(s) of checkpoint %d appear in more than one partition (written with "
-                "different partitioners?); the table assumes one partition per key, so restore and "
-                "full replay may disagree for them",
-                spec.table,
-                loaded[0] - report.restored_keys,
-                manifest.generation,
-            )
-    elif not selector.skipped and not repo.generations():
+        if report is not None:
+            report.skipped = selector.skipped
+    keys = len(store) - before
+    if report is not None:
+        report.checkpoint = manifest.generation if manifest is not None else None
+        report.restored_keys = keys if manifest is not None else 0
+    if manifest is not None and keys < loaded[0]:
+        # Every partition's base holds a key once: fewer keys than rows means some key lives
+        # in two partitions, where "latest" depends on how partitions interleave.
+        log.warning(
+            "table %s: %d key(s) of checkpoint %d appear in more than one partition (written with "
+            "different partitioners?); the table assumes one partition per key, so restore and "
+            "full replay may disagree for them",
+            task.table,
+            loaded[0] - keys,
+            manifest.generation,
+        )
+    elif manifest is None and not selector.skipped and not repo.generations():
         log.log(
-            logging.WARNING if spec.warn_if_empty else logging.INFO,
+            logging.WARNING if warn_if_empty else logging.INFO,
             "table %s: no checkpoint found under %s; replaying the whole topic %r (%d partitions) "
             "from the beginning",
-            spec.table,
+            task.table,
             repo.url,
-            spec.topic,
+            task.topic,
             len(partitions),
         )
     return manifest

@@ -19,7 +19,7 @@ import pytest
 
 from integration.apache.log_control import COMPACT_FAST, ROLL_KEY, compact_until
 from integration.conftest import KafkaTool, Rec
-from statesnap import Table
+from statesnap import CheckpointOptions, Table
 
 pytestmark = pytest.mark.integration
 
@@ -95,9 +95,8 @@ def test_an_old_checkpoint_is_refused_once_compaction_removed_its_tombstones(
     again = Table(
         topic,
         bootstrap_servers=kafka.bootstrap,
-        checkpoints=url,
+        checkpoints=CheckpointOptions(url, clock=lambda: fresh.created_at + timedelta(seconds=1)),
         background=False,
-        clock=lambda: fresh.created_at + timedelta(seconds=1),
     )
     report = again.start()
     try:

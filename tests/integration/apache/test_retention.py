@@ -30,7 +30,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 import statesnap.python.table
 from integration.apache.log_control import wait_for_log, watermarks
 from integration.conftest import KafkaTool, Rec
-from statesnap import Table
+from statesnap import CheckpointOptions, Table
 from statesnap.checkpoint.manifest import CheckpointManifest
 from statesnap.errors import NoUsableCheckpointError
 
@@ -119,9 +119,8 @@ def test_delete_records_past_every_checkpoint_replays_what_is_left_or_fails_if_r
         Table(
             topic,
             bootstrap_servers=kafka.bootstrap,
-            checkpoints=url,
+            checkpoints=CheckpointOptions(url, require=True),
             background=False,
-            require_checkpoint=True,
         ).start()
 
     t = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False)
@@ -205,9 +204,8 @@ def test_retention_between_choosing_and_reading_a_checkpoint_is_not_skipped_over
         Table(
             topic,
             bootstrap_servers=kafka.bootstrap,
-            checkpoints=url,
+            checkpoints=CheckpointOptions(url, require=True),
             background=False,
-            require_checkpoint=True,
         ).start()
 
 
@@ -240,10 +238,9 @@ def test_a_group_member_restores_a_partition_again_when_retention_passes_its_che
     t = Table(
         topic,
         bootstrap_servers=kafka.bootstrap,
-        checkpoints=url,
+        checkpoints=CheckpointOptions(url, interval="1h"),
         group=f"g-{uuid.uuid4().hex[:8]}",
         background=False,
-        checkpoint_interval="1h",
     )
     try:
         t.start()

@@ -18,7 +18,7 @@ from integration.conftest import KafkaTool
 from integration.test_topic_incarnation import (  # the same case, on Apache Kafka here
     test_without_topic_ids_a_checkpoint_past_the_end_falls_back_to_a_full_replay,
 )
-from statesnap import Table
+from statesnap import CheckpointOptions, Table
 from statesnap.errors import NoUsableCheckpointError
 from statesnap.kafka.config import KafkaSettings
 from statesnap.kafka.identity import topic_id
@@ -72,9 +72,8 @@ def test_a_recreated_topic_has_a_new_id_and_old_checkpoints_are_refused(
         Table(
             topic,
             bootstrap_servers=kafka.bootstrap,
-            checkpoints=url,
+            checkpoints=CheckpointOptions(url, require=True),
             background=False,
-            require_checkpoint=True,
         ).start()
     r = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False)
     report = r.start()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from integration.spark.spark_testkit import changelog, digest, replay
-from statesnap import Table
+from statesnap import CheckpointOptions, Table
 from statesnap.checkpoint import CheckpointRepository
 from statesnap.errors import BrokerUnavailableError, TableNotFoundError, TopicNotFoundError
 from statesnap.spark import bootstrap as spark_bootstrap
@@ -27,8 +27,7 @@ def _restore(
         topic,
         bootstrap_servers=bootstrap_servers,
         name=table,
-        checkpoints=url,
-        storage_options=options,
+        checkpoints=CheckpointOptions(url, storage_options=options),
         background=False,
     )
     report = t.start()

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from integration.spark.spark_testkit import changelog, digest, replay
-from statesnap import Table
+from statesnap import CheckpointOptions, Table
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointRepository
 from statesnap.errors import CheckpointHistoryLostError
@@ -38,10 +38,8 @@ def _restore_digest(bootstrap: str, topic: str, url: str, generation: int | None
         topic,
         bootstrap_servers=bootstrap,
         name="mat",
-        checkpoints=url,
+        checkpoints=CheckpointOptions(url, generation=generation, require=True),
         background=False,
-        generation=generation,
-        require_checkpoint=True,
     )
     t.start()
     try:

@@ -17,7 +17,7 @@ from typing import Any
 from confluent_kafka.admin import AdminClient
 
 from integration.spark.spark_testkit import changelog, digest, replay
-from statesnap import Table
+from statesnap import CheckpointOptions, Table
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import locate_table
 from statesnap.errors import TableNotFoundError
@@ -84,9 +84,8 @@ def test_stale_spark_state_after_topic_and_store_are_recreated(
         topic,
         bootstrap_servers=bootstrap,
         name="rt",
-        checkpoints=url,
+        checkpoints=CheckpointOptions(url, require=True),
         background=False,
-        require_checkpoint=True,
     )
     report = t.start()
     try:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from integration.spark.spark_testkit import changelog, digest, replay
-from statesnap import Table
+from statesnap import CheckpointOptions, Table
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointRepository
 from statesnap.spark import materialize_stream
@@ -34,9 +34,8 @@ def _restored(bootstrap: str, topic: str, url: str, generation: int) -> tuple[st
         topic,
         bootstrap_servers=bootstrap,
         name="rep",
-        checkpoints=url,
+        checkpoints=CheckpointOptions(url, generation=generation),
         background=False,
-        generation=generation,
     )
     t.start()
     try:

@@ -13,17 +13,17 @@ from statesnap.stores.base import NO_TIMESTAMP, KafkaMessage, Record
 
 @dataclass(frozen=True, slots=True)
 class RowFilter:
-    """``key_filter(key) -> bool`` keeps a key; ``project(value) -> bytes | None`` rewrites a value
+    """``key_filter(key) -> bool`` keeps a key; ``value_projection(value) -> bytes | None`` rewrites a value
     (``None`` drops the key, as a tombstone would)."""
 
     key_filter: Callable[[bytes], bool] | None = None
-    project: Callable[[bytes], bytes | None] | None = None
+    value_projection: Callable[[bytes], bytes | None] | None = None
 
     def records(self, messages: Sequence[KafkaMessage]) -> list[Record]:
         """Changelog messages as records, filtered and projected. A key the filter rejects still
         gets a tombstone, so a row kept earlier can never linger."""
         out: list[Record] = []
-        keep, project = self.key_filter, self.project
+        keep, project = self.key_filter, self.value_projection
         for m in messages:
             key = m.key()
             if key is None:
@@ -45,8 +45,8 @@ class RowFilter:
             keep = self.key_filter
             mask = pa.array([keep(k) for k in table.column("key").to_pylist()], pa.bool_())
             table = table.filter(mask)
-        if self.project is not None and table.num_rows:
-            project = self.project
+        if self.value_projection is not None and table.num_rows:
+            project = self.value_projection
             values = pa.array([project(v) for v in table.column("value").to_pylist()], pa.binary())
             table = table.set_column(table.schema.get_field_index("value"), "value", values)
             table = table.filter(pa.compute.is_valid(table.column("value")))
