@@ -114,9 +114,15 @@ class CheckpointSelector:
 
         *clear* undoes a partial load before the next candidate is tried.
         """
+
+        def fill(item: CheckpointManifest) -> None:
+            wanted = [p for p in partitions if p in item.partitions]
+            for p, rows in self.repo.iter_partitions(item, wanted):
+                load(p, rows)
+
         for _attempt in range(RESTORE_ATTEMPTS):
             try:
-                return self._first_usable(state, partitions, load, clear, now)
+                return self._first_usable(self.candidates(state, now), fill, clear)
             except _VanishedError:
                 continue
         self._none_usable()
@@ -124,19 +130,16 @@ class CheckpointSelector:
 
     def _first_usable(
         self,
-        state: TopicState,
-        partitions: Sequence[int],
-        load: Callable[[int, pa.Table], None],
+        candidates: Iterator[CheckpointManifest],
+        fill: Callable[[CheckpointManifest], None],
         clear: Callable[[], None],
-        now: datetime,
     ) -> CheckpointManifest | None:
+        """The first of *candidates* that *fill* loads whole; *clear* undoes a partial load."""
         listed_top = next(iter(self.repo.generations()), None)
-        for item in self.candidates(state, now):
+        for item in candidates:
             gen = item.generation
             try:
-                wanted = [p for p in partitions if p in item.partitions]
-                for p, rows in self.repo.iter_partitions(item, wanted):
-                    load(p, rows)
+                fill(item)
             except (CorruptCheckpointError, BlobNotFoundError) as e:
                 clear()
                 # Deleted under us (the owner's GC) while a newer checkpoint appeared: start over

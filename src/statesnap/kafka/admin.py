@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError as RdKafkaError
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ConfigResource,
     NewTopic,
@@ -20,6 +20,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from statesnap.errors import BrokerUnavailableError, KafkaError, TopicNotFoundError
 from statesnap.kafka.clients import new_consumer, new_watched_admin
 from statesnap.kafka.config import KafkaSettings
+from statesnap.kafka.reader import watermarks
 
 log = logging.getLogger(__name__)
 
@@ -130,23 +131,22 @@ def _reason(e: Exception) -> str:
     return str(err.str()) if err is not None and hasattr(err, "str") else str(e)
 
 
+def watermark_offsets(
+    settings: KafkaSettings, topic: str, partitions: tuple[int, ...]
+) -> dict[int, tuple[int, int]]:
+    """(log start, reported end) per partition, asked with one short-lived consumer; a broker
+    that does not answer is a :class:`BrokerUnavailableError` naming it."""
+    consumer = new_consumer(settings, **{"group.id": "statesnap-metadata", "enable.auto.commit": False})
+    try:
+        ends = {p: watermarks(consumer, settings, topic, p) for p in partitions}
+        return {p: (max(0, low), max(0, high)) for p, (low, high) in ends.items()}
+    finally:
+        consumer.close()
+
+
 def log_start_offsets(settings: KafkaSettings, topic: str, partitions: tuple[int, ...]) -> dict[int, int]:
     """The first offset still stored per partition (the low watermark).
 
     Unlike the high watermark, which the dev broker under-reports, the low watermark is exact.
     """
-    consumer = new_consumer(settings, **{"group.id": "statesnap-metadata", "enable.auto.commit": False})
-    try:
-        out = {}
-        for p in partitions:
-            low, _high = consumer.get_watermark_offsets(
-                TopicPartition(topic, p), timeout=settings.timeout, cached=False
-            )
-            out[p] = max(0, int(low))
-        return out
-    except KafkaException as e:
-        raise BrokerUnavailableError(
-            f"cannot read offsets of {topic!r} from {settings.bootstrap_servers}: {e}"
-        ) from e
-    finally:
-        consumer.close()
+    return {p: low for p, (low, _high) in watermark_offsets(settings, topic, partitions).items()}

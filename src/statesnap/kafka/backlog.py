@@ -9,29 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from confluent_kafka import KafkaException, TopicPartition
-
-from statesnap.errors import BrokerUnavailableError
-from statesnap.kafka.clients import new_consumer
+from statesnap.kafka.admin import watermark_offsets
 from statesnap.kafka.config import KafkaSettings
+
+__all__ = ["estimate_backlog", "high_watermarks"]
 
 
 def high_watermarks(settings: KafkaSettings, topic: str, partitions: tuple[int, ...]) -> dict[int, int]:
     """The broker's reported end per partition (low-cost; may under-report, see module doc)."""
-    consumer = new_consumer(settings, **{"group.id": "statesnap-metadata", "enable.auto.commit": False})
-    try:
-        return {
-            p: max(
-                0, int(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=settings.timeout)[1])
-            )
-            for p in partitions
-        }
-    except KafkaException as e:
-        raise BrokerUnavailableError(
-            f"cannot read offsets of {topic!r} from {settings.bootstrap_servers}: {e}"
-        ) from e
-    finally:
-        consumer.close()
+    return {p: high for p, (_low, high) in watermark_offsets(settings, topic, partitions).items()}
 
 
 def estimate_backlog(ends: Mapping[int, int], starts: Mapping[int, int]) -> int:

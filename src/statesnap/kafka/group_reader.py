@@ -33,7 +33,13 @@ from confluent_kafka import KafkaError as RdKafkaError
 from statesnap.errors import KafkaError
 from statesnap.kafka.clients import new_consumer
 from statesnap.kafka.config import KafkaSettings
-from statesnap.kafka.reader import BATCH_SIZE, FETCH_WAIT_MS, resume_after_lost_offsets, watermarks
+from statesnap.kafka.reader import (
+    BATCH_SIZE,
+    FETCH_WAIT_MS,
+    cached_high,
+    resume_after_lost_offsets,
+    watermarks,
+)
 
 __all__ = ["DEFAULT_SESSION_TIMEOUT_MS", "DEFAULT_STRATEGY", "GroupReader", "RebalanceListener"]
 
@@ -251,12 +257,9 @@ class GroupReader:
         return batches
 
     def _note_high(self, p: int) -> None:
-        try:
-            _low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), cached=True)
-        except KafkaException:
-            return
-        if high is not None and high >= 0:
-            self._high[p] = int(high)
+        high = cached_high(self._consumer, self.topic, p)
+        if high is not None:
+            self._high[p] = high
 
     def _seek(self, p: int) -> None:
         try:

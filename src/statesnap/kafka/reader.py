@@ -158,12 +158,9 @@ class ChangelogReader:
         for p, msgs in batches.items():
             if msgs[-1].offset() >= self._eof_offset.get(p, -1):
                 self.at_eof.discard(p)
-            try:
-                _low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), cached=True)
-            except KafkaException:
-                continue
-            if high is not None and high >= 0:
-                self._high[p] = int(high)
+            high = cached_high(self._consumer, self.topic, p)
+            if high is not None:
+                self._high[p] = high
         if batches or self._eof_seen:
             self._eof_seen = False
             self._progressed()
@@ -188,7 +185,7 @@ class ChangelogReader:
         """No record and no EOF in this poll while partitions still wait for the log end."""
         now = time.monotonic()
         for p in self._waiting_for():
-            high = self._cached_high(p)
+            high = cached_high(self._consumer, self.topic, p)
             pos = self.positions[p]
             if high is None or pos <= high:
                 self._beyond_since.pop(p, None)
@@ -219,14 +216,6 @@ class ChangelogReader:
             self.settings.bootstrap_servers,
         )
         self._last_progress = now
-
-    def _cached_high(self, p: int) -> int | None:
-        """The high watermark of the last fetch response (exact, unlike a watermark query)."""
-        try:
-            _low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), cached=True)
-        except KafkaException:
-            return None
-        return int(high) if high is not None and high >= 0 else None
 
     def _on_client_error(self, err: Any) -> None:
         """librdkafka's error_cb: called from consume() on the consuming thread."""
@@ -291,6 +280,16 @@ class ChangelogReader:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def cached_high(consumer: Any, topic: str, partition: int) -> int | None:
+    """The partition's high watermark in *consumer*'s last fetch response (no request; exact,
+    unlike a watermark query); None where unknown."""
+    try:
+        _low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+    except KafkaException:
+        return None
+    return int(high) if high is not None and high >= 0 else None
 
 
 def watermarks(consumer: Any, settings: KafkaSettings, topic: str, partition: int) -> tuple[int, int]:

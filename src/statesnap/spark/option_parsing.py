@@ -13,7 +13,7 @@ import difflib
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from statesnap.durations import parse_duration
 from statesnap.errors import ConfigError
@@ -308,36 +308,33 @@ def _partition_json(value: str, option: str, sub: Subscription) -> dict[TP, int]
     return out
 
 
+def _refuse_in_batch(
+    spec: OffsetSpec, option: str, bound: Literal["latest", "earliest"], words: tuple[str, str]
+) -> None:
+    """One side of a batch read may not be *bound*, as a whole or for one partition; *words* are
+    how Spark names the side in each of the two errors."""
+    sentinel = LATEST if bound == "latest" else EARLIEST
+    if spec == bound:
+        raise ConfigError(f"option {option}: {words[0]} can't be {bound} for batch queries on Kafka")
+    if isinstance(spec, PartitionOffsets):
+        for (t, p), off in sorted(spec.offsets.items()):
+            if off == sentinel:
+                raise ConfigError(
+                    f"option {option}: {words[1]} for {t}-{p} can't be {bound} for batch queries on Kafka"
+                )
+
+
 def _check_batch_limits(starting: OffsetSpec, ending: OffsetSpec) -> None:
     """Spark's batch rules: no ``latest`` start, no ``earliest`` end (its words)."""
-    if starting == "latest":
-        raise ConfigError(
-            "option startingOffsets: starting offset can't be latest for batch queries on Kafka"
-        )
-    if isinstance(starting, PartitionOffsets):
-        for (t, p), off in sorted(starting.offsets.items()):
-            if off == LATEST:
+    _refuse_in_batch(starting, "startingOffsets", "latest", ("starting offset", "startingOffsets"))
+    _refuse_in_batch(ending, "endingOffsets", "earliest", ("ending offset", "ending offset"))
+    if isinstance(ending, PartitionOffsets) and isinstance(starting, PartitionOffsets):
+        for tp, start in starting.offsets.items():
+            end = ending.offsets.get(tp)
+            if end is not None and start >= 0 and end >= 0 and start > end:
                 raise ConfigError(
-                    f"option startingOffsets: startingOffsets for {t}-{p} can't be latest "
-                    "for batch queries on Kafka"
+                    f"option endingOffsets: {tp[0]}[{tp[1]}] ends at {end}, before startingOffsets ({start})"
                 )
-    if ending == "earliest":
-        raise ConfigError("option endingOffsets: ending offset can't be earliest for batch queries on Kafka")
-    if isinstance(ending, PartitionOffsets):
-        for (t, p), off in sorted(ending.offsets.items()):
-            if off == EARLIEST:
-                raise ConfigError(
-                    f"option endingOffsets: ending offset for {t}-{p} can't be earliest "
-                    "for batch queries on Kafka"
-                )
-        if isinstance(starting, PartitionOffsets):
-            for tp, start in starting.offsets.items():
-                end = ending.offsets.get(tp)
-                if end is not None and start >= 0 and end >= 0 and start > end:
-                    raise ConfigError(
-                        f"option endingOffsets: {tp[0]}[{tp[1]}] ends at {end}, "
-                        f"before startingOffsets ({start})"
-                    )
 
 
 def _is_int(text: str) -> bool:
