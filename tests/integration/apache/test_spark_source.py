@@ -112,7 +112,7 @@ def _first_at_or_after(sent: list[Sent], partition: int, ts: int) -> int | None:
 
 def _read(spark: Any, fmt: str, bootstrap: str, topic: str, **options: str) -> Any:
     reader = spark.read.format(fmt).option("kafka.bootstrap.servers", bootstrap)
-    if "assign" not in options:
+    if "assign" not in options and "subscribePattern" not in options:
         reader = reader.option("subscribe", topic)
     return reader.options(**options).load()
 
@@ -201,13 +201,15 @@ CASES = [
 
 
 def _reads(topic: str, sent: list[Sent]) -> dict[str, dict[str, str]]:
-    """Every timestamp case, plus JSON offsets with ``assign``: the reads both sources make."""
+    """Every timestamp case, plus JSON offsets with ``assign`` and a ``subscribePattern``: the
+    reads both sources make."""
     reads = {case: options for case, (options, _rows_expected) in _cases(topic, sent).items()}
     reads["JSON offsets, assign"] = {
         "assign": json.dumps({topic: [0, 1]}),
         "startingOffsets": json.dumps({topic: {"0": 2, "1": -2}}),
         "endingOffsets": json.dumps({topic: {"0": -1, "1": 6}}),
     }
+    reads["subscribePattern"] = {"subscribePattern": f"{topic[:3]}.*{topic[-4:]}"}
     return reads
 
 
@@ -285,7 +287,8 @@ def test_the_same_rows_as_sparks_own_source(
     spark_kafka: Any, kafka: KafkaTool, timed: tuple[str, list[Sent]], ours: dict[str, list[Row]]
 ) -> None:
     """Apache Kafka 4.1.1 proved it: for the whole topic with headers, JSON offsets with
-    ``assign``, and every timestamp case above, ``format("kafka")`` (connector 4.2.0) and
+    ``assign``, a ``subscribePattern``, and every timestamp case above (and a starting timestamp
+    after every record, which both refuse), ``format("kafka")`` (connector 4.2.0) and
     ``format("statesnap-kafka")`` give identical rows: key, value, topic, partition, offset,
     timestamp, timestampType, headers (a tombstone, a keyless record, repeated and null header
     values included)."""
@@ -297,6 +300,10 @@ def test_the_same_rows_as_sparks_own_source(
     for name, rows in theirs.items():
         assert ours[name] == rows, name
         assert rows, f"{name}: a read of nothing proves nothing"
+
+    for fmt in ("kafka", "statesnap-kafka"):  # no record that recent: both refuse by default
+        with pytest.raises(Exception, match=r"(?i)timestamp"):
+            _read(spark_kafka, fmt, bs, topic, startingTimestamp=str(BASE + 3_600_000)).collect()
 
     assert len(whole) == len(sent)  # and their source agrees with what the producer sent
     by_offset = {(r[3], r[4]): r for r in whole}  # partition, offset
