@@ -33,6 +33,7 @@ from typing import Any
 import click
 
 from statesnap.errors import StatesnapError
+from statesnap.redaction import scrub
 
 log = logging.getLogger("statesnap.spark.main")
 
@@ -46,7 +47,8 @@ class _SparkJob(click.Command):
         try:
             return super().invoke(ctx)
         except StatesnapError as e:
-            raise click.ClickException(f"{type(e).__name__}: {e}") from e
+            # Scrubbed again, whichever module built the message (as the statesnap command does).
+            raise click.ClickException(f"{type(e).__name__}: {scrub(str(e))}") from e
 
 
 def submitted_master() -> str | None:
