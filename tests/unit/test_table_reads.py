@@ -75,8 +75,8 @@ def test_row_origin_reads_the_row_header() -> None:
     assert row_origin(store, b"never") is None
 
     class WithHeader(MemoryStore):
-        def row_header(self, key: bytes) -> tuple[int, int, int] | None:
-            return (7, 70, 0) if key == b"k" else None
+        def row_origin(self, key: bytes) -> tuple[int, int] | None:
+            return (7, 70) if key == b"k" else None
 
     assert row_origin(WithHeader(), b"k") == (7, 70)  # the store's own answer wins
 

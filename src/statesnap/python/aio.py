@@ -15,6 +15,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
+__all__ = ["RECHECK_SECONDS", "AsyncWaiters"]
+
 #: Upper bound between two checks of a waiting coroutine's condition when no batch arrives.
 RECHECK_SECONDS = 0.5
 

@@ -39,7 +39,6 @@ import logging
 import threading
 import time
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Generic
@@ -49,9 +48,11 @@ from statesnap.checkpoint import CheckpointManifest
 from statesnap.errors import ConfigError, ReadOnlyTableError, TableStateError
 from statesnap.python.hooks import Hooks
 from statesnap.python.reads import K, SerdeName, SerdeOf, TableReads, V
+from statesnap.python.status import FollowerStatus
 from statesnap.python.table import ProgressCallback, RestoreReport, Table
 from statesnap.serde import SchemaRegistry, Serde
 from statesnap.stores import StateStore
+from statesnap.task.lifecycle import TaskPhase
 from statesnap.task.options import CheckpointOptions, StaticShare, StoreName, StoreOptions
 from statesnap.task.rowfilter import RowFilter
 
@@ -60,7 +61,9 @@ log = logging.getLogger(__name__)
 #: How often wait_caught_up() samples the EOF state; caught-up windows last a consume call or more.
 _CAUGHT_UP_SAMPLE_SECONDS = 0.005
 
-STATES = ("new", "restoring", "running", "failed", "closed")
+__all__ = ["STATES", "Follower", "FollowerStatus"]
+
+STATES = tuple(TaskPhase)
 
 
 class _Replica(Table[K, V]):
@@ -72,63 +75,6 @@ class _Replica(Table[K, V]):
         super().__init__(topic, **options)
         self.tail = tail
         self.background = self.background and tail
-
-
-@dataclass(frozen=True, slots=True)
-class FollowerStatus:
-    """A point-in-time view of a follower: what it holds and how fresh it is.
-
-    ``offsets`` are the next offset to consume per partition (everything below is applied);
-    ``lag`` is records behind per partition (0 at EOF; an estimate otherwise). ``restore_seconds``
-    and ``checkpoint_generation`` describe the boot (``checkpoint_generation`` is None after a full
-    replay). ``last_update_age`` is seconds since the replica last applied a record;
-    ``newest_record_age`` is seconds since the newest applied record's own timestamp.
-    """
-
-    table: str
-    topic: str
-    state: str
-    caught_up: bool
-    offsets: Mapping[int, int]
-    lag: Mapping[int, int]
-    keys: int
-    checkpoint_generation: int | None
-    restore_seconds: float | None
-    replayed_records: int
-    last_update_age: float | None
-    newest_record_age: float | None
-    error: str | None = None
-
-    @property
-    def ready(self) -> bool:
-        """Restored, caught up once, and the background consumer is healthy."""
-        return self.state == "running"
-
-    @property
-    def total_lag(self) -> int:
-        return sum(self.lag.values())
-
-    def to_json(self) -> dict[str, Any]:
-        def rounded(x: float | None) -> float | None:
-            return None if x is None else round(x, 3)
-
-        return {
-            "table": self.table,
-            "topic": self.topic,
-            "state": self.state,
-            "ready": self.ready,
-            "caught_up": self.caught_up,
-            "offsets": {str(p): o for p, o in sorted(self.offsets.items())},
-            "lag": {str(p): n for p, n in sorted(self.lag.items())},
-            "total_lag": self.total_lag,
-            "keys": self.keys,
-            "checkpoint_generation": self.checkpoint_generation,
-            "restore_seconds": rounded(self.restore_seconds),
-            "replayed_records": self.replayed_records,
-            "last_update_age": rounded(self.last_update_age),
-            "newest_record_age": rounded(self.newest_record_age),
-            "error": self.error,
-        }
 
 
 class Follower(TableReads[K, V], Generic[K, V]):
@@ -207,7 +153,7 @@ class Follower(TableReads[K, V], Generic[K, V]):
             row_filter=row_filter,
             hooks=hooks,
         )
-        self._state = "new"
+        self._state = TaskPhase.NEW
         self._state_lock = threading.Lock()
         self._settled = threading.Event()  # set once running or failed
         self._close_after_start = False
@@ -255,10 +201,11 @@ class Follower(TableReads[K, V], Generic[K, V]):
     # --- life cycle ----------------------------------------------------------------------------
 
     @property
-    def state(self) -> str:
-        """One of ``new``, ``restoring``, ``running``, ``failed``, ``closed``."""
-        if self._state == "running" and self._table_failed() is not None:
-            return "failed"
+    def state(self) -> TaskPhase:
+        """Where the replica is: ``new``, ``restoring``, ``running``, ``failed`` or ``closed`` (a
+        :class:`~statesnap.task.lifecycle.TaskPhase`, equal to its name)."""
+        if self._state == TaskPhase.RUNNING and self._table_failed() is not None:
+            return TaskPhase.FAILED
         return self._state
 
     @property
@@ -297,9 +244,9 @@ class Follower(TableReads[K, V], Generic[K, V]):
 
     def _begin_restore(self) -> None:
         with self._state_lock:
-            if self._state != "new":
+            if self._state != TaskPhase.NEW:
                 raise TableStateError("start", self._state, "new")
-            self._state = "restoring"
+            self._state = TaskPhase.RESTORING
 
     def _restore(self, progress: ProgressCallback | None) -> RestoreReport:
         started = time.monotonic()
@@ -308,14 +255,14 @@ class Follower(TableReads[K, V], Generic[K, V]):
         except BaseException as e:
             self._error = e
             with self._state_lock:
-                self._state = "closed" if self._close_after_start else "failed"
+                self._state = TaskPhase.CLOSED if self._close_after_start else TaskPhase.FAILED
             self._settled.set()
             self._table.close(checkpoint=False)
             raise
         self._boot_seconds = time.monotonic() - started
         with self._state_lock:
             closing = self._close_after_start
-            self._state = "running"
+            self._state = TaskPhase.RUNNING
         self._settled.set()
         if closing:
             self.close()
@@ -329,7 +276,7 @@ class Follower(TableReads[K, V], Generic[K, V]):
         err = self.error
         if err is not None:
             raise err
-        return self._state == "running"
+        return self._state == TaskPhase.RUNNING
 
     def close(self) -> None:
         """Stop tailing and release the consumer and the local store. Never writes a checkpoint.
@@ -338,16 +285,16 @@ class Follower(TableReads[K, V], Generic[K, V]):
         the replica as soon as the restore ends (a restore cannot be interrupted half-way).
         """
         with self._state_lock:
-            if self._state == "closed":
+            if self._state == TaskPhase.CLOSED:
                 return
-            if self._state == "restoring":
+            if self._state == TaskPhase.RESTORING:
                 self._close_after_start = True
                 return
-            self._state = "closed"
+            self._state = TaskPhase.CLOSED
         self._table.close(checkpoint=False)
 
     def __enter__(self) -> Follower[K, V]:
-        if self._state == "new":
+        if self._state == TaskPhase.NEW:
             self.start()
         return self
 
@@ -371,7 +318,7 @@ class Follower(TableReads[K, V], Generic[K, V]):
         await asyncio.to_thread(self.close)
 
     async def __aenter__(self) -> Follower[K, V]:
-        if self._state == "new":
+        if self._state == TaskPhase.NEW:
             await self.start_async()
         return self
 
@@ -380,8 +327,11 @@ class Follower(TableReads[K, V], Generic[K, V]):
 
     # --- reads (the Mapping itself is in statesnap.python.reads) --------------------------------------
 
+    def _running(self) -> bool:
+        return self._state is TaskPhase.RUNNING
+
     def _require_running(self, action: str) -> None:
-        if self._state != "running":
+        if self._state != TaskPhase.RUNNING:
             raise TableStateError(action, self._state, "running")
 
     def _store_for(self, action: str | None) -> StateStore:
@@ -432,7 +382,7 @@ class Follower(TableReads[K, V], Generic[K, V]):
     @property
     def caught_up(self) -> bool:
         """Whether every partition reported end-of-partition since its last record."""
-        return self.state == "running" and self._table.caught_up
+        return self.state == TaskPhase.RUNNING and self._table.caught_up
 
     def lag(self) -> dict[int, int]:
         """Records behind per partition: 0 at end-of-partition, else an estimate from the broker's
@@ -463,12 +413,12 @@ class Follower(TableReads[K, V], Generic[K, V]):
         """
         self._check_wait(offsets)
         deadline = time.monotonic() + timeout
-        if self._state == "restoring":
+        if self._state == TaskPhase.RESTORING:
             # Wait for the restore to finish first: Table.wait_for consumes on the caller's
             # thread if it sees the table running before its background thread exists.
             self._settled.wait(max(0.0, deadline - time.monotonic()))
             self._raise_if_failed()
-            if self._state != "running":
+            if not self._running():  # another thread settled the state meanwhile
                 return False
         # Table.wait_for re-raises a consumer failure and rejects partitions it does not own.
         return self._table.wait_for(
@@ -486,10 +436,10 @@ class Follower(TableReads[K, V], Generic[K, V]):
         thread as records are applied (a restore still running is awaited on a worker thread)."""
         deadline = time.monotonic() + timeout
         self._check_wait(offsets)
-        if self._state == "restoring":
+        if self._state == TaskPhase.RESTORING:
             await asyncio.to_thread(self._settled.wait, max(0.0, deadline - time.monotonic()))
             self._raise_if_failed()
-            if self._state != "running":
+            if not self._running():  # another thread settled the state meanwhile
                 return False
         return await self._table.wait_for_async(
             offsets, timestamp=timestamp, timeout=max(0.0, deadline - time.monotonic())
@@ -517,7 +467,7 @@ class Follower(TableReads[K, V], Generic[K, V]):
         return True
 
     def _check_wait(self, offsets: Mapping[int, int] | None) -> None:
-        if self._state in ("new", "closed"):
+        if self._state in (TaskPhase.NEW, TaskPhase.CLOSED):
             raise TableStateError("wait", self._state, "restoring or running")
         self._raise_if_failed()
         if offsets and self.partitions:
@@ -537,7 +487,7 @@ class Follower(TableReads[K, V], Generic[K, V]):
         """A consistent-enough snapshot of the replica's freshness (each field read once)."""
         err = self.error
         state = self.state
-        running = state == "running"
+        running = state == TaskPhase.RUNNING
         return FollowerStatus(
             table=self.name,
             topic=self.topic,

@@ -18,6 +18,8 @@ from statesnap.kafka.reader import ChangelogReader
 from statesnap.python.aio import AsyncWaiters
 from statesnap.task.lifecycle import TaskPhase
 
+__all__ = ["TableFreshness"]
+
 
 class TableFreshness:
     """The freshness half of :class:`~statesnap.Table`: offsets, lag, ages and the waits.

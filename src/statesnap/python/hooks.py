@@ -53,6 +53,18 @@ from statesnap.serde import Serde
 from statesnap.stores import StateStore
 from statesnap.stores.base import Record
 
+__all__ = [
+    "Change",
+    "CheckpointHook",
+    "Hooks",
+    "RestoreListener",
+    "RestoreTracker",
+    "UpdateHook",
+    "call_safely",
+    "changes_of",
+    "fire_updates",
+]
+
 log = logging.getLogger(__name__)
 
 K_contra = TypeVar("K_contra", contravariant=True)

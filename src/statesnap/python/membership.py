@@ -12,6 +12,16 @@
   current ownership: after a member dies, whoever gains its partitions reports them and the
   snapshot completes.
 
+Reads of a key whose partition the member does not serve (another member owns it, or it is still
+being restored after a rebalance) raise :class:`~statesnap.errors.PartitionNotOwnedError`; the
+key's partition comes from the producers' partitioner (``GroupOptions(partitioner=...)``, default
+Kafka's ``murmur2_random``) and ``Table.partition_for(key)`` tells it, for routing. ``len``,
+iteration and scans cover the rows the member holds. The assignment strategy is librdkafka's
+``partition.assignment.strategy`` (default ``roundrobin``), the session timeout
+``session.timeout.ms`` (default 6 s: a dead member's partitions move after that long), both
+settable through ``kafka_config``. The offsets committed to the group are informational (lag
+tools); restores never read them. The restore listener sees only the restore ``start()`` does.
+
 Everything here runs on the task's consuming thread, inside the group reader's poll, with the
 table's lock held.
 """
@@ -20,18 +30,32 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Protocol, cast
+from typing import ClassVar, Protocol, cast
 
 from statesnap.checkpoint import CheckpointManifest
 from statesnap.checkpoint.selection import resume_offsets
-from statesnap.errors import PartitionNotOwnedError
+from statesnap.errors import (
+    BlobStoreError,
+    CheckpointError,
+    ConfigError,
+    PartitionNotOwnedError,
+    SnapshotError,
+    TableStateError,
+)
 from statesnap.kafka.group_reader import GroupReader
 from statesnap.kafka.partitioner import resolve_partitioner
 from statesnap.kafka.reader import ChangelogReader
+from statesnap.python.reads import row_origin
+from statesnap.serde import Serde
+from statesnap.snapshot.participant import SnapshotTask, TaskState
+from statesnap.stores import StateStore
+from statesnap.task.lifecycle import TaskPhase
 from statesnap.task.opening import OpenedTask
-from statesnap.task.options import GroupOptions
+from statesnap.task.options import CheckpointOptions, GroupOptions, StaticShare
+from statesnap.task.restore import RestoreReport, restore_into_store
+from statesnap.task.rowfilter import RowFilter
 
-__all__ = ["FIRST_ASSIGNMENT_TIMEOUT", "GroupHost", "GroupMembership"]
+__all__ = ["FIRST_ASSIGNMENT_TIMEOUT", "GroupHost", "GroupMember", "GroupMembership", "check_group"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +86,112 @@ class GroupHost(Protocol):
     def release_partitions(self, partitions: tuple[int, ...], *, drop_rows: bool) -> int:
         """*partitions* are no longer this task's; drop their rows unless the task is closing."""
         ...
+
+
+def check_group(
+    share: StaticShare | None,
+    partitions: tuple[int, ...] | None,
+    writes: bool,
+    checkpoints: CheckpointOptions | None,
+) -> None:
+    """Refuse what cannot go with a consumer group, in one line each, before any I/O."""
+    if share is not None:
+        raise ConfigError(
+            "group and StaticShare are two ways of sharing partitions; pick one "
+            "(group: Kafka rebalances them; StaticShare: a fixed p % N == I)"
+        )
+    if partitions is not None:
+        raise ConfigError("group assigns the partitions; it cannot go with partitions=")
+    if not writes or (checkpoints is not None and checkpoints.generation is not None):
+        raise ConfigError("group is for a writer that tails the topic: not with a generation, nor read-only")
+
+
+class GroupMember:
+    """A task's side of a rebalance (mixed into :class:`~statesnap.Table`; implements
+    :class:`GroupHost`): restore what it gains, hand over and drop what it loses."""
+
+    name: str
+    partitions: tuple[int, ...]
+    store: StateStore
+    row_filter: RowFilter | None
+    report: RestoreReport
+    snapshots: SnapshotTask | None
+    _writes: ClassVar[bool]
+    _membership: GroupMembership | None
+    _state: TaskPhase
+    key_serde: Serde
+
+    def _task_state(self) -> TaskState:
+        raise NotImplementedError
+
+    def restore_partitions(
+        self, task: OpenedTask, partitions: tuple[int, ...], *, first: bool
+    ) -> CheckpointManifest | None:
+        """Restore partitions the group gave this member (the first assignment's figures go into
+        the start report)."""
+        if task.repo is None:
+            return None
+        report = self.report if first else None
+        return restore_into_store(task, task.state_of(partitions), self.store, self.row_filter, report)
+
+    def take_partitions(self, partitions: tuple[int, ...], restored: CheckpointManifest | None) -> None:
+        """*partitions* are now this member's; its snapshot task reports them from now on."""
+        if self.snapshots is not None:
+            self.snapshots.gain(partitions, restored)
+        self.partitions = tuple(sorted(set(self.partitions) | set(partitions)))
+
+    def hand_over(self, partitions: tuple[int, ...]) -> None:
+        """Before *partitions* leave: report everything this member owns to the snapshot in
+        progress (or a new one), so the next owner restores from a recent checkpoint."""
+        if self.snapshots is None or not self._writes:
+            return
+        try:
+            self.store.flush()
+            manifest = self.snapshots.checkpoint(self._task_state())
+        except (CheckpointError, BlobStoreError, SnapshotError) as e:
+            # The next owner restores from an older checkpoint and replays a longer tail: slower,
+            # still exact.
+            log.warning(
+                "table %s: could not checkpoint partitions %s it hands over: %s", self.name, partitions, e
+            )
+            return
+        log.info(
+            "table %s: handing over partitions %s (reported to generation %s%s)",
+            self.name,
+            list(partitions),
+            self.snapshots.reported,
+            ", completed" if manifest is not None else "",
+        )
+
+    def release_partitions(self, partitions: tuple[int, ...], *, drop_rows: bool) -> int:
+        """*partitions* are no longer this member's; returns the keys dropped with them."""
+        gone = set(partitions)
+        self.partitions = tuple(p for p in self.partitions if p not in gone)
+        if self.snapshots is not None:
+            self.snapshots.lose(partitions)
+        return self.store.drop_partitions(partitions) if drop_rows else 0
+
+    def _commit_group(self) -> None:
+        if self._membership is not None:
+            self._membership.commit_offsets()
+
+    def _check_key(self, raw_key: bytes) -> None:
+        """Raise unless this member serves *raw_key*'s partition (a key lookup in a group)."""
+        membership = self._membership
+        assert membership is not None
+        reader = membership.reader
+        if reader is not None and not reader.readable(membership.partition_for(raw_key)):
+            membership.check_read(raw_key, row_origin(self.store, raw_key))
+
+    def partition_for(self, key: object) -> int:
+        """The partition *key* (an object for the key serde, or raw bytes) is produced to, by the
+        table's ``partitioner``: for routing a read to the group member that owns it."""
+        raw = bytes(key) if isinstance(key, bytes | bytearray | memoryview) else self.key_serde.serialize(key)
+        if self._membership is None:
+            raise TableStateError("tell a key's partition", "not in a consumer group", "Table(group=...)")
+        if not self._membership.partition_count:
+            raise TableStateError("tell a key's partition", self._state, "started")
+        return self._membership.partition_for(raw)
 
 
 class GroupMembership:

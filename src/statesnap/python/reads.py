@@ -29,14 +29,14 @@ from typing_extensions import TypeVar
 from statesnap.errors import ConfigError, UndecodableRowError
 from statesnap.serde import Serde
 from statesnap.stores import StateStore
-from statesnap.stores.base import HEADER_SIZE, HEADER_STRUCT
+from statesnap.task.options import StoreName
+
+__all__ = ["K", "SerdeName", "SerdeOf", "StoreName", "TableReads", "V", "ordered_rows", "row_origin"]
 
 K = TypeVar("K", default=Any)
 V = TypeVar("V", default=Any)
 T = TypeVar("T")
 
-#: The local state stores a table can keep its rows in.
-StoreName = Literal["auto", "memory", "columnar", "rocksdb"]
 #: Serdes by name; the registry ones also need ``schema_registry_url`` (see :mod:`statesnap.serde`).
 SerdeName = Literal["bytes", "string", "str", "json", "avro", "json_schema", "protobuf"]
 
@@ -55,27 +55,8 @@ _KEY_SHOWN = 100
 
 
 def row_origin(store: StateStore, key: bytes) -> tuple[int, int] | None:
-    """(partition, offset) of the record that wrote *key*'s live row, when the store can tell.
-
-    Uses the store's ``row_header(key)`` when it has one; otherwise reads the row's header blob
-    (see :mod:`statesnap.stores.base`) from the stores whose layout is a key → header+value map.
-    Only error paths call this.
-    """
-    header = getattr(store, "row_header", None)
-    if callable(header):
-        found = header(key)
-        return None if found is None else (int(found[0]), int(found[1]))
-    blob: Any = None
-    for attr in ("_rows", "_over", "_db"):  # memory, columnar overlay, rocksdb
-        container = getattr(store, attr, None)
-        if container is not None:
-            blob = container.get(key)
-            if blob is not None:
-                break
-    if blob is None or len(blob) < HEADER_SIZE:
-        return None
-    partition, offset, _ts = HEADER_STRUCT.unpack(bytes(blob[:HEADER_SIZE]))
-    return (partition, offset) if partition >= 0 else None
+    """(partition, offset) of the record that wrote *key*'s live row, when the store can tell."""
+    return store.row_origin(key)
 
 
 def _bound(serde: Serde, key: object) -> bytes | None:

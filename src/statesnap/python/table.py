@@ -18,19 +18,8 @@ are in :mod:`statesnap.python.hooks`. A table exactly as snapshot G holds it (re
 replayed) is ``Follower(..., checkpoints=CheckpointOptions(url, generation=G), tail=False)``.
 
 Consumer groups: ``Table(..., group="orders-svc")`` shares the topic's partitions among every
-instance started with that group, with Kafka's rebalancing (:mod:`statesnap.python.membership`).
-Each instance holds only the partitions the group assigns it: a partition it gains is restored
-from the newest checkpoint and replayed from there; one it loses is first handed over (a
-checkpoint of what it owns, reported to the snapshot in progress or to a new one) and then
-dropped. Snapshots name tasks by current ownership, so one completes after an instance dies and
-its partitions move. Reads of a key whose partition the instance does not serve raise
-:class:`~statesnap.errors.PartitionNotOwnedError`; the key's partition comes from the producers'
-partitioner (``GroupOptions(partitioner=...)``, default Kafka's ``murmur2_random``) and
-``partition_for(key)`` tells it, for routing. ``len``, iteration and scans cover the rows the
-instance holds. The assignment strategy is librdkafka's ``partition.assignment.strategy`` (default
-``roundrobin``), the session timeout ``session.timeout.ms`` (default 6 s), both settable through
-``kafka_config``. The offsets committed to the group are informational (lag tools); restores never
-read them. The restore listener sees only the restore that ``start()`` does.
+instance started with that group, with Kafka's rebalancing; what happens at a rebalance, and
+which reads a member serves, is in :mod:`statesnap.python.membership`.
 
 Commit points happen every ``commit_interval``: the store is flushed and, when the checkpoint
 ``interval`` has elapsed since the last checkpoint, one is written — so the real checkpoint
@@ -57,12 +46,8 @@ from statesnap.checkpoint.selection import resume_offsets
 from statesnap.deadline import Deadline
 from statesnap.durations import parse_duration
 from statesnap.errors import (
-    BlobStoreError,
-    CheckpointError,
     CheckpointTimeoutError,
-    ConfigError,
     KafkaError,
-    SnapshotError,
     TableStateError,
 )
 from statesnap.kafka.config import KafkaSettings
@@ -78,8 +63,8 @@ from statesnap.python.hooks import (
     UpdateHook,
     call_safely,
 )
-from statesnap.python.membership import FIRST_ASSIGNMENT_TIMEOUT, GroupMembership
-from statesnap.python.reads import K, SerdeName, SerdeOf, TableReads, V, row_origin
+from statesnap.python.membership import FIRST_ASSIGNMENT_TIMEOUT, GroupMember, GroupMembership, check_group
+from statesnap.python.reads import K, SerdeName, SerdeOf, TableReads, V
 from statesnap.serde import SchemaRegistry, Serde, resolve_serde
 from statesnap.snapshot.participant import SnapshotTask
 from statesnap.stores import StateStore, auto_store_kind, open_state_store
@@ -94,7 +79,7 @@ __all__ = ["CATCH_UP_POLL", "TAIL_POLL", "ProgressCallback", "RestoreReport", "T
 log = logging.getLogger(__name__)
 
 
-class Table(Consuming, TableReads[K, V], TableFreshness, Generic[K, V]):
+class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K, V]):
     """A keyed table over *topic*: all partitions, a static share (``StaticShare``), or the
     partitions a consumer group assigns (``group``; see the module docstring).
 
@@ -176,7 +161,7 @@ class Table(Consuming, TableReads[K, V], TableFreshness, Generic[K, V]):
         self.tail = True
         self.background = background
         if self.group is not None:
-            self._check_group()
+            check_group(self._share, self.wanted_partitions, self._writes, self.checkpoints)
         self.key_serde: Serde = resolve_serde(
             key_serde, schema_registry=schema_registry_url, topic=topic, is_key=True
         )
@@ -225,20 +210,6 @@ class Table(Consuming, TableReads[K, V], TableFreshness, Generic[K, V]):
         self._last_checkpoint_at = time.monotonic()
         self.cluster_id = ""
         self.partitions: tuple[int, ...] = ()
-
-    def _check_group(self) -> None:
-        """Refuse what cannot go with a consumer group, in one line each, before any I/O."""
-        if self._share is not None:
-            raise ConfigError(
-                "group and StaticShare are two ways of sharing partitions; pick one "
-                "(group: Kafka rebalances them; StaticShare: a fixed p % N == I)"
-            )
-        if self.wanted_partitions is not None:
-            raise ConfigError("group assigns the partitions; it cannot go with partitions=")
-        if not self._writes or (self.checkpoints is not None and self.checkpoints.generation is not None):
-            raise ConfigError(
-                "group is for a writer that tails the topic: not with a generation or read-only"
-            )
 
     def __repr__(self) -> str:
         return f"Table(name={self.name!r}, topic={self.topic!r}, state={self._state.value!r})"
@@ -400,59 +371,6 @@ class Table(Consuming, TableReads[K, V], TableFreshness, Generic[K, V]):
         )
         return self.report
 
-    # --- a group member's side of a rebalance (statesnap.python.membership.GroupHost) ----------
-
-    def restore_partitions(
-        self, task: OpenedTask, partitions: tuple[int, ...], *, first: bool
-    ) -> CheckpointManifest | None:
-        """Restore partitions the group gave this member (the first assignment's figures go into
-        the start report)."""
-        if task.repo is None:
-            return None
-        report = self.report if first else None
-        return restore_into_store(task, task.state_of(partitions), self.store, self.row_filter, report)
-
-    def take_partitions(self, partitions: tuple[int, ...], restored: CheckpointManifest | None) -> None:
-        """*partitions* are now this member's; its snapshot task reports them from now on."""
-        if self.snapshots is not None:
-            self.snapshots.gain(partitions, restored)
-        self.partitions = tuple(sorted(set(self.partitions) | set(partitions)))
-
-    def hand_over(self, partitions: tuple[int, ...]) -> None:
-        """Before *partitions* leave: report everything this member owns to the snapshot in
-        progress (or a new one), so the next owner restores from a recent checkpoint."""
-        if self.snapshots is None or not self._writes:
-            return
-        try:
-            self.store.flush()
-            manifest = self.snapshots.checkpoint(self._task_state())
-        except (CheckpointError, BlobStoreError, SnapshotError) as e:
-            # The next owner restores from an older checkpoint and replays a longer tail: slower,
-            # still exact.
-            log.warning(
-                "table %s: could not checkpoint partitions %s it hands over: %s", self.name, partitions, e
-            )
-            return
-        log.info(
-            "table %s: handing over partitions %s (reported to generation %s%s)",
-            self.name,
-            list(partitions),
-            self.snapshots.reported,
-            ", completed" if manifest is not None else "",
-        )
-
-    def release_partitions(self, partitions: tuple[int, ...], *, drop_rows: bool) -> int:
-        """*partitions* are no longer this member's; returns the keys dropped with them."""
-        gone = set(partitions)
-        self.partitions = tuple(p for p in self.partitions if p not in gone)
-        if self.snapshots is not None:
-            self.snapshots.lose(partitions)
-        return self.store.drop_partitions(partitions) if drop_rows else 0
-
-    def _commit_group(self) -> None:
-        if self._membership is not None:
-            self._membership.commit_offsets()
-
     def _checkpoint_url(self) -> str:
         return self.repo.url if self.repo is not None else "the checkpoint store"
 
@@ -560,15 +478,6 @@ class Table(Consuming, TableReads[K, V], TableFreshness, Generic[K, V]):
             self._require(action, "running")
         return self.store
 
-    # In a consumer group a key lookup first checks that this instance serves the key's partition.
-
-    def _check_key(self, raw_key: bytes) -> None:
-        membership = self._membership
-        assert membership is not None
-        reader = membership.reader
-        if reader is not None and not reader.readable(membership.partition_for(raw_key)):
-            membership.check_read(raw_key, row_origin(self.store, raw_key))
-
     def __getitem__(self, key: K) -> V:
         if self._membership is not None and self._state == "running":
             self._check_key(self.key_serde.serialize(key))
@@ -583,16 +492,6 @@ class Table(Consuming, TableReads[K, V], TableFreshness, Generic[K, V]):
         if self._membership is not None and self._state == "running":
             self._check_key(key)
         return super().get_raw(key)
-
-    def partition_for(self, key: K | bytes) -> int:
-        """The partition *key* (an object for the key serde, or raw bytes) is produced to, by the
-        table's ``partitioner``: for routing a read to the group member that owns it."""
-        raw = bytes(key) if isinstance(key, bytes | bytearray | memoryview) else self.key_serde.serialize(key)
-        if self._membership is None:
-            raise TableStateError("tell a key's partition", "not in a consumer group", "Table(group=...)")
-        if not self._membership.partition_count:
-            raise TableStateError("tell a key's partition", self._state, "started")
-        return self._membership.partition_for(raw)
 
     def _serdes(self) -> tuple[Serde, Serde]:
         return self.key_serde, self.value_serde

@@ -51,6 +51,12 @@ class StateStore(Protocol):
 
     def get(self, key: bytes) -> bytes | None: ...
 
+    def row_origin(self, key: bytes) -> tuple[int, int] | None:
+        """(partition, offset) of the record that wrote *key*'s live row, where the store keeps
+        it (rows restored into a columnar base keep only their values): for telling a producer's
+        partitioner from the table's. Only error paths ask."""
+        ...
+
     def __contains__(self, key: object) -> bool: ...
 
     def __len__(self) -> int: ...
@@ -202,6 +208,14 @@ def header_fields(blobs: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 #: ``HEADER_STRUCT.pack(partition, offset, timestamp)``: the per-record header on the hot path.
 HEADER_STRUCT = struct.Struct(">iqq")
+
+
+def blob_origin(blob: bytes | memoryview | None) -> tuple[int, int] | None:
+    """(partition, offset) in a row blob's header; None for no row or a tombstone."""
+    if blob is None or len(blob) < HEADER_SIZE:
+        return None
+    partition, offset, _ts = HEADER_STRUCT.unpack(bytes(blob[:HEADER_SIZE]))
+    return (partition, offset) if partition >= 0 else None
 
 
 def partition_prefixes(partitions: Collection[int]) -> tuple[bytes, ...]:

@@ -27,6 +27,7 @@ from statesnap.stores.base import (
     ChangeSet,
     KafkaMessage,
     Record,
+    blob_origin,
     decode_changes,
 )
 from statesnap.stores.columnar_base import BATCH, Base, PartitionKeys, merge
@@ -56,6 +57,9 @@ class ColumnarStore:
         self._version = 0  # bumped by every write batch: export adopts its merge only if unchanged
 
     # --- reads ---------------------------------------------------------------------------------
+
+    def row_origin(self, key: bytes) -> tuple[int, int] | None:
+        return blob_origin(self._over.get(key))
 
     def get(self, key: bytes) -> bytes | None:
         """The lookup hot path (>= 500 k/s): one tuple holds all the probe reads, the hash is

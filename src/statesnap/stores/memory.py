@@ -19,6 +19,7 @@ from statesnap.stores.base import (
     ChangeSet,
     KafkaMessage,
     Record,
+    blob_origin,
     decode_changes,
     decode_rows,
     encode_rows,
@@ -40,6 +41,9 @@ class MemoryStore:
     def get(self, key: bytes) -> bytes | None:
         blob = self._rows.get(key)
         return None if blob is None else blob[HEADER_SIZE:]
+
+    def row_origin(self, key: bytes) -> tuple[int, int] | None:
+        return blob_origin(self._rows.get(key))
 
     def __contains__(self, key: object) -> bool:
         return key in self._rows

@@ -40,6 +40,7 @@ from statesnap.stores.base import (
     ChangeSet,
     KafkaMessage,
     Record,
+    blob_origin,
     decode_changes,
     decode_rows,
     encode_rows,
@@ -117,6 +118,9 @@ class RocksDBStore:
     def get(self, key: bytes) -> bytes | None:
         blob = self._db.get(key)
         return None if blob is None else bytes(blob[HEADER_SIZE:])
+
+    def row_origin(self, key: bytes) -> tuple[int, int] | None:
+        return blob_origin(self._db.get(key))
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, bytes) and self._db.key_may_exist(key) and self._db.get(key) is not None

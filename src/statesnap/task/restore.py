@@ -24,6 +24,8 @@ from statesnap.stores import StateStore
 from statesnap.task.opening import OpenedTask
 from statesnap.task.rowfilter import RowFilter
 
+__all__ = ["ProgressCallback", "RestoreReport", "gc_paused", "restore_into_store"]
+
 log = logging.getLogger(__name__)
 
 

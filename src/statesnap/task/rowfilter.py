@@ -10,6 +10,8 @@ import pyarrow as pa
 
 from statesnap.stores.base import NO_TIMESTAMP, KafkaMessage, Record
 
+__all__ = ["RowFilter"]
+
 
 @dataclass(frozen=True, slots=True)
 class RowFilter:

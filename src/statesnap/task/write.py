@@ -21,6 +21,8 @@ from statesnap.snapshot.participant import Participant
 from statesnap.task.opening import Engine, join_snapshots
 from statesnap.task.options import SnapshotOptions
 
+__all__ = ["write_checkpoint"]
+
 
 def write_checkpoint(
     repo: CheckpointRepository,
