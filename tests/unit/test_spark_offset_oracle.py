@@ -10,7 +10,7 @@ pytest.importorskip("pyspark")
 
 from statesnap.errors import KafkaConfigError
 from statesnap.spark.kafka_io import OffsetOracle
-from statesnap.spark.options import parse_options
+from statesnap.spark.option_parsing import parse_options
 
 
 def test_admin_settings_librdkafka_refuses_are_a_typed_error_without_secrets() -> None:
