@@ -8,7 +8,7 @@ import threading
 import click
 
 from statesnap.cli.options import json_option
-from statesnap.cli.output import emit_json
+from statesnap.cli.output import Output
 from statesnap.devstack import ApacheKafkaBroker, EmbeddedBroker
 from statesnap.devstack.process import LoopbackService
 
@@ -46,10 +46,10 @@ def broker(port: int | None, impl: str, storage_engine: str | None, as_json: boo
         tansu = EmbeddedBroker(port, storage_engine=storage_engine)
         b, address = tansu, tansu.bootstrap_servers
     b.start()
-    if as_json:
-        emit_json({"bootstrap_servers": address, "port": b.port, "impl": impl})
-    else:
-        click.echo(f"broker ({impl}) listening on {address} (Ctrl-C to stop)")
+    Output(as_json).show(
+        {"bootstrap_servers": address, "port": b.port, "impl": impl},
+        f"broker ({impl}) listening on {address} (Ctrl-C to stop)",
+    )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -16,7 +17,7 @@ from statesnap.cli.options import (
     snapshot_store_args,
     storage_options,
 )
-from statesnap.cli.output import emit_json
+from statesnap.cli.output import Output
 from statesnap.durations import parse_duration
 from statesnap.errors import CheckpointError, CorruptCheckpointError, TableNotFoundError
 from statesnap.snapshot.api import SnapshotApi
@@ -80,20 +81,19 @@ def list_cmd(url: str, table: str | None, storage_pairs: tuple[str, ...], as_jso
     for repo in _locations(url, table, storage_pairs):
         for gen, item in repo.manifests():
             rows.append({"location": repo.url, **_summary(gen, item)})
-    if as_json:
-        emit_json(rows)
-        return
-    for r in rows:
-        if r["state"] == "CORRUPT":
-            click.echo(f"{r['location']}  gen {r['generation']:>6}  CORRUPT  {r['error']}")
-        else:
-            # ``keys`` is the table's key count; where a writer did not record it (Spark streaming
-            # deltas) the files' rows, which count superseded values and tombstones, are no stand-in.
-            size = f"{r['keys']:>10,} keys" if r["keys"] is not None else f"keys unknown ({r['rows']:,} rows)"
-            click.echo(
-                f"{r['location']}  gen {r['generation']:>6}  {r['state']:<9} {r['created_at']}  "
-                f"{size}  {r['bytes']:>12,} B  engine={r['engine']}"
-            )
+    Output(as_json).show(rows, (_list_line(r) for r in rows))
+
+
+def _list_line(r: dict[str, Any]) -> str:
+    if r["state"] == "CORRUPT":
+        return f"{r['location']}  gen {r['generation']:>6}  CORRUPT  {r['error']}"
+    # ``keys`` is the table's key count; where a writer did not record it (Spark streaming
+    # deltas) the files' rows, which count superseded values and tombstones, are no stand-in.
+    size = f"{r['keys']:>10,} keys" if r["keys"] is not None else f"keys unknown ({r['rows']:,} rows)"
+    return (
+        f"{r['location']}  gen {r['generation']:>6}  {r['state']:<9} {r['created_at']}  "
+        f"{size}  {r['bytes']:>12,} B  engine={r['engine']}"
+    )
 
 
 @checkpoints.command()
@@ -115,22 +115,24 @@ def show(
     if gen is None:
         raise CheckpointError(f"no usable checkpoint in {repo.url}")
     manifest = repo.read_manifest(gen)
-    if as_json:
-        obj = manifest.to_json()
-        for part in obj["partitions"].values():
-            for f in part["files"]:
-                f["url"] = f"{repo.url}/{f['path']}"
-        emit_json({"location": repo.url, **obj})
-        return
-    click.echo(
-        f"{repo.url} generation {gen}: {manifest.state.value}, created {manifest.created_at.isoformat()}"
+    obj = manifest.to_json()
+    for part in obj["partitions"].values():
+        for f in part["files"]:
+            f["url"] = f"{repo.url}/{f['path']}"
+    Output(as_json).show({"location": repo.url, **obj}, _show_lines(repo.url, manifest))
+
+
+def _show_lines(url: str, manifest: CheckpointManifest) -> Iterator[str]:
+    yield (
+        f"{url} generation {manifest.generation}: {manifest.state.value}, "
+        f"created {manifest.created_at.isoformat()}"
     )
-    click.echo(f"  table {manifest.table} over topic {manifest.topic} on cluster {manifest.cluster_id}")
+    yield f"  table {manifest.table} over topic {manifest.topic} on cluster {manifest.cluster_id}"
     writer = ", ".join(f"{k}={v}" for k, v in manifest.writer.items())
-    click.echo(f"  written by: {writer}")
+    yield f"  written by: {writer}"
     for p, pc in sorted(manifest.partitions.items()):
         files = ", ".join(f"{f.kind}:{f.rows} rows/{f.bytes} B" for f in pc.files) or "empty"
-        click.echo(f"  partition {p:>4}: next offset {pc.next_offset:>12}  {files}")
+        yield f"  partition {p:>4}: next offset {pc.next_offset:>12}  {files}"
 
 
 @checkpoints.command()
@@ -165,19 +167,19 @@ def verify(url: str, table: str | None, storage_pairs: tuple[str, ...], as_json:
             )
         metadata = verify_table_metadata(repo, loc.table, kafka=kafka)
         results.append({"location": repo.url, "generation": None, "ok": not metadata, "problems": metadata})
-    if as_json:
-        emit_json(results)
-    else:
-        for r in results:
-            status = "ok" if r["ok"] else "CORRUPT: " + "; ".join(r["problems"])
-            what = (
-                f"gen {r['generation']:>6}"
-                if r["generation"] is not None
-                else "descriptor, high-water mark, snapshot records, journal"
-            )
-            click.echo(f"{r['location']}  {what}  {status}")
+    Output(as_json).show(results, (_verify_line(r) for r in results))
     if not all(r["ok"] for r in results):
         raise SystemExit(1)
+
+
+def _verify_line(r: dict[str, Any]) -> str:
+    status = "ok" if r["ok"] else "CORRUPT: " + "; ".join(r["problems"])
+    what = (
+        f"gen {r['generation']:>6}"
+        if r["generation"] is not None
+        else "descriptor, high-water mark, snapshot records, journal"
+    )
+    return f"{r['location']}  {what}  {status}"
 
 
 @checkpoints.command()
@@ -220,13 +222,13 @@ def gc(
             reports.append(api.gc(policy, dry_run=dry_run))
         finally:
             api.close()
-    if as_json:
-        emit_json([r.to_json() for r in reports])
-        return
     verb = "would delete" if dry_run else "deleted"
-    for r in reports:
-        click.echo(
+    Output(as_json).show(
+        [r.to_json() for r in reports],
+        (
             f"{r.table_url}: kept {r.retained} (pinned {r.pinned}), {verb} generations "
             f"{r.deleted_generations}, {len(r.deleted_files)} files, {len(r.orphans)} orphans, "
             f"{len(r.deleted_records)} snapshot records, {r.aborted_uploads} stale uploads"
-        )
+            for r in reports
+        ),
+    )

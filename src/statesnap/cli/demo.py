@@ -11,31 +11,18 @@ from typing import Any
 import click
 from rich.table import Table as RichTable
 
-from statesnap.checkpoint import CheckpointManifest
 from statesnap.cli.options import json_option
-from statesnap.cli.output import emit_json
-from statesnap.cli.progress import progress_bar, stderr
+from statesnap.cli.output import Output
+from statesnap.cli.progress import ConsoleProgress, progress_bar, stderr
 from statesnap.cli.spark_engine import spark_session
 from statesnap.cli.tables import start_with_progress
 from statesnap.devstack import EmbeddedBroker
 from statesnap.digest import table_digest
 from statesnap.kafka.config import KafkaSettings
-from statesnap.materialize.engine import spark_available
+from statesnap.materialize import SparkOptions, materialize, spark_available
 from statesnap.python.reads import StoreName
 from statesnap.python.table import Table
 from statesnap.sample import SampleSpec, produce_sample
-
-
-def _spark_bootstrap(bootstrap_servers: str, topic: str, checkpoints: str) -> CheckpointManifest:
-    from statesnap.spark import bootstrap
-
-    spark = spark_session()
-    try:
-        return bootstrap(
-            spark, bootstrap_servers=bootstrap_servers, topic=topic, table=topic, checkpoints=checkpoints
-        )
-    finally:
-        spark.stop()
 
 
 def _produce(settings: KafkaSettings, spec: SampleSpec, label: str, quiet: bool) -> float:
@@ -107,21 +94,22 @@ def demo(
             started = time.monotonic()
             if engine == "spark":
                 say(f"materialize on Spark: read the history in parallel and checkpoint to {root}")
-                manifest = _spark_bootstrap(bs, topic, str(root))
             else:
                 say(f"materialize: replay the history once and checkpoint to {root}")
-                owner = Table(
-                    topic, bootstrap_servers=bs, checkpoints=str(root), store=store, background=False
+            with ConsoleProgress(quiet, engine_line=False) as progress:
+                made = materialize(
+                    topic,
+                    bootstrap_servers=bs,
+                    checkpoints=str(root),
+                    engine=engine,
+                    store=store if engine == "python" else None,
+                    spark=SparkOptions(session=spark_session),
+                    progress=progress,
                 )
-                start_with_progress(owner, quiet)
-                written = owner.checkpoint()
-                owner.close(checkpoint=False)
-                assert written is not None
-                manifest = written
             materialize_seconds = time.monotonic() - started
             say(
-                f"checkpoint {manifest.generation}: {manifest.total_rows:,} keys, "
-                f"{manifest.total_bytes:,} bytes by {engine} in {materialize_seconds:.1f}s"
+                f"checkpoint {made.checkpoint}: {made.keys:,} keys, "
+                f"{made.bytes:,} bytes by {engine} in {materialize_seconds:.1f}s"
             )
 
             _produce(
@@ -154,28 +142,34 @@ def demo(
     fast, slow = results["checkpoint"], results["full replay"]
     speedup = slow["seconds"] / max(fast["seconds"], 1e-9)
     equal = fast["digest"] == slow["digest"]
-    if as_json:
-        emit_json(
-            {
-                "updates": updates,
-                "keys": keys,
-                "tail": tail,
-                "store": store,
-                "engine": engine,
-                "materialize_seconds": round(materialize_seconds, 3),
-                "speedup": round(speedup, 2),
-                "digests_equal": equal,
-                "checkpoint_bytes": manifest.total_bytes,
-                "results": results,
-            }
-        )
-        return
+    data = {
+        "updates": updates,
+        "keys": keys,
+        "tail": tail,
+        "store": store,
+        "engine": engine,
+        "materialize_seconds": round(materialize_seconds, 3),
+        "speedup": round(speedup, 2),
+        "digests_equal": equal,
+        "checkpoint_bytes": made.bytes,
+        "results": results,
+    }
+    output = Output(as_json)
+    if output.shows_progress:  # the detail, side by side; the verdict below is the result
+        stderr.print(_side_by_side(results, engine, f"{updates + tail:,} updates over {keys:,} keys"))
+    output.show(
+        data,
+        f"checkpoint restore {fast['seconds']:.2f}s vs full replay {slow['seconds']:.2f}s: "
+        f"{speedup:.1f}x faster, digests {'equal' if equal else 'DIFFERENT'}",
+    )
+    if not equal and not as_json:
+        raise SystemExit(1)
+
+
+def _side_by_side(results: dict[str, dict[str, Any]], engine: str, history: str) -> RichTable:
     kinds = sorted({r["store"] for r in results.values()})
     into = f"a {kinds[0]} store" if len(kinds) == 1 else f"{' and '.join(kinds)} stores"
-    out = RichTable(
-        title=f"statesnap demo: {updates + tail:,} updates over {keys:,} keys "
-        f"(checkpoint written by {engine}, restored into {into})"
-    )
+    out = RichTable(title=f"statesnap demo: {history} (checkpoint written by {engine}, restored into {into})")
     for col in ("restore", "checkpoint", "records replayed", "keys", "seconds", "digest"):
         out.add_column(col, justify="right" if col in {"records replayed", "keys", "seconds"} else "left")
     for mode, r in results.items():
@@ -187,11 +181,4 @@ def demo(
             f"{r['seconds']:.2f}",
             str(r["digest"])[:16] + "…",
         )
-    stderr.print(out)
-    # The verdict once, on stdout (the result a script reads); the table above is the detail.
-    click.echo(
-        f"checkpoint restore {fast['seconds']:.2f}s vs full replay {slow['seconds']:.2f}s: "
-        f"{speedup:.1f}x faster, digests {'equal' if equal else 'DIFFERENT'}"
-    )
-    if not equal:
-        raise SystemExit(1)
+    return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -50,6 +51,14 @@ class Output:
             emit_json(result.to_json())
         else:
             click.echo(result.summary())
+
+    def show(self, data: Any, text: str | Iterable[str]) -> None:
+        """*data* as JSON, or *text* (a line, or lines: a generator is only run without --json)."""
+        if self.as_json:
+            emit_json(data)
+            return
+        for line in [text] if isinstance(text, str) else text:
+            click.echo(line)
 
     def status(self, line: str) -> None:
         """A line for a person on stderr, unless --json or --quiet."""

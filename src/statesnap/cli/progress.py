@@ -221,8 +221,11 @@ class ConsoleProgress(MaterializeProgress):
     signal handling follows them). Use it as a context manager: a bar still open when the run
     fails is closed."""
 
-    def __init__(self, quiet: bool, on_stage: Callable[[Stage], None] | None = None) -> None:
+    def __init__(
+        self, quiet: bool, on_stage: Callable[[Stage], None] | None = None, *, engine_line: bool = True
+    ) -> None:
         self.quiet = quiet
+        self.engine_line = engine_line
         self.on_stage = on_stage
         self.stage_now: Stage | None = None
         self._bars = ExitStack()
@@ -236,7 +239,8 @@ class ConsoleProgress(MaterializeProgress):
         self._bars.close()
 
     def engine_chosen(self, choice: EngineChoice) -> None:
-        self.status(f"engine: {choice.engine} ({choice.reason})")
+        if self.engine_line:
+            self.status(f"engine: {choice.engine} ({choice.reason})")
 
     def stage(self, stage: Stage) -> None:
         self.stage_now = stage

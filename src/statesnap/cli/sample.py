@@ -14,7 +14,7 @@ from statesnap.cli.options import (
     timeout_option,
     topic_option,
 )
-from statesnap.cli.output import emit_json
+from statesnap.cli.output import Output
 from statesnap.cli.progress import progress_bar
 from statesnap.sample import SampleSpec, produce_sample
 
@@ -57,7 +57,7 @@ def produce_sample_cmd(
         task = bar.add_task(f"producing to {topic}", total=updates)
         n = produce_sample(settings, spec, progress=lambda k: bar.advance(task, k))
     seconds = time.monotonic() - started
-    if as_json:
-        emit_json({"topic": topic, "records": n, "seconds": round(seconds, 3)})
-    else:
-        click.echo(f"produced {n} records to {topic} in {seconds:.1f}s ({n / max(seconds, 1e-9):,.0f}/s)")
+    Output(as_json).show(
+        {"topic": topic, "records": n, "seconds": round(seconds, 3)},
+        f"produced {n} records to {topic} in {seconds:.1f}s ({n / max(seconds, 1e-9):,.0f}/s)",
+    )

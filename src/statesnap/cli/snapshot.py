@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -13,7 +14,7 @@ from statesnap.cli.options import (
     snapshot_store_args,
     storage_options,
 )
-from statesnap.cli.output import emit_json
+from statesnap.cli.output import Output
 from statesnap.snapshot.api import SnapshotApi, snapshot_json
 from statesnap.snapshot.diff import diff_snapshots
 from statesnap.snapshot.model import Snapshot, SnapshotState
@@ -63,12 +64,13 @@ def _line(s: Snapshot) -> str:
 
 
 def _print(s: Snapshot, as_json: bool) -> None:
-    if as_json:
-        emit_json(snapshot_json(s))
-    else:
-        click.echo(_line(s))
-        if s.state is SnapshotState.CREATED and s.missing_partitions:
-            click.echo(f"  waiting for partitions {s.missing_partitions}")
+    Output(as_json).show(snapshot_json(s), _lines(s))
+
+
+def _lines(s: Snapshot) -> Iterator[str]:
+    yield _line(s)
+    if s.state is SnapshotState.CREATED and s.missing_partitions:
+        yield f"  waiting for partitions {s.missing_partitions}"
 
 
 @snapshot.command()
@@ -107,11 +109,7 @@ def create(
 def list_cmd(url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool) -> None:
     """List snapshots, newest first."""
     snaps = _api(url, table, storage_pairs).list()
-    if as_json:
-        emit_json([snapshot_json(s) for s in snaps])
-    else:
-        for s in snaps:
-            click.echo(_line(s))
+    Output(as_json).show([snapshot_json(s) for s in snaps], (_line(s) for s in snaps))
 
 
 @snapshot.command()
@@ -120,13 +118,14 @@ def list_cmd(url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool
 def show(url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool, generation: int) -> None:
     """Show one snapshot with every task's offsets."""
     s = _api(url, table, storage_pairs).get(generation)
-    if as_json:
-        emit_json(snapshot_json(s))
-        return
-    click.echo(_line(s))
+    Output(as_json).show(snapshot_json(s), _task_lines(s))
+
+
+def _task_lines(s: Snapshot) -> Iterator[str]:
+    yield _line(s)
     for task in sorted(s.tasks.values(), key=lambda t: t.task_id):
         offsets = ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(task.offsets.items()))
-        click.echo(f"  task {task.task_id}: {offsets}")
+        yield f"  task {task.task_id}: {offsets}"
 
 
 @snapshot.command()
@@ -142,10 +141,7 @@ def current(url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool)
 def delete(url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool, generation: int) -> None:
     """Delete a snapshot (its files are removed by the next GC)."""
     _api(url, table, storage_pairs).delete(generation)
-    if as_json:
-        emit_json({"deleted": generation})
-    else:
-        click.echo(f"deleted snapshot {generation}")
+    Output(as_json).show({"deleted": generation}, f"deleted snapshot {generation}")
 
 
 @snapshot.command()
@@ -188,10 +184,8 @@ def diff(
         result = diff_on_spark(api, old, new, pairs_to_dict(storage_pairs, "--storage-option"))
     else:
         result = diff_snapshots(api.repo, old, new)
-    if as_json:
-        emit_json(result.to_json())
-    else:
-        click.echo(
-            f"{old} → {new}: +{result.added} added, -{result.removed} removed, ~{result.changed} changed, "
-            f"{result.unchanged} unchanged ({result.old} → {result.new} keys)"
-        )
+    Output(as_json).show(
+        result.to_json(),
+        f"{old} → {new}: +{result.added} added, -{result.removed} removed, ~{result.changed} changed, "
+        f"{result.unchanged} unchanged ({result.old} → {result.new} keys)",
+    )

@@ -68,12 +68,8 @@ def materialize(
     table = name or topic
     _check(options, following, share)
     settings = KafkaSettings(bootstrap_servers, dict(kafka_config or {}), timeout)
-    requested = _engine(engine)
-    backlog = None
-    if requested is Engine.AUTO:
-        backlog = estimate_table_backlog(settings, topic, table, options)
     choice = choose_engine(
-        requested,
+        _engine(engine),
         python_only={
             "store": store is not None,
             "instances": isinstance(share, StaticShare),
@@ -83,7 +79,7 @@ def materialize(
             "spark_checkpoint_location": bool(spark_options.checkpoint_location),
             "spark_conf": bool(spark_options.conf),
         },
-        backlog=backlog,
+        backlog=lambda: estimate_table_backlog(settings, topic, table, options),
         follow=following is not None,
     )
     log.info("engine %s: %s", choice.engine, choice.reason)

@@ -14,7 +14,7 @@ import importlib.util
 import math
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -109,10 +109,12 @@ def choose_engine(
     *,
     python_only: Mapping[str, bool],
     spark_only: Mapping[str, bool],
-    backlog: int | None,
+    backlog: int | Callable[[], int] | None,
     follow: bool,
 ) -> EngineChoice:
-    """The engine for this run and why; options the chosen engine cannot honour are refused."""
+    """The engine for this run and why; options the chosen engine cannot honour are refused
+    (before any I/O). *backlog* (records to read) may be a callable: it is estimated only when
+    ``auto`` has to weigh the engines."""
     py_opts = [k for k, given in python_only.items() if given]
     sp_opts = [k for k, given in spark_only.items() if given]
     flag = "--" + "|".join(k.replace("_", "-") for k in (py_opts or sp_opts))
@@ -140,6 +142,8 @@ def choose_engine(
     if master and not master.startswith("local"):
         return EngineChoice(Engine.SPARK, f"a Spark cluster is configured ({MASTER_ENV}={master})")
     cores = os.cpu_count() or 1
+    if callable(backlog):
+        backlog = backlog()
     if backlog is None:
         return EngineChoice(Engine.PYTHON, "the backlog is unknown; the python engine starts at once")
     py_s, spark_s = estimate_seconds(backlog, cores)
