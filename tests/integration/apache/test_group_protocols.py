@@ -7,6 +7,7 @@ assigns under ``group.protocol=consumer``; Apache Kafka 4.1.1 does both, so thes
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 
 from integration.conftest import KafkaTool
 from statesnap import Table
@@ -35,6 +37,27 @@ def _records(tag: str, n: int) -> list[tuple[int, bytes | None, bytes | None]]:
         key = b"key-%d" % (i % KEYS)
         out.append((partition_of(key, PARTITIONS), key, None if i % 13 == 4 else f"{tag}{i}".encode()))
     return out
+
+
+class Writer(threading.Thread):
+    """Keeps upserting through Kafka's default partitioner until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        super().__init__(daemon=True)
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self.topic = topic
+        self.stop = threading.Event()
+        self.undelivered = -1
+
+    def run(self) -> None:
+        n = 0
+        while not self.stop.is_set():
+            for p, key, value in _records(f"w{n}-", 50):
+                self.producer.produce(self.topic, value, key, partition=p)
+            n += 1
+            self.producer.poll(0)
+            time.sleep(0.02)
+        self.undelivered = self.producer.flush(30)
 
 
 @pytest.fixture
@@ -78,8 +101,9 @@ def test_cooperative_sticky_moves_only_what_changes_owner(
     """Apache Kafka 4.1.1 proved it: with ``partition.assignment.strategy=cooperative-sticky``
     (through ``kafka_config``) a second member takes half the partitions; the first gives up
     only those (eager round-robin would revoke all six and reassign), keeps consuming the rest,
-    and once settled each key is served by its owner and refused by the other; the union of the
-    two tables equals a plain consumer's replay."""
+    and once settled (the move happened while a producer kept writing) each key is served by
+    its owner and refused by the other; the union of the two tables equals a plain consumer's
+    replay."""
     topic = kafka.create_topic(f"coop-{uuid.uuid4().hex[:10]}", PARTITIONS)
     url = (tmp_path / "cp").as_uri()
     group = f"g-{uuid.uuid4().hex[:8]}"
@@ -91,13 +115,20 @@ def test_cooperative_sticky_moves_only_what_changes_owner(
     tables.append(a)
     a.start()
     assert set(a.partitions) == set(range(PARTITIONS))
-    b = _member(kafka, topic, url, group, config)
-    tables.append(b)
-    b.start()
-    deadline = time.monotonic() + 30
-    while not _settled(a, b):
-        assert time.monotonic() < deadline, f"no settled split: {a.partitions} / {b.partitions}"
-        time.sleep(0.1)
+    writer = Writer(kafka.bootstrap, topic)  # the move happens under writes
+    writer.start()
+    try:
+        b = _member(kafka, topic, url, group, config)
+        tables.append(b)
+        b.start()
+        deadline = time.monotonic() + 30
+        while not _settled(a, b):
+            assert time.monotonic() < deadline, f"no settled split: {a.partitions} / {b.partitions}"
+            time.sleep(0.1)
+    finally:
+        writer.stop.set()
+        writer.join(30)
+    assert writer.undelivered == 0
 
     revoked: set[int] = set()  # GroupReader logs each revocation: "group %s: revoked %s of %r"
     for r in caplog.records:
