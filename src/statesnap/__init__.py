@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from statesnap.checkpoint.retention import RetentionPolicy
 from statesnap.errors import StatesnapError
 from statesnap.python.follower import Follower, FollowerStatus
@@ -13,6 +11,7 @@ from statesnap.serde import BytesSerde, JsonSerde, Serde, StringSerde
 from statesnap.task.options import CheckpointOptions, GroupOptions, SnapshotOptions, StaticShare, StoreOptions
 from statesnap.task.restore import RestoreReport
 from statesnap.task.rowfilter import RowFilter
+from statesnap.version import __version__
 
 __all__ = [
     "BytesSerde",

@@ -38,7 +38,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, Field
 
-from statesnap import __version__
+from statesnap.version import __version__
 from statesnap.errors import ConfigError, StatesnapError, TableStateError
 from statesnap.python.follower import Follower
 from statesnap.redaction import scrub

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from statesnap import __version__
+from statesnap.version import __version__
 from statesnap.checkpoint.manifest import CheckpointManifest, CheckpointState, PartitionCheckpoint
 from statesnap.checkpoint.repository import CheckpointRepository
 from statesnap.errors import CheckpointConflictError, StaleGenerationError, StatesnapError
