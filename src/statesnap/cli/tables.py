@@ -173,6 +173,74 @@ def materialize(
     Every option means the same on both engines or is refused, in one line, by the one that cannot
     honour it; --json prints the same keys on both (see :func:`statesnap.materialize.materialize`).
     """
+    checkpoint_options = _checkpoint_options(
+        checkpoints, storage_pairs, checkpoint_interval, commit_interval, generation, snapshot_timeout,
+        snapshot_store, min_count, min_age, orphan_grace,
+    )  # fmt: skip
+    share = _share(instance, instances, group, follow, generation)
+    settings = kafka_settings(bootstrap_servers, kafka_pairs, kafka_files, timeout)
+    out = Output(as_json, quiet)
+    stop = threading.Event()
+    signals = _FollowSignals(stop) if follow else None
+    conf = pairs_to_dict(spark_conf, "--spark-conf")
+    session = _cli_session(conf, not out.shows_progress, stop if follow else None)
+    with ConsoleProgress(not out.shows_progress, signals.on_stage if signals else None) as progress:
+        try:
+            result = materialize_table(
+                topic,
+                bootstrap_servers=settings.bootstrap_servers,
+                checkpoints=checkpoint_options,
+                name=table,
+                engine=engine,
+                follow=FollowOptions(stop, parse_duration(shutdown_timeout)) if follow else False,
+                kafka_config=settings.config,
+                timeout=settings.timeout,
+                store=StoreOptions.of(store) if store is not None else None,
+                share=share,
+                spark=SparkOptions(conf, spark_checkpoint_location, session),
+                progress=progress,
+            )
+        except (click.ClickException, StatesnapError):
+            raise
+        except Exception as e:  # a batch job we cancelled on Ctrl-C, not a failure of its own
+            if progress.stage_now is Stage.READING and spark_jobs_cancelled():
+                raise Interrupted("the Spark job was cancelled before its checkpoint") from e
+            raise
+    out.result(result)
+
+
+def _checkpoint_options(
+    url: str,
+    storage_pairs: tuple[str, ...],
+    checkpoint_interval: str,
+    commit_interval: str,
+    generation: int | None,
+    snapshot_timeout: str,
+    snapshot_store: str | None,
+    min_count: int,
+    min_age: str,
+    orphan_grace: str | None,
+) -> CheckpointOptions:
+    """``materialize``'s checkpoint flags as the bundle; unreferenced files are kept at least an
+    hour, or twice the checkpoint interval when that is longer (a writer's files in flight)."""
+    interval = parse_duration(checkpoint_interval)
+    grace = parse_duration(orphan_grace) if orphan_grace else max(timedelta(hours=1), 2 * interval)
+    return CheckpointOptions(
+        url,
+        storage_options=pairs_to_dict(storage_pairs, "--storage-option"),
+        interval=interval,
+        commit_interval=parse_duration(commit_interval),
+        retention=RetentionPolicy(min_count, parse_duration(min_age), grace),
+        generation=generation,
+        snapshots=SnapshotOptions(snapshot_store, parse_duration(snapshot_timeout)),
+    )
+
+
+def _share(
+    instance: int | None, instances: int | None, group: str | None, follow: bool, generation: int | None
+) -> StaticShare | GroupOptions | None:
+    """``--instance/--instances`` or ``--group`` as the bundle, refusing what cannot go together
+    in the flags' own words (the library refuses the same in its own)."""
     if group is not None and (instance is not None or instances is not None):
         raise click.UsageError(
             "--group and --instance/--instances are two ways of sharing partitions; pick one"
@@ -186,54 +254,13 @@ def materialize(
         raise click.UsageError(
             "--group restores each partition it gains from the newest checkpoint; not with --generation"
         )
+    if group is not None:
+        return GroupOptions(group)
     if (instance is None) != (instances is None):
         raise ConfigError("instance and instances go together")
-    interval = parse_duration(checkpoint_interval)
-    grace = parse_duration(orphan_grace) if orphan_grace else max(timedelta(hours=1), 2 * interval)
-    options = CheckpointOptions(
-        checkpoints,
-        storage_options=pairs_to_dict(storage_pairs, "--storage-option"),
-        interval=interval,
-        commit_interval=commit_interval,
-        retention=RetentionPolicy(min_count, parse_duration(min_age), grace),
-        generation=generation,
-        snapshots=SnapshotOptions(snapshot_store, snapshot_timeout),
-    )
-    share: StaticShare | GroupOptions | None = None
-    if group is not None:
-        share = GroupOptions(group)
-    elif instance is not None and instances is not None:
-        share = StaticShare(instance, instances)
-    settings = kafka_settings(bootstrap_servers, kafka_pairs, kafka_files, timeout)
-    out = Output(as_json, quiet)
-    quiet = not out.shows_progress
-    stop = threading.Event()
-    signals = _FollowSignals(stop) if follow else None
-    conf = pairs_to_dict(spark_conf, "--spark-conf")
-    spark = SparkOptions(conf, spark_checkpoint_location, _cli_session(conf, quiet, stop if follow else None))
-    with ConsoleProgress(quiet, signals.on_stage if signals else None) as progress:
-        try:
-            result = materialize_table(
-                topic,
-                bootstrap_servers=settings.bootstrap_servers,
-                checkpoints=options,
-                name=table,
-                engine=engine,
-                follow=FollowOptions(stop, parse_duration(shutdown_timeout)) if follow else False,
-                kafka_config=settings.config,
-                timeout=settings.timeout,
-                store=StoreOptions.of(store) if store is not None else None,
-                share=share,
-                spark=spark,
-                progress=progress,
-            )
-        except (click.ClickException, StatesnapError):
-            raise
-        except Exception as e:  # a batch job we cancelled on Ctrl-C, not a failure of its own
-            if progress.stage_now is Stage.READING and spark_jobs_cancelled():
-                raise Interrupted("the Spark job was cancelled before its checkpoint") from e
-            raise
-    out.result(result)
+    if instance is not None and instances is not None:
+        return StaticShare(instance, instances)
+    return None
 
 
 class _FollowSignals:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from statesnap.deadline import Deadline
@@ -88,15 +88,6 @@ def restore_with_progress(table: Restorable, progress: MaterializeProgress) -> R
     return report
 
 
-@contextlib.contextmanager
-def _keyboard_interrupt_stops(follow: FollowOptions) -> Iterator[None]:
-    """A KeyboardInterrupt while following is a stop request (a script's Ctrl-C), not an abort."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        follow.stop.set()
-
-
 def run_in_python(
     table: Table,
     *,
@@ -124,7 +115,7 @@ def run_in_python(
                 f"following {table.topic}{member}; checkpoints every "
                 f"{format_duration(table.checkpoint_interval)} (Ctrl-C to stop)"
             )
-            with _keyboard_interrupt_stops(follow):
+            with contextlib.suppress(KeyboardInterrupt):  # a script's Ctrl-C: a stop request
                 while not follow.stop.wait(POLL_SECONDS):
                     table.raise_if_failed()
             progress.stage(Stage.FINAL_CHECKPOINT)
