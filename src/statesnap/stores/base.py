@@ -51,6 +51,11 @@ class StateStore(Protocol):
 
     def get(self, key: bytes) -> bytes | None: ...
 
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """:meth:`get` of each of *keys*, in order: for callers with many keys at once (a
+        follower's HTTP scan, processors), cheaper per key than as many :meth:`get` calls."""
+        ...
+
     def row_origin(self, key: bytes) -> tuple[int, int] | None:
         """(partition, offset) of the record that wrote *key*'s live row, where the store keeps
         it (rows restored into a columnar base keep only their values): for telling a producer's

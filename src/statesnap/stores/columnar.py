@@ -3,8 +3,10 @@
 A restore keeps each partition's sorted ``key, value, offset, timestamp`` chunks as they were
 decoded (no Python object per row) and builds a :class:`~statesnap.stores.keyindex.KeyIndex`
 over them, so loading costs about what reading the files costs. Writes since the restore go to a
-dict *overlay* of header+value blobs (as in the memory store); a tombstone blob there hides a base
-row. :meth:`ColumnarStore.export` merges the two, and adopts the merge as the new base when the
+dict *overlay* of header+value blobs (as in the memory store), written without looking at the
+base, so a tail applies as fast as to the memory store; a tombstone blob there hides a base row,
+if any, and ``len`` settles which overlay keys are base rows later, in batches.
+:meth:`ColumnarStore.export` merges the two, and adopts the merge as the new base when the
 overlay has grown large (a checkpoint is when that work is paid anyway).
 
 Readers on other threads see a consistent store: the base is replaced by one attribute
@@ -15,7 +17,8 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from itertools import islice
 
 import pyarrow as pa
 
@@ -51,7 +54,12 @@ class ColumnarStore:
         self._base = Base.empty()
         # key → header+value blob, or a tombstone blob hiding a base row (base.tombstone_blob).
         self._over: dict[bytes, bytes] = {}
-        self._count = 0
+        # len() = base rows + live overlay blobs - overlay keys that are base rows. The overlay
+        # only grows between folds (a deleted key keeps its tombstone), so the keys looked up in
+        # the base so far are a prefix of its insertion order: _settled of them, _shadowed hits.
+        self._settled = 0
+        self._shadowed = 0
+        self._len = (-1, 0)  # (version, len) of the last count
         self._changes = ChangeSet()
         self._over_sorted: list[bytes] | None = None
         self._version = 0  # bumped by every write batch: export adopts its merge only if unchanged
@@ -93,6 +101,27 @@ class ColumnarStore:
             e = entries[i]
         return None
 
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """:meth:`get` of each key: the overlay by one C-level map, the rest by one vectorized
+        base probe (:meth:`Base.find_many`), values sliced from the segments' buffers."""
+        blobs = list(map(self._over.get, keys))  # the overlay first, then the base, as get() reads
+        out: list[bytes | None] = [None if b is None or b[0] >= 0x80 else b[HEADER_SIZE:] for b in blobs]
+        base = self._base
+        if not base.rows:
+            return out
+        missing = [i for i, b in enumerate(blobs) if b is None]
+        if not missing:
+            return out
+        probe = base.ready_probe()
+        assert probe is not None
+        views, local_bits, local_mask = probe[2], probe[3], probe[4]
+        for i, row in zip(missing, base.find_many([keys[i] for i in missing]), strict=True):
+            if row >= 0:
+                _, _, vo, vd = views[row >> local_bits]
+                j = row & local_mask
+                out[i] = vd[vo[j] : vo[j + 1]].tobytes()
+        return out
+
     def __contains__(self, key: object) -> bool:
         if not isinstance(key, bytes):
             return False
@@ -102,7 +131,24 @@ class ColumnarStore:
         return self._base.contains(key)
 
     def __len__(self) -> int:
-        return self._count
+        """Exact; after writes it costs one batched base lookup of the keys new to the overlay
+        and a pass over the overlay's blobs (cached until the next write)."""
+        with self._changes.lock:  # writers hold it per batch: the overlay holds still
+            return self._count()
+
+    def _count(self) -> int:
+        version, size = self._len
+        if version == self._version:
+            return size
+        over, base = self._over, self._base
+        if len(over) > self._settled:
+            fresh = list(islice(over, self._settled, None))
+            if base.rows:
+                self._shadowed += sum(1 for row in base.find_many(fresh) if row >= 0)
+            self._settled += len(fresh)
+        size = int(base.rows) + sum(1 for blob in over.values() if blob[0] < 0x80) - self._shadowed
+        self._len = (self._version, size)
+        return size
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         """Base rows (partition by partition, in key order) not overridden, then the overlay."""
@@ -175,17 +221,24 @@ class ColumnarStore:
 
     def apply(self, partition: int, records: Sequence[Record]) -> None:
         pack = HEADER_STRUCT.pack
-        self._write(((k, v, pack(partition, o, t), pack(~partition, o, t)) for k, v, o, t in records))
+        self._write(
+            zip(
+                [k for k, _, _, _ in records],
+                [
+                    pack(~partition, o, t) if v is None else pack(partition, o, t) + v
+                    for _, v, o, t in records
+                ],
+                strict=True,
+            )
+        )
 
     def apply_messages(self, partition: int, messages: Sequence[KafkaMessage]) -> None:
-        """The replay hot path: one overlay and one change-set store per record; a base lookup
-        only the first time a key is written after a restore (to keep ``len`` exact)."""
+        """The replay hot path, as cheap as the memory store's: each message decoded once into
+        its key and blob, stored in the overlay and the change set. No base lookup: what a write
+        does to ``len`` is settled later, for many keys at once (:meth:`__len__`)."""
         over = self._over
-        base = self._base
-        find = base.contains if base.rows else None
         pack = HEADER_STRUCT.pack
-        count = self._count
-        new_keys = False
+        size = len(over)
         with self._changes.lock:
             changed = self._changes.rows
             for msg in messages:
@@ -196,62 +249,24 @@ class ColumnarStore:
                 ts_type, ts = msg.timestamp()
                 if not ts_type:
                     ts = NO_TIMESTAMP
-                prev = over.get(key)
-                if prev is None:
-                    in_base = find is not None and find(key)
-                    was = in_base
-                    new_keys = True
-                else:
-                    in_base = None
-                    was = prev[0] < 0x80
                 if value is None:
-                    blob = pack(~partition, msg.offset(), ts)
-                    count -= was
-                    if in_base is None:
-                        in_base = find is not None and find(key)
-                    if in_base:
-                        over[key] = blob
-                    elif prev is not None:
-                        del over[key]
-                        new_keys = True
+                    changed[key] = over[key] = pack(~partition, msg.offset(), ts)
                 else:
-                    blob = over[key] = pack(partition, msg.offset(), ts) + value
-                    count += not was
-                changed[key] = blob
-            self._count = count
+                    changed[key] = over[key] = pack(partition, msg.offset(), ts) + value
             self._version += 1
-        if new_keys:
+        if len(over) != size:
             self._over_sorted = None
 
-    def _write(self, rows: Iterator[tuple[bytes, bytes | None, bytes, bytes]]) -> None:
+    def _write(self, rows: Iterable[tuple[bytes, bytes]]) -> None:
+        """Store (key, blob) pairs in the overlay and the change set (C-level ``dict.update``)."""
         over = self._over
-        base = self._base
-        find = base.contains if base.rows else None
-        count = self._count
-        new_keys = False
+        size = len(over)
         with self._changes.lock:
-            changed = self._changes.rows
-            for key, value, header, dead in rows:
-                prev = over.get(key)
-                in_base = find is not None and find(key) if prev is None else None
-                was = in_base if prev is None else prev[0] < 0x80
-                new_keys = new_keys or prev is None
-                if value is None:
-                    count -= bool(was)
-                    if in_base is None:
-                        in_base = find is not None and find(key)
-                    if in_base:
-                        over[key] = dead
-                    elif prev is not None:
-                        del over[key]
-                        new_keys = True
-                    changed[key] = dead
-                else:
-                    changed[key] = over[key] = header + value
-                    count += not was
-            self._count = count
+            batch = dict(rows)
+            over.update(batch)
+            self._changes.rows.update(batch)
             self._version += 1
-        if new_keys:
+        if len(over) != size:
             self._over_sorted = None
 
     def load(self, partition: int, rows: pa.Table) -> None:
@@ -261,7 +276,6 @@ class ColumnarStore:
         self._base = self._base.with_partition(
             partition, rows.select(datafile.SCHEMA.names).cast(datafile.SCHEMA)
         )
-        self._count += rows.num_rows
         self._version += 1
 
     # --- checkpoints ---------------------------------------------------------------------------
@@ -294,8 +308,7 @@ class ColumnarStore:
         with self._changes.lock:  # writers hold it per batch: no write can slip in between
             if self._version == version:
                 self._base = merged
-                self._over = {}
-                self._over_sorted = None
+                self._reset_overlay()
 
     def forget_changes(self) -> None:
         self._changes.clear()
@@ -318,22 +331,25 @@ class ColumnarStore:
                 if p not in gone and table.num_rows:
                     base = base.with_partition(p, table)
                     kept += table.num_rows
-            dropped = self._count - kept
+            dropped = self._count() - kept
             self._base = base
-            self._over = {}
-            self._over_sorted = None
-            self._count = kept
+            self._reset_overlay()
             self._version += 1
         self._changes.drop_partitions(gone)
         return dropped
 
     def clear(self) -> None:
         self._base = Base.empty()
-        self._over = {}
-        self._over_sorted = None
-        self._count = 0
+        self._reset_overlay()
         self._changes.clear()
         self._version += 1
+
+    def _reset_overlay(self) -> None:
+        """An empty overlay (its rows are in the base now, or gone), with nothing settled."""
+        self._over = {}
+        self._over_sorted = None
+        self._settled = 0
+        self._shadowed = 0
 
     def flush(self) -> None:
         """Nothing to do: memory holds no durable state."""

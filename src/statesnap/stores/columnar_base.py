@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +27,9 @@ BATCH = 4096
 #: An overlay smaller than this share of the base is matched to base rows by index probes (a
 #: Python call per key); a larger one by one vectorized ``index_in`` over every base key.
 _PROBE_SHARE = 16
+
+#: Batches smaller than this are probed key by key (see Base.find_many).
+_SCALAR_BATCH = 24
 
 #: Row ids are ``segment << _LOCAL_BITS | index``, so a probe finds its segment by a shift.
 _LOCAL_BITS = 20
@@ -170,6 +173,54 @@ class Base:
             i += 1
             e = entries[i]
         return False
+
+    def find_many(self, keys: Sequence[bytes]) -> list[int]:
+        """Row ids (``segment << 20 | index``) of *keys*, -1 for a key not in the base: the probe
+        of :meth:`contains` for a batch at once. Hashing and probing are numpy passes (their
+        gathers overlap the cache misses a Python probe waits for one by one); only the keys
+        whose hash an entry matches are compared, in Python."""
+        n = len(keys)
+        found = [-1] * n
+        probe = self.ready_probe() if n else None
+        if probe is None:
+            return found
+        views = probe[2]
+        if n < _SCALAR_BATCH:  # numpy's per-call cost exceeds a few Python probes
+            for at, key in enumerate(keys):
+                located = self.locate(key)
+                if located is not None:
+                    found[at] = located[0].number << _LOCAL_BITS | located[1]
+            return found
+        index = self.index
+        table = index.table
+        h = array_hashes(pa.array(keys, pa.binary())).astype(np.uint64)
+        slot = (h * np.uint64(index.scale)) >> np.uint64(HASH_BITS)  # < 2**64: see KeyIndex
+        top = h << np.uint64(32)
+        entry = table[slot]
+        behind = np.flatnonzero(entry < top)  # entries of smaller hashes, pushed past home slots
+        while behind.size:
+            slot[behind] += 1
+            entry[behind] = table[slot[behind]]
+            behind = behind[entry[behind] < top[behind]]
+        top += np.uint64(1 << 32)
+        pending = np.flatnonzero(entry < top)  # an entry of the key's own hash: compare keys
+        while pending.size:
+            rows = (entry[pending] & np.uint64(0xFFFFFFFF)).astype(np.int64)
+            missed = []
+            for at, row in zip(pending.tolist(), rows.tolist(), strict=True):
+                ko, kd, _, _ = views[row >> _LOCAL_BITS]
+                j = row & _LOCAL_MASK
+                if kd[ko[j] : ko[j + 1]] == keys[at]:
+                    found[at] = row
+                else:
+                    missed.append(at)
+            if not missed:
+                break
+            rest = np.array(missed, np.int64)  # a hash collision: try the next entry
+            slot[rest] += 1
+            entry[rest] = table[slot[rest]]
+            pending = rest[entry[rest] < top[rest]]
+        return found
 
     def locate(self, key: bytes) -> tuple[Segment, int] | None:
         """The segment and index holding *key*, or None."""
