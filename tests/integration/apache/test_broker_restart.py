@@ -74,6 +74,11 @@ class RestartableBroker(ApacheKafkaBroker):
         """Start the JVM again on the same directory, ports and cluster id (no re-format)."""
         LoopbackService.start(self, timeout)
 
+    def ensure_running(self) -> None:
+        """Restart it if a test before this one left it killed (a failure mid-outage)."""
+        if not self.running:
+            self.restart()
+
 
 @pytest.fixture(scope="module")
 def broker() -> Iterator[RestartableBroker]:
@@ -117,6 +122,7 @@ def _caught_up(table: Table, ends: dict[int, int]) -> bool:
 def test_tables_ride_out_a_broker_killed_and_restarted(
     broker: RestartableBroker, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    broker.ensure_running()
     kafka = KafkaTool(broker.bootstrap_servers)
     topic = kafka.create_topic(f"restart-{uuid.uuid4().hex[:10]}", PARTITIONS)
     blob_url, topic_url = (tmp_path / "blob").as_uri(), (tmp_path / "topic").as_uri()
@@ -171,8 +177,6 @@ def test_tables_ride_out_a_broker_killed_and_restarted(
     finally:
         for t in tables:
             t.close(checkpoint=False)
-        if not broker.running:  # for the module's other tests
-            broker.restart()
 
     restored = Table(
         topic, checkpoints=blob_url, bootstrap_servers=broker.bootstrap_servers, background=False
@@ -224,6 +228,7 @@ def test_tailing_tables_keep_going_through_an_outage_mid_tail_or_at_a_checkpoint
     Both tables should keep serving their rows while the broker is down and, once it is back,
     consume the rest and equal a plain replay — as they do when the outage finds them at the
     end with nothing to checkpoint (the test above)."""
+    broker.ensure_running()
     kafka = KafkaTool(broker.bootstrap_servers)
     topic_a = kafka.create_topic(f"midtail-{uuid.uuid4().hex[:10]}", 1)
     topic_b = kafka.create_topic(f"midcp-{uuid.uuid4().hex[:10]}", 1)
@@ -272,5 +277,3 @@ def test_tailing_tables_keep_going_through_an_outage_mid_tail_or_at_a_checkpoint
         for t in (a, b):
             t.close(checkpoint=False)
         kafka.close()
-        if not broker.running:  # for the module's other tests
-            broker.restart()
