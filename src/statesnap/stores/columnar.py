@@ -103,23 +103,18 @@ class ColumnarStore:
 
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
         """:meth:`get` of each key: the overlay by one C-level map, the rest by one vectorized
-        base probe (:meth:`Base.find_many`), values sliced from the segments' buffers."""
+        base lookup (:meth:`Base.values_many`), for batches large enough to gain by it."""
+        if not self._base.batched(len(keys)):
+            return list(map(self.get, keys))
         blobs = list(map(self._over.get, keys))  # the overlay first, then the base, as get() reads
         out: list[bytes | None] = [None if b is None or b[0] >= 0x80 else b[HEADER_SIZE:] for b in blobs]
         base = self._base
-        if not base.rows:
-            return out
-        missing = [i for i, b in enumerate(blobs) if b is None]
-        if not missing:
-            return out
-        probe = base.ready_probe()
-        assert probe is not None
-        views, local_bits, local_mask = probe[2], probe[3], probe[4]
-        for i, row in zip(missing, base.find_many([keys[i] for i in missing]), strict=True):
-            if row >= 0:
-                _, _, vo, vd = views[row >> local_bits]
-                j = row & local_mask
-                out[i] = vd[vo[j] : vo[j + 1]].tobytes()
+        missing = [i for i, b in enumerate(blobs) if b is None] if base.rows else []
+        if missing:
+            if len(missing) == len(keys):
+                return base.values_many(keys)
+            for i, value in zip(missing, base.values_many([keys[i] for i in missing]), strict=True):
+                out[i] = value
         return out
 
     def __contains__(self, key: object) -> bool:

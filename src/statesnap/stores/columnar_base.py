@@ -28,8 +28,9 @@ BATCH = 4096
 #: Python call per key); a larger one by one vectorized ``index_in`` over every base key.
 _PROBE_SHARE = 16
 
-#: Batches smaller than this are probed key by key (see Base.find_many).
-_SCALAR_BATCH = 24
+#: A batch lookup is vectorized when it holds at least this many keys per segment (Arrow and
+#: numpy calls per segment; below it a Python probe per key is cheaper): see Base.batched.
+_PER_SEGMENT = 24
 
 #: Row ids are ``segment << _LOCAL_BITS | index``, so a probe finds its segment by a shift.
 _LOCAL_BITS = 20
@@ -175,25 +176,46 @@ class Base:
         return False
 
     def find_many(self, keys: Sequence[bytes]) -> list[int]:
-        """Row ids (``segment << 20 | index``) of *keys*, -1 for a key not in the base: the probe
-        of :meth:`contains` for a batch at once. Hashing and probing are numpy passes (their
-        gathers overlap the cache misses a Python probe waits for one by one); only the keys
-        whose hash an entry matches are compared, in Python."""
+        """Row ids (``segment << 20 | index``) of *keys*, -1 for a key not in the base."""
+        found = [-1] * len(keys)
+        for seg, local, at in self._matches(keys):
+            first = seg.number << _LOCAL_BITS
+            for i, j in zip(at.tolist(), local.tolist(), strict=True):
+                found[i] = first | j
+        return found
+
+    def values_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """The base value of each of *keys*, None for a key not in the base."""
+        out: list[bytes | None] = [None] * len(keys)
+        for seg, local, at in self._matches(keys):
+            values = seg.table.column("value").chunk(0).take(pa.array(local)).to_pylist()
+            for i, value in zip(at.tolist(), values, strict=True):
+                out[i] = value
+        return out
+
+    def batched(self, n: int) -> bool:
+        """Whether a lookup of *n* keys at once beats *n* single probes (measured at 10 M keys,
+        16 segments: 1,000 keys 1.5x, 4,000 keys 2.7x the single-get rate)."""
+        return n >= _PER_SEGMENT * max(1, len(self.segments))
+
+    def _matches(self, keys: Sequence[bytes]) -> Iterator[tuple[Segment, np.ndarray, np.ndarray]]:
+        """(segment, its row indexes, positions in *keys*) of the keys in the base: the probe of
+        :meth:`contains` for a batch at once. Hashing and probing are numpy passes, whose
+        gathers overlap the cache misses a Python probe waits for one by one; the keys an entry's
+        hash matches are compared by Arrow, a segment at a time. Small batches probe per key."""
         n = len(keys)
-        found = [-1] * n
-        probe = self.ready_probe() if n else None
-        if probe is None:
-            return found
-        views = probe[2]
-        if n < _SCALAR_BATCH:  # numpy's per-call cost exceeds a few Python probes
-            for at, key in enumerate(keys):
+        if not n or self.ready_probe() is None:
+            return
+        if not self.batched(n):
+            for i, key in enumerate(keys):
                 located = self.locate(key)
                 if located is not None:
-                    found[at] = located[0].number << _LOCAL_BITS | located[1]
-            return found
+                    yield located[0], np.array([located[1]]), np.array([i])
+            return
         index = self.index
         table = index.table
-        h = array_hashes(pa.array(keys, pa.binary())).astype(np.uint64)
+        asked = pa.array(keys, pa.binary())
+        h = array_hashes(asked).astype(np.uint64)
         slot = (h * np.uint64(index.scale)) >> np.uint64(HASH_BITS)  # < 2**64: see KeyIndex
         top = h << np.uint64(32)
         entry = table[slot]
@@ -206,21 +228,28 @@ class Base:
         pending = np.flatnonzero(entry < top)  # an entry of the key's own hash: compare keys
         while pending.size:
             rows = (entry[pending] & np.uint64(0xFFFFFFFF)).astype(np.int64)
+            order = np.argsort(rows)
+            rows, at = rows[order], pending[order]
+            segs = rows >> _LOCAL_BITS
+            cuts = (np.flatnonzero(np.diff(segs)) + 1).tolist()
+            local = rows & _LOCAL_MASK
             missed = []
-            for at, row in zip(pending.tolist(), rows.tolist(), strict=True):
-                ko, kd, _, _ = views[row >> _LOCAL_BITS]
-                j = row & _LOCAL_MASK
-                if kd[ko[j] : ko[j + 1]] == keys[at]:
-                    found[at] = row
+            for lo, hi in zip([0, *cuts], [*cuts, len(rows)], strict=True):
+                seg = self.segments[int(segs[lo])]
+                here, where = local[lo:hi], at[lo:hi]
+                stored = seg.table.column("key").chunk(0).take(pa.array(here))
+                same = pc.equal(stored, asked.take(pa.array(where))).to_numpy(zero_copy_only=False)
+                if same.all():
+                    yield seg, here, where
                 else:
-                    missed.append(at)
+                    yield seg, here[same], where[same]
+                    missed.append(where[~same])
             if not missed:
                 break
-            rest = np.array(missed, np.int64)  # a hash collision: try the next entry
+            rest = np.concatenate(missed)  # hash collisions: try each key's next entry
             slot[rest] += 1
             entry[rest] = table[slot[rest]]
             pending = rest[entry[rest] < top[rest]]
-        return found
 
     def locate(self, key: bytes) -> tuple[Segment, int] | None:
         """The segment and index holding *key*, or None."""
