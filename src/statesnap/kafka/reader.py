@@ -75,6 +75,10 @@ class ChangelogReader:
         self._cluster_error: str | None = None
         self._beyond_since: dict[int, float] = {}
         self._eof_seen = False
+        #: Set by the owner once its restore is over: from then on a silent cluster is waited
+        #: for, with a warning, instead of given up on (a running table keeps serving its rows
+        #: through an outage and resumes when the cluster answers again).
+        self.tailing = False
         user_cb = settings.config.get("error_cb")
         self._user_error_cb: Callable[[Any], None] | None = user_cb if callable(user_cb) else None
         self._consumer = new_consumer(
@@ -202,6 +206,16 @@ class ChangelogReader:
             self._consumer.list_topics(timeout=probe_timeout)
         except KafkaException as e:
             reason = self._cluster_error or str(e.args[0].str() if e.args else e)
+            if self.tailing:
+                log.warning(
+                    "no answer from the Kafka cluster at %s for %.0fs (%s); still serving what is "
+                    "applied, waiting for it",
+                    self.settings.bootstrap_servers,
+                    stalled,
+                    reason,
+                )
+                self._last_progress = now
+                return
             raise BrokerUnavailableError(
                 f"lost the Kafka cluster at {self.settings.bootstrap_servers}: no record and no "
                 f"end-of-partition for {stalled:.0f}s on topic {self.topic!r} while partitions "
@@ -226,7 +240,7 @@ class ChangelogReader:
                     self.settings.bootstrap_servers,
                     err.str(),
                     "waiting for it"
-                    if self.caught_up
+                    if self.caught_up or self.tailing
                     else f"giving up unless it answers within {self.stall_timeout:g}s",
                 )
             self._cluster_error = err.str()

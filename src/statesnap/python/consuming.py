@@ -24,6 +24,7 @@ from statesnap.errors import (
     BlobStoreError,
     CheckpointError,
     CheckpointTimeoutError,
+    KafkaError,
     ReadOnlyTableError,
     TableStateError,
 )
@@ -173,8 +174,10 @@ class Consuming:
             return
         try:
             self.commit()
-        except (CheckpointError, BlobStoreError) as e:
-            # The table stays correct without this checkpoint; keep consuming, try again next time.
+        except (CheckpointError, BlobStoreError, KafkaError) as e:
+            # The table stays correct without this checkpoint (a snapshot store on a topic of a
+            # cluster that does not answer, a blob store that fails): keep consuming, try again
+            # at the next commit point.
             self._last_commit = time.monotonic()
             log.warning("table %s: checkpoint failed, will retry at the next commit point: %s", self.name, e)
 

@@ -326,6 +326,8 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
     def _started(self) -> RestoreReport:
         """Restored and caught up: log it, start the snapshot watcher and the consuming thread."""
         self._last_commit = self._last_checkpoint_at = time.monotonic()
+        if self._reader is not None:
+            self._reader.tailing = True  # an outage from now on is waited out, not fatal
         log.info(
             "table %s restored: checkpoint=%s (%d keys) + %d records replayed in %.2fs",
             self.name,
