@@ -31,6 +31,7 @@ __all__ = [
     "ApacheKafkaUnavailableError",
     "apache_kafka_libs",
     "apache_kafka_missing",
+    "new_cluster_id",
 ]
 
 #: The pinned broker version; scripts/apache-kafka/pom.xml must name the same one.
@@ -89,10 +90,14 @@ def apache_kafka_missing(version: str = APACHE_KAFKA_VERSION) -> str | None:
     return None
 
 
-def _cluster_id() -> str:
+def new_cluster_id() -> str:
     """A KRaft cluster id as ``kafka-storage random-uuid`` makes one: 16 random bytes, URL-safe
-    base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    base64 without padding — never starting with ``-``, which the storage tool's argument parser
+    takes for an option (about one id in 64 would)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 _LOG4J2 = """\
@@ -159,7 +164,7 @@ class ApacheKafkaBroker(LoopbackService):
         self.controller_port = free_port()
         self.heap = heap
         self.settings = {**TEST_SETTINGS, **(settings or {})}
-        self.cluster_id = _cluster_id()
+        self.cluster_id = new_cluster_id()
         self._dir: Path | None = None
 
     @property

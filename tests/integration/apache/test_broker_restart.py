@@ -32,14 +32,13 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from integration.conftest import KafkaTool, Rec
 from statesnap import Table
 from statesnap.devstack import ApacheKafkaBroker
-from statesnap.devstack.apache import _cluster_id, apache_kafka_missing
+from statesnap.devstack.apache import apache_kafka_missing
 from statesnap.devstack.process import LoopbackService
 from statesnap.errors import BrokerUnavailableError
 from statesnap.task.options import CheckpointOptions, SnapshotOptions
@@ -53,13 +52,6 @@ STALL = 3.0
 
 class RestartableBroker(ApacheKafkaBroker):
     """The dev broker, killable and restartable on the log dirs it already has."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        # A random cluster id starts with '-' once in 64 (URL-safe base64); `kafka-storage format
-        # -t -X...` then fails ("expected one argument"). Kafka's own Uuid.randomUuid() redraws.
-        while self.cluster_id.startswith("-"):
-            self.cluster_id = _cluster_id()
 
     def kill(self) -> None:
         """SIGKILL to the JVM's process group: no controlled shutdown, no flush."""
