@@ -10,7 +10,9 @@ Protocols. ``partition.assignment.strategy`` decides (default ``roundrobin``, ea
 rebalance revokes everything, then assigns). ``cooperative-sticky`` moves only the partitions
 that change owner; it needs a broker that completes the cooperative rounds promptly (Apache
 Kafka does; the dev broker leaves moved partitions unassigned for many seconds, so it is not the
-default). The KIP-848 protocol (``group.protocol=consumer``) never assigns on the dev broker.
+default). The KIP-848 protocol (``group.protocol=consumer``, Kafka 4.0+) is used as it is given:
+the broker assigns, incrementally, with its own session and heartbeat settings (statesnap then
+sets none of the classic protocol's); it never assigns on the dev broker.
 
 Eager rebalances revoke partitions that often come straight back: a revoked partition is
 *suspended* (its rows kept, readable, not consumed) until the assignment; if it comes back it
@@ -85,7 +87,10 @@ class GroupReader:
         self.group = group
         self.listener = listener
         strategy = str(settings.config.get("partition.assignment.strategy", DEFAULT_STRATEGY))
-        self.cooperative = "cooperative" in strategy
+        #: KIP-848's protocol: the broker assigns, always incrementally; the classic protocol's
+        #: session, heartbeat and strategy settings are the broker's then (librdkafka refuses them).
+        self.consumer_protocol = str(settings.config.get("group.protocol", "classic")).lower() == "consumer"
+        self.cooperative = self.consumer_protocol or "cooperative" in strategy
         self.positions: dict[int, int] = {}
         self.at_eof: set[int] = set()
         #: Gained partitions that have not reached their end since (reads of them are refused).
@@ -100,11 +105,15 @@ class GroupReader:
         #: Partitions revoked during the current consume() call: messages of theirs already
         #: collected into its batch are from before the revocation and must not be applied.
         self._revoked_in_call: set[int] = set()
-        defaults = {
-            "partition.assignment.strategy": DEFAULT_STRATEGY,
-            "session.timeout.ms": DEFAULT_SESSION_TIMEOUT_MS,
-            "heartbeat.interval.ms": 1000,
-        }
+        defaults: dict[str, Any] = (
+            {}
+            if self.consumer_protocol
+            else {
+                "partition.assignment.strategy": DEFAULT_STRATEGY,
+                "session.timeout.ms": DEFAULT_SESSION_TIMEOUT_MS,
+                "heartbeat.interval.ms": 1000,
+            }
+        )
         self._consumer = new_consumer(
             settings,
             **{k: v for k, v in defaults.items() if k not in settings.config},

@@ -287,7 +287,7 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
                     raise KafkaError(
                         f"consumer group {group.group!r} assigned no partitions of {self.topic!r} within "
                         f"{FIRST_ASSIGNMENT_TIMEOUT:.0f}s (is the broker's group coordinator reachable? "
-                        "group.protocol=consumer is not supported)"
+                        "the dev broker never assigns under group.protocol=consumer)"
                     )
                 self.report.replayed_records += self._consume(CATCH_UP_POLL)
                 if self._tracker is not None:

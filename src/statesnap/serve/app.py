@@ -38,7 +38,6 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, Field
 
-from statesnap.version import __version__
 from statesnap.errors import ConfigError, StatesnapError, TableStateError
 from statesnap.python.follower import Follower
 from statesnap.redaction import scrub
@@ -46,6 +45,7 @@ from statesnap.serve.docs import mount_docs
 from statesnap.serve.metrics import CONTENT_TYPE, FollowerCollector, HttpMetrics, MetricsMiddleware, render
 from statesnap.serve.params import ParameterError, parse_min_offsets
 from statesnap.serve.waits import DEFAULT_MAX_PENDING, FreshnessWaits
+from statesnap.version import __version__
 
 #: Default and maximum time a request may wait for ``min_offsets`` / ``caught_up``.
 DEFAULT_WAIT_MS = 5_000

@@ -23,12 +23,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from statesnap.version import __version__
 from statesnap.checkpoint.manifest import CheckpointManifest, CheckpointState, PartitionCheckpoint
 from statesnap.checkpoint.repository import CheckpointRepository
 from statesnap.errors import CheckpointConflictError, StaleGenerationError, StatesnapError
 from statesnap.snapshot.model import Snapshot, SnapshotState, TaskSnapshot
 from statesnap.snapshot.store import SnapshotStore
+from statesnap.version import __version__
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 
 from integration.conftest import KafkaTool
 from statesnap import Table
-from statesnap.errors import KafkaConfigError, PartitionNotOwnedError
+from statesnap.errors import PartitionNotOwnedError
 from statesnap.kafka.partitioner import resolve_partitioner
 
 pytestmark = pytest.mark.integration
@@ -153,39 +153,11 @@ def test_cooperative_sticky_moves_only_what_changes_owner(
             other.get(key)
 
 
-def test_the_consumer_group_protocol_is_refused_in_one_line(kafka: KafkaTool, tmp_path: Path) -> None:
-    """Apache Kafka 4.1.1 (which serves KIP-848) showed what ``group.protocol=consumer`` does
-    today: start() fails at once with one typed line — librdkafka refusing the classic-protocol
-    ``session.timeout.ms`` statesnap sets by default — rather than waiting for an assignment.
-    See the next test for what makes it work."""
-    topic = kafka.create_topic(f"kip848-{uuid.uuid4().hex[:10]}", 2)
-    t = _member(
-        kafka, topic, (tmp_path / "cp").as_uri(), f"g-{uuid.uuid4().hex[:8]}", {"group.protocol": "consumer"}
-    )
-    started = time.monotonic()
-    try:
-        with pytest.raises(KafkaConfigError) as refused:
-            t.start()
-    finally:
-        t.close(checkpoint=False)
-    assert time.monotonic() - started < 10
-    assert "group.protocol=consumer" in str(refused.value)
-    assert "\n" not in str(refused.value)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    raises=KafkaConfigError,
-    reason="GroupReader sets classic-protocol defaults (session.timeout.ms, heartbeat.interval.ms, "
-    "partition.assignment.strategy) and uses eager assign(); dropping those defaults and using "
-    "incremental_assign/unassign under group.protocol=consumer made this pass on Apache Kafka 4.1.1",
-)
 def test_the_consumer_group_protocol_shares_partitions(
     kafka: KafkaTool, tmp_path: Path, tables: list[Table]
 ) -> None:
-    """KIP-848 on Apache Kafka 4.1.1: two members split the partitions and together equal a
-    plain replay. Expected to fail until statesnap supports the protocol; remove the xfail (and
-    the refusal test above) when it does."""
+    """KIP-848 on Apache Kafka 4.1.1: two members split the partitions (the broker assigns,
+    incrementally) and together equal a plain replay."""
     topic = kafka.create_topic(f"kip848-{uuid.uuid4().hex[:10]}", PARTITIONS)
     url = (tmp_path / "cp").as_uri()
     group = f"g-{uuid.uuid4().hex[:8]}"
