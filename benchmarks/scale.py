@@ -4,17 +4,25 @@ For each key count N: write a checkpoint of N keys (``key-<i>``, 100-byte values
 with statesnap's own checkpoint writer, to a local directory and to the embedded moto S3 server.
 Then, each in a fresh subprocess (so peak RSS is its own):
 
-- the floor: ``pyarrow.parquet.read_table`` of the checkpoint's data files (local paths);
+- the floors: ``pyarrow.parquet.read_table`` of the checkpoint's data files (local paths); lookups
+  of the same random keys in a plain dict of the rows; the same tail applied by a plain loop
+  (``d[msg.key()] = msg.value()``, every message field read once);
 - per store and source: load every partition through ``CheckpointRepository.iter_partitions``
   into the store and make it ready (the columnar store builds its index on the first lookup):
   seconds, peak RSS above the process's RSS before the restore, bytes per key above the raw
-  key+value bytes, ``get``/s on random present keys and tail-replay records/s.
+  key+value bytes, ``get``/s and ``get_many``/s (batches of 4,000) on random present keys and
+  tail-replay records/s (200 k records over 2N keys, batches of 500).
 
-    .venv/bin/python benchmarks/scale.py --keys 1000000                 # ~2 min
-    .venv/bin/python benchmarks/scale.py --keys 1000000,10000000 --repeat 3
+Every cell runs ``--repeat`` times (3 by default), floors and stores interleaved so a busy
+neighbour hits both alike; the table prints min and median of each, each figure next to its floor
+of the same run, with the load average.
 
-Targets (issue 9, this 2-core machine): columnar ≤ 1.6x the floor, memory ≤ 1.5x raw bytes,
-≥ 500 k get/s, ≥ 200 k records/s replay; RocksDB ≤ 2x the floor; S3 ≤ 1.5x the local time.
+    .venv/bin/python benchmarks/scale.py --keys 1000000                 # ~3 min
+    .venv/bin/python benchmarks/scale.py --keys 1000000,10000000 --stores columnar --sources file
+
+Targets (issues 9 and 21, this 2-core machine): columnar ≤ 1.3x the floor at 10 M keys, memory
+≤ 1.5x raw bytes, ≥ 500 k get/s at 10 M keys, ≥ 600 k records/s replay; RocksDB ≤ 2x the floor;
+S3 ≤ 1.1x the local time.
 Not a test: it prints a table (and ``--json`` rows) for the record.
 """
 
@@ -24,6 +32,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,16 +52,26 @@ TABLE = "scale"
 
 @dataclass
 class Result:
+    """One cell: min and median over the repeats (rates: median and best), with the floors'."""
+
     keys: int
     what: str
     source: str
     seconds: float
+    seconds_median: float
+    floor_seconds: float
+    floor_seconds_median: float
     peak_rss_mb: float
     bytes_per_key_above_raw: float | None
-    held_over_raw: float | None = None
-    ratio_to_floor: float | None = None
-    gets_per_s: float | None = None
-    replay_per_s: float | None = None
+    held_over_raw: float | None
+    gets_per_s: float
+    gets_best: float
+    get_many_per_s: float | None
+    floor_gets_per_s: float
+    replay_per_s: float
+    replay_best: float
+    floor_replay_per_s: float
+    load_average: float
 
 
 def partition_table(p: int, partitions: int, n: int) -> pa.Table:
@@ -130,6 +149,15 @@ def peak_rss() -> int:
     raise RuntimeError("no VmHWM in /proc/self/status")
 
 
+def workload(n: int) -> tuple[list[bytes], list[_Msg]]:
+    """The lookups (200 k random present keys) and the tail (200 k records over 2N keys, half of
+    them new) every store and the floors run: the same for all."""
+    rng = random.Random(1)
+    probe = [b"key-%d" % rng.randrange(n) for _ in range(200_000)]
+    tail = [_Msg(b"key-%d" % rng.randrange(2 * n), b"y" * VALUE_BYTES, i) for i in range(200_000)]
+    return probe, tail
+
+
 def child(args: dict[str, Any]) -> dict[str, Any]:
     """One measurement in a fresh process. Lookup and replay rates are per CPU second: the
     machine is shared, and wall time would measure the neighbours."""
@@ -143,11 +171,27 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
         with ThreadPoolExecutor(8) as pool:
             tables = list(pool.map(pq.read_table, args["paths"]))
         seconds = time.perf_counter() - started
+        peak = peak_rss() - rss_before
+        plain: dict[bytes, bytes] = {}
+        for table in tables:
+            plain.update(zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True))
         del tables
-        return {
-            "seconds": seconds,
-            "peak": peak_rss() - rss_before,
-        }
+        probe, tail = workload(n)
+        get = plain.get
+        t = time.process_time()
+        for k in probe:
+            get(k)
+        gets = len(probe) / (time.process_time() - t)
+        t = time.process_time()
+        for lo in range(0, len(tail), 500):  # a plain consume loop: latest value per key
+            for msg in tail[lo : lo + 500]:
+                key = msg.key()
+                if key is not None:
+                    msg.offset()
+                    msg.timestamp()
+                    plain[key] = msg.value()
+        replay = len(tail) / (time.process_time() - t)
+        return {"seconds": seconds, "peak": peak, "gets": gets, "replay": replay}
 
     from statesnap.blob import open_blob_store
     from statesnap.checkpoint.repository import CheckpointRepository
@@ -168,19 +212,24 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
         pa.default_memory_pool().release_unused()  # decode buffers the allocator still holds
         held = rss_now() - rss_before
         assert len(store) == n, (len(store), n)
-        rng = random.Random(1)
-        probe = [b"key-%d" % rng.randrange(n) for _ in range(200_000)]
+        probe, tail = workload(n)
         t = time.process_time()
         for k in probe:
             store.get(k)
         gets = len(probe) / (time.process_time() - t)
-        tail = [_Msg(b"key-%d" % rng.randrange(2 * n), b"y" * VALUE_BYTES, i) for i in range(200_000)]
+        get_many = getattr(store, "get_many", None)  # None in a baseline from before get_many
+        many = None
+        if get_many is not None:
+            t = time.process_time()
+            for lo in range(0, len(probe), 4000):
+                get_many(probe[lo : lo + 4000])
+            many = len(probe) / (time.process_time() - t)
         t = time.process_time()
         for lo in range(0, len(tail), 500):
             store.apply_messages(lo // 500 % 8, tail[lo : lo + 500])
         replay = len(tail) / (time.process_time() - t)
         store.close()
-    return {"seconds": seconds, "peak": peak, "held": held, "gets": gets, "replay": replay}
+    return {"seconds": seconds, "peak": peak, "held": held, "gets": gets, "many": many, "replay": replay}
 
 
 def run_child(args: dict[str, Any]) -> dict[str, Any]:
@@ -194,18 +243,13 @@ def run_child(args: dict[str, Any]) -> dict[str, Any]:
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def best(args: dict[str, Any], repeat: int) -> dict[str, Any]:
-    runs = [run_child(args) for _ in range(repeat)]
-    return min(runs, key=lambda r: float(r["seconds"]))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--keys", default="1000000", help="comma-separated key counts, e.g. 1000000,10000000")
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--stores", default="memory,columnar,rocksdb")
     ap.add_argument("--sources", default="file,s3")
-    ap.add_argument("--repeat", type=int, default=1, help="best of this many runs per cell")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per cell: min and median are printed")
     ap.add_argument(
         "--baseline",
         metavar="PYTHONPATH",
@@ -236,7 +280,7 @@ def main() -> None:
                     locations["s3"] = (f"s3://{bucket}/ckpt", s3.storage_options())
                 raw = 0
                 paths: list[str] = []
-                for source in sources:
+                for source in dict.fromkeys(["file", *sources]):  # the floor reads the local files
                     url, options = locations[source]
                     t = time.perf_counter()
                     raw, keys = write_checkpoint(url, options, n, args.partitions)
@@ -246,33 +290,36 @@ def main() -> None:
                     )
                     if source == "file":
                         paths = [os.path.join(root, k) for k in keys]
-                floor = best({"what": "floor", "keys": n, "paths": paths}, args.repeat)
-                results.append(
-                    Result(n, "pyarrow read (floor)", "file", floor["seconds"], floor["peak"] / 2**20, None)
-                )
+                cells: list[tuple[str, str, dict[str, Any]]] = [
+                    ("floor", "file", {"what": "floor", "paths": paths})
+                ]
                 for source in sources:
                     url, options = locations[source]
-                    runs = [(store, store, {}) for store in stores]
+                    cells += [
+                        (st, source, {"what": st, "url": url, "options": options, "env": {}}) for st in stores
+                    ]
                     if args.baseline:
-                        runs += [(f"{st}@baseline", st, {"PYTHONPATH": args.baseline}) for st in stores]
-                    for label, store, env in runs:
-                        cell = {"what": store, "keys": n, "url": url, "options": options, "env": env}
-                        r = best(cell, args.repeat)
-                        results.append(
-                            Result(
-                                n,
-                                label,
+                        env = {"PYTHONPATH": args.baseline}
+                        cells += [
+                            (
+                                f"{st}@baseline",
                                 source,
-                                r["seconds"],
-                                r["peak"] / 2**20,
-                                (r["peak"] - raw) / n,
-                                r["held"] / raw,
-                                r["seconds"] / floor["seconds"],
-                                r["gets"],
-                                r["replay"],
+                                {"what": st, "url": url, "options": options, "env": env},
                             )
-                        )
-                        print(f"# {label}/{source}: {r['seconds']:.2f}s", file=sys.stderr)
+                            for st in stores
+                        ]
+                runs: dict[tuple[str, str], list[dict[str, Any]]] = {
+                    (label, src): [] for label, src, _ in cells
+                }
+                loads: list[float] = []
+                for rep in range(args.repeat):  # interleaved: a busy neighbour hits every cell alike
+                    for label, source, cell in cells:
+                        runs[(label, source)].append(run_child({**cell, "keys": n}))
+                        loads.append(os.getloadavg()[0])
+                    print(f"# {n:,} keys: repeat {rep + 1}/{args.repeat} done", file=sys.stderr)
+                floor = runs[("floor", "file")]
+                for (label, source), rs in runs.items():
+                    results.append(summarize(n, label, source, rs, floor, raw, statistics.median(loads)))
                 print(f"# {n:,} keys: raw key+value bytes {raw / 2**20:.0f} MiB", file=sys.stderr)
     finally:
         if s3 is not None:
@@ -283,28 +330,70 @@ def main() -> None:
             print(json.dumps(asdict(r)))
 
 
+def summarize(
+    n: int,
+    label: str,
+    source: str,
+    rs: list[dict[str, Any]],
+    floor: list[dict[str, Any]],
+    raw: int,
+    load: float,
+) -> Result:
+    secs = [float(r["seconds"]) for r in rs]
+    fsecs = [float(r["seconds"]) for r in floor]
+    is_floor = label == "floor"
+    held = None if is_floor else statistics.median(float(r["held"]) for r in rs) / raw
+    peak = statistics.median(float(r["peak"]) for r in rs)
+    many = [float(r["many"]) for r in rs if r.get("many") is not None]
+    return Result(
+        keys=n,
+        what="pyarrow read / dict / plain loop (floor)" if is_floor else label,
+        source=source,
+        seconds=min(secs),
+        seconds_median=statistics.median(secs),
+        floor_seconds=min(fsecs),
+        floor_seconds_median=statistics.median(fsecs),
+        peak_rss_mb=peak / 2**20,
+        bytes_per_key_above_raw=None if is_floor else (peak - raw) / n,
+        held_over_raw=held,
+        gets_per_s=statistics.median(float(r["gets"]) for r in rs),
+        gets_best=max(float(r["gets"]) for r in rs),
+        get_many_per_s=statistics.median(many) if many else None,
+        floor_gets_per_s=statistics.median(float(r["gets"]) for r in floor),
+        replay_per_s=statistics.median(float(r["replay"]) for r in rs),
+        replay_best=max(float(r["replay"]) for r in rs),
+        floor_replay_per_s=statistics.median(float(r["replay"]) for r in floor),
+        load_average=load,
+    )
+
+
 def print_table(results: list[Result]) -> None:
+    """Times as min / median of the repeats, rates as median / best; each next to its floor
+    (median) from the same run. Ratios compare medians."""
     header = (
-        "| keys | store | source | restore s | x floor | peak RSS MiB (growth) | B/key above raw "
-        "| held RSS / raw | get/s (CPU) | replay rec/s (CPU) |"
+        "| keys | store | source | restore s (min / med) | floor s (min / med) | x floor | "
+        "get/s (med / best) | x dict | get_many/s | replay rec/s (med / best) | x plain loop | "
+        "peak RSS MiB | B/key above raw | held RSS / raw | load avg |"
     )
     print(header)
     print("|---" * (header.count("|") - 1) + "|")
-    local = {(r.keys, r.what): r.seconds for r in results if r.source == "file"}
+    local = {(r.keys, r.what): r.seconds_median for r in results if r.source == "file"}
     for r in results:
-        ratio = "" if r.ratio_to_floor is None else f"{r.ratio_to_floor:.2f}"
+        ratio = f"{r.seconds_median / r.floor_seconds_median:.2f}"
         if r.source == "s3" and (r.keys, r.what) in local:
-            ratio += f" ({r.seconds / local[(r.keys, r.what)]:.2f}x local)"
+            ratio += f" ({r.seconds_median / local[(r.keys, r.what)]:.2f}x local)"
+        many = "" if r.get_many_per_s is None else f"{r.get_many_per_s / 1000:,.0f} k"
         print(
-            f"| {r.keys:,} | {r.what} | {r.source} | {r.seconds:.2f} | {ratio} | {r.peak_rss_mb:,.0f} | "
+            f"| {r.keys:,} | {r.what} | {r.source} | {r.seconds:.2f} / {r.seconds_median:.2f} "
+            f"| {r.floor_seconds:.2f} / {r.floor_seconds_median:.2f} | {ratio} "
+            f"| {r.gets_per_s / 1000:,.0f} k / {r.gets_best / 1000:,.0f} k "
+            f"| {r.gets_per_s / r.floor_gets_per_s:.2f} | {many} "
+            f"| {r.replay_per_s / 1000:,.0f} k / {r.replay_best / 1000:,.0f} k "
+            f"| {r.replay_per_s / r.floor_replay_per_s:.2f} | {r.peak_rss_mb:,.0f} | "
             + ("" if r.bytes_per_key_above_raw is None else f"{r.bytes_per_key_above_raw:.0f}")
             + " | "
             + ("" if r.held_over_raw is None else f"{r.held_over_raw:.2f}")
-            + " | "
-            + ("" if r.gets_per_s is None else f"{r.gets_per_s / 1000:,.0f} k")
-            + " | "
-            + ("" if r.replay_per_s is None else f"{r.replay_per_s / 1000:,.0f} k")
-            + " |"
+            + f" | {r.load_average:.1f} |"
         )
 
 
