@@ -12,10 +12,13 @@ from statesnap.stores.memory import MemoryStore
 __all__ = ["AUTO_COLUMNAR_ROWS", "MemoryStore", "StateStore", "auto_store_kind", "open_state_store"]
 
 STORE_KINDS = ("auto", "memory", "columnar", "rocksdb")
-#: ``auto`` restores a checkpoint of at least this many rows into the columnar store (restore at
-#: the speed of reading the files, 1.5x the raw bytes) and smaller tables into the dict store
-#: (2.4x faster lookups); measured by benchmarks/scale.py.
-AUTO_COLUMNAR_ROWS = 1_000_000
+#: ``auto`` restores a checkpoint of at least this many rows into the columnar store and smaller
+#: ones into the dict store: where columnar restore + tail + first read overtakes the dict store's
+#: (benchmarks/auto_store.py, medians of 3, 2 cores at load 2-5, 200 k-record tail: 3 k rows
+#: 0.157 s columnar vs 0.134 s memory; 10 k rows 0.189 vs 0.216 s; 100 k 0.305 vs 0.420 s; 1 M
+#: 0.376 vs 0.873 s; with a 20 k tail from 3-10 k rows on). Below it the dict store's restore is
+#: as fast and its single ``get`` 1.5-2.5x faster (benchmarks/scale.py).
+AUTO_COLUMNAR_ROWS = 10_000
 
 
 def auto_store_kind(checkpoint_rows: int | None) -> str:
