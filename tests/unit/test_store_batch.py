@@ -52,6 +52,9 @@ def test_get_many_equals_get(store: StateStore) -> None:
         keys = [rng.choice(universe) for _ in range(size)]
         assert store.get_many(keys) == [store.get(k) for k in keys], size
     assert store.get_many(universe) == [store.get(k) for k in universe]
+    for copies in (3, 30):  # colliding keys compared one by one, then a segment at a time
+        keys = collide * copies
+        assert store.get_many(keys) == [store.get(k) for k in keys], copies
 
 
 def test_get_many_on_an_empty_store(store: StateStore) -> None:

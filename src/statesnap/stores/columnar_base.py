@@ -12,6 +12,7 @@ import bisect
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -28,9 +29,12 @@ BATCH = 4096
 #: Python call per key); a larger one by one vectorized ``index_in`` over every base key.
 _PROBE_SHARE = 16
 
-#: A batch lookup is vectorized when it holds at least this many keys per segment (Arrow and
-#: numpy calls per segment; below it a Python probe per key is cheaper): see Base.batched.
-_PER_SEGMENT = 24
+#: A batch lookup hashes and probes with numpy from this many keys on (below it the numpy calls
+#: cost more than a Python probe per key), and compares keys and takes values with Arrow for the
+#: keys of one segment from _ARROW_GROUP on (a few Arrow calls per segment; fewer keys are
+#: compared in Python). A restore from Parquet holds one segment per row group (10 M keys: 80).
+_VECTOR_BATCH = 24
+_ARROW_GROUP = 48
 
 #: Row ids are ``segment << _LOCAL_BITS | index``, so a probe finds its segment by a shift.
 _LOCAL_BITS = 20
@@ -177,41 +181,39 @@ class Base:
 
     def find_many(self, keys: Sequence[bytes]) -> list[int]:
         """Row ids (``segment << 20 | index``) of *keys*, -1 for a key not in the base."""
-        found = [-1] * len(keys)
-        for seg, local, at in self._matches(keys):
-            first = seg.number << _LOCAL_BITS
-            for i, j in zip(at.tolist(), local.tolist(), strict=True):
-                found[i] = first | j
-        return found
+        return cast(list[int], self._lookup(keys, values=False))
 
     def values_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
         """The base value of each of *keys*, None for a key not in the base."""
-        out: list[bytes | None] = [None] * len(keys)
-        for seg, local, at in self._matches(keys):
-            values = seg.table.column("value").chunk(0).take(pa.array(local)).to_pylist()
-            for i, value in zip(at.tolist(), values, strict=True):
-                out[i] = value
-        return out
+        return cast(list[bytes | None], self._lookup(keys, values=True))
 
-    def batched(self, n: int) -> bool:
-        """Whether a lookup of *n* keys at once beats *n* single probes (measured at 10 M keys,
-        16 segments: 1,000 keys 1.5x, 4,000 keys 2.7x the single-get rate)."""
-        return n >= _PER_SEGMENT * max(1, len(self.segments))
+    @staticmethod
+    def batched(n: int) -> bool:
+        """Whether a lookup of *n* keys at once beats *n* single probes."""
+        return n >= _VECTOR_BATCH
 
-    def _matches(self, keys: Sequence[bytes]) -> Iterator[tuple[Segment, np.ndarray, np.ndarray]]:
-        """(segment, its row indexes, positions in *keys*) of the keys in the base: the probe of
-        :meth:`contains` for a batch at once. Hashing and probing are numpy passes, whose
-        gathers overlap the cache misses a Python probe waits for one by one; the keys an entry's
-        hash matches are compared by Arrow, a segment at a time. Small batches probe per key."""
+    def _lookup(self, keys: Sequence[bytes], *, values: bool) -> list[int] | list[bytes | None]:
+        """:meth:`contains`'s probe for a batch at once, giving each key's value (or row id). Hashing
+        and probing are numpy passes, whose gathers overlap the cache misses a Python probe waits
+        for one by one. The keys whose hash an entry matches are then compared (and their values
+        taken) by Arrow where a segment holds many of them, in one Python pass for the rest."""
         n = len(keys)
-        if not n or self.ready_probe() is None:
-            return
-        if not self.batched(n):
+        found: list[int] = [-1] * n
+        got: list[bytes | None] = [None] * n
+        probe = self.ready_probe() if n else None
+        if probe is None:
+            return got if values else found
+        views = probe[2]
+        if not self.batched(n):  # numpy's per-call costs exceed a few Python probes
             for i, key in enumerate(keys):
                 located = self.locate(key)
                 if located is not None:
-                    yield located[0], np.array([located[1]]), np.array([i])
-            return
+                    seg, j = located
+                    if values:
+                        got[i] = seg.value(j)
+                    else:
+                        found[i] = seg.number << _LOCAL_BITS | j
+            return got if values else found
         index = self.index
         table = index.table
         asked = pa.array(keys, pa.binary())
@@ -228,28 +230,49 @@ class Base:
         pending = np.flatnonzero(entry < top)  # an entry of the key's own hash: compare keys
         while pending.size:
             rows = (entry[pending] & np.uint64(0xFFFFFFFF)).astype(np.int64)
-            order = np.argsort(rows)
-            rows, at = rows[order], pending[order]
             segs = rows >> _LOCAL_BITS
-            cuts = (np.flatnonzero(np.diff(segs)) + 1).tolist()
-            local = rows & _LOCAL_MASK
-            missed = []
-            for lo, hi in zip([0, *cuts], [*cuts, len(rows)], strict=True):
-                seg = self.segments[int(segs[lo])]
-                here, where = local[lo:hi], at[lo:hi]
-                stored = seg.table.column("key").chunk(0).take(pa.array(here))
-                same = pc.equal(stored, asked.take(pa.array(where))).to_numpy(zero_copy_only=False)
-                if same.all():
-                    yield seg, here, where
+            crowded = np.bincount(segs)[segs] >= _ARROW_GROUP
+            missed: list[int] = []
+            few = np.flatnonzero(~crowded)
+            for i, row in zip(pending[few].tolist(), rows[few].tolist(), strict=True):
+                ko, kd, vo, vd = views[row >> _LOCAL_BITS]
+                j = row & _LOCAL_MASK
+                if kd[ko[j] : ko[j + 1]] == keys[i]:
+                    if values:
+                        got[i] = vd[vo[j] : vo[j + 1]].tobytes()
+                    else:
+                        found[i] = row
                 else:
-                    yield seg, here[same], where[same]
-                    missed.append(where[~same])
+                    missed.append(i)
+            many = np.flatnonzero(crowded)
+            if many.size:
+                order = many[np.argsort(rows[many])]
+                by_seg, at, local = segs[order], pending[order], rows[order] & _LOCAL_MASK
+                cuts = (np.flatnonzero(np.diff(by_seg)) + 1).tolist()
+                for lo, hi in zip([0, *cuts], [*cuts, len(order)], strict=True):
+                    seg = self.segments[int(by_seg[lo])]
+                    here, where = pa.array(local[lo:hi]), at[lo:hi]
+                    stored = seg.table.column("key").chunk(0).take(here)
+                    same = pc.equal(stored, asked.take(pa.array(where))).to_numpy(zero_copy_only=False)
+                    if not same.all():
+                        missed += where[~same].tolist()
+                        where = where[same]
+                        here = here.filter(pa.array(same))
+                    if values:
+                        taken = seg.table.column("value").chunk(0).take(here).to_pylist()
+                        for i, value in zip(where.tolist(), taken, strict=True):
+                            got[i] = value
+                    else:
+                        first = seg.number << _LOCAL_BITS
+                        for i, j in zip(where.tolist(), here.to_pylist(), strict=True):
+                            found[i] = first | j
             if not missed:
                 break
-            rest = np.concatenate(missed)  # hash collisions: try each key's next entry
+            rest = np.array(missed, np.int64)  # hash collisions: try each key's next entry
             slot[rest] += 1
             entry[rest] = table[slot[rest]]
             pending = rest[entry[rest] < top[rest]]
+        return got if values else found
 
     def locate(self, key: bytes) -> tuple[Segment, int] | None:
         """The segment and index holding *key*, or None."""
