@@ -10,14 +10,17 @@ setup:  ## Create .venv with statesnap and its test and Spark extras
 demo: setup  ## Run the end-to-end demo on the embedded broker
 	$(VENV)/statesnap demo
 
-test:  ## Run the whole test suite
+test:  ## Run the default test suite (CI's; tests marked long are deselected)
 	$(VENV)/python -m pytest
+
+test-long:  ## Run every test, the long variants too
+	STATESNAP_LONG=1 $(VENV)/python -m pytest
 
 test-fast:  ## Unit tests only
 	$(VENV)/python -m pytest tests/unit
 
 faults:  ## Fault-injection suite, long mode (more kills, S3 corruptions, Spark kill); prints a summary
-	STATESNAP_FAULTS=long $(VENV)/python -m pytest tests/faults
+	STATESNAP_FAULTS=long STATESNAP_LONG=1 $(VENV)/python -m pytest tests/faults
 
 lint:  ## ruff + mypy
 	$(VENV)/ruff check src tests benchmarks

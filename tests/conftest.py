@@ -3,18 +3,80 @@ each started on first use (a session that asks for no Apache Kafka test starts n
 
 They stop at the session's end, and on Linux also when the test run is killed without a teardown
 (a timeout's SIGKILL): the dev stack asks the kernel to signal them when their parent dies
-(``statesnap.devstack.orphans``; proved by ``test_services_die_with_a_killed_test_run``)."""
+(``statesnap.devstack.orphans``; proved by ``test_services_die_with_a_killed_test_run``).
+
+Tests marked ``long`` are slow variants of a behaviour another default test already proves; the
+default run deselects them (CI's time budget), ``make test-long`` / ``STATESNAP_LONG=1`` / ``--long``
+runs them too, as does ``-m`` naming ``long`` or a node id naming the test."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from statesnap.devstack import ApacheKafkaBroker, EmbeddedBroker, EmbeddedS3
 from statesnap.devstack.apache import apache_kafka_missing
+
+LONG_ENV = "STATESNAP_LONG"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--long",
+        action="store_true",
+        default=False,
+        help=f"also run tests marked long (same as {LONG_ENV}=1)",
+    )
+
+
+def _long_wanted(config: pytest.Config) -> bool:
+    """Read once at the test run's boundary: the option, the variable, or a -m expression that names
+    ``long`` (then -m alone decides)."""
+    env = os.environ.get(LONG_ENV, "").strip().lower()
+    if env not in {"", "0", "1", "true", "false", "yes", "no"}:
+        raise pytest.UsageError(f"{LONG_ENV} must be 1 or 0, not {env!r}")
+    markexpr = str(config.getoption("markexpr", default="") or "")
+    return bool(config.getoption("long", default=False)) or env in {"1", "true", "yes"} or "long" in markexpr
+
+
+def _named(config: pytest.Config) -> list[str]:
+    """Node ids given on the command line (``path::test``), relative to the rootdir as items name them."""
+    out = []
+    for arg in config.args:
+        path, sep, rest = arg.partition("::")
+        if sep:
+            try:
+                rel = Path(path).resolve().relative_to(config.rootpath).as_posix()
+            except ValueError:
+                continue
+            out.append(f"{rel}::{rest}")
+    return out
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if _long_wanted(config):
+        return "long tests: included"
+    return f"long tests: deselected ({LONG_ENV}=1 or make test-long runs them)"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect ``long`` tests unless asked for; a test named by its node id always runs."""
+    if _long_wanted(config):
+        return
+    named = _named(config)
+    keep: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        explicit = any(item.nodeid == n or item.nodeid.startswith((f"{n}[", f"{n}::")) for n in named)
+        (dropped if item.get_closest_marker("long") and not explicit else keep).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
 
 
 @pytest.fixture(scope="session")

@@ -327,6 +327,25 @@ def _bad_workers_get_the_cluster_wording(
     assert "activated" not in message
 
 
+def test_bad_workers_on_a_cluster_are_told_to_ship_statesnap() -> None:
+    """The one line ``register`` answers for workers without statesnap names the fix for where they
+    run: on a cluster, ship statesnap to the executors, not the local-mode "activate the venv".
+    The default-run check of the wording (no Spark needed); the long docs test below gets this
+    line from a real standalone cluster."""
+    from statesnap.spark.workers import _workers_problem
+
+    message = _workers_problem("ModuleNotFoundError: No module named 'statesnap'", "python3", local=False)
+    assert message.startswith("Spark's Python workers (python3) cannot run statesnap (No module"), message
+    assert "ship statesnap and its dependencies to the executors" in message
+    assert "local" not in message
+    assert "activated" not in message
+
+
+# Long (a minute of JVMs): a job submitted to a standalone cluster whose workers run the venv's
+# Python is proven by default in spark_cluster/test_cluster.py, the docs' submit line from a venv
+# that is not activated by test_docs_spark_submit_line_runs_from_a_venv_that_is_not_activated, the
+# cluster wording by test_bad_workers_on_a_cluster_are_told_to_ship_statesnap.
+@pytest.mark.long
 def test_docs_standalone_cluster_block_runs_from_a_venv_that_is_not_activated(
     kafka: Any, topic_name: str, tmp_path: Path
 ) -> None:

@@ -39,6 +39,9 @@ def _python_without_statesnap() -> str | None:
     return None
 
 
+# Long: spark_session() checks the workers through register(), whose one-line answer
+# test_first_job.py::test_workers_without_statesnap_are_one_line_at_register proves by default.
+@pytest.mark.long
 def test_workers_without_statesnap_fail_with_one_line_naming_the_fix(tmp_path: Path) -> None:
     python = _python_without_statesnap()
     if python is None or shutil.which("java") is None:
