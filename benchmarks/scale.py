@@ -313,7 +313,11 @@ def main() -> None:
                 }
                 loads: list[float] = []
                 for rep in range(args.repeat):  # interleaved: a busy neighbour hits every cell alike
-                    for label, source, cell in cells:
+                    # Each repeat starts at another cell, and dirty pages (RocksDB's files) are
+                    # flushed first: no cell always runs in the previous one's writeback.
+                    turn = rep % len(cells)
+                    for label, source, cell in cells[turn:] + cells[:turn]:
+                        os.sync()
                         runs[(label, source)].append(run_child({**cell, "keys": n}))
                         loads.append(os.getloadavg()[0])
                     print(f"# {n:,} keys: repeat {rep + 1}/{args.repeat} done", file=sys.stderr)
