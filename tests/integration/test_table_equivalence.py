@@ -55,6 +55,12 @@ def _at_or_after(produced: list[Any], offsets: dict[int, int]) -> int:
 
 
 @pytest.mark.parametrize("store", ["memory", "rocksdb"])
+# S3 is the long variant: the invariant does not depend on the blob store, whose S3 behaviour is the
+# file store's (test_blob_contract.py) and whose S3 restores are proven by default elsewhere
+# (test_incremental_checkpoints.py, test_checkpoint_corruption.py, test_gc_table.py).
+@pytest.mark.parametrize(
+    "checkpoint_location", ["file", pytest.param("s3", marks=pytest.mark.long)], indirect=True
+)
 # Each example costs seconds on the real broker: no shrinking (it would run dozens more), the
 # falsifying example is printed as generated.
 @settings(

@@ -41,6 +41,11 @@ def _spark_digest(df: Any) -> tuple[str, int]:
     return digest({r["key"]: r["value"] for r in df.select("key", "value").collect()})
 
 
+# S3 is the long variant: Spark writing checkpoints to S3 (options travelling to executors) is proven
+# by default by test_cli_engines.py's spark-blob matrix (moto) and spark_cluster/test_cluster.py.
+@pytest.mark.parametrize(
+    "checkpoint_location", ["file", pytest.param("s3", marks=pytest.mark.long)], indirect=True
+)
 def test_spark_bootstrap_restores_in_python_and_continues_incrementally(
     spark: Any, bootstrap: str, topic_name: str, produce: Any, checkpoint_location: Any
 ) -> None:

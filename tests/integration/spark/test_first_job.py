@@ -119,6 +119,10 @@ def _produce(kafka: Any, topic: str) -> None:
     kafka.produce(topic, records)
 
 
+# Long: the same job (only the format name changed, no register) reading every record through
+# PySpark's lookup of pyspark_statesnap is proven by default by
+# test_docs_spark_submit_line_runs_from_a_venv_that_is_not_activated; only the launcher differs.
+@pytest.mark.long
 def test_users_own_job_reads_with_only_the_format_name_changed(
     kafka: Any, topic_name: str, tmp_path: Path
 ) -> None:
