@@ -124,7 +124,7 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
                 options, intervals, retention, an exact generation, snapshot settings); None
                 disables checkpoints (opt-in).
             store: local state store: ``auto`` (the default: ``columnar`` when the checkpoint to
-                restore holds at least 1 M rows, else ``memory``), ``memory``, ``columnar`` or
+                restore holds at least 10 k rows, else ``memory``), ``memory``, ``columnar`` or
                 ``rocksdb`` (tables larger than memory); :class:`StoreOptions` adds its path.
             key_serde, value_serde: how reads convert keys and values (a serde, or ``bytes``
                 (default), ``string``, ``json``, ``avro``, ``json_schema``); the table stores bytes.

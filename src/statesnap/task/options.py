@@ -142,7 +142,7 @@ class CheckpointOptions:
 
 @dataclass(frozen=True, slots=True)
 class StoreOptions:
-    """The local state store: ``kind`` (``auto``: ``columnar`` for checkpoints of at least 1 M rows,
+    """The local state store: ``kind`` (``auto``: ``columnar`` for checkpoints of at least 10 k rows,
     else ``memory``; ``memory``; ``columnar``; ``rocksdb``) and where an on-disk one lives."""
 
     kind: StoreName | str = "auto"
