@@ -147,7 +147,9 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
         self.name = check_table_name(name or topic)
         self.settings = KafkaSettings(bootstrap_servers, dict(kafka_config or {}), timeout)
         self.checkpoints = CheckpointOptions.of(checkpoints)
-        options = self.checkpoints or CheckpointOptions("")
+        # Without checkpoints, commit points still happen (group offsets, store upkeep): the
+        # bundle's default intervals and clock apply.
+        options = self.checkpoints or CheckpointOptions(location="")
         self._checkpoint_interval = options.interval
         self._commit_interval = options.commit_interval
         self._clock = options.clock
@@ -183,7 +185,6 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
             self._store_options.kind, path=self._store_options.path, name=self.name
         )
         self._handler = UpsertHandler(self.store, self.row_filter)
-        self._task: OpenedTask | None = None
         self.repo: CheckpointRepository | None = None
         self.snapshots: SnapshotTask | None = None
         snapshot_options = options.snapshots
@@ -237,7 +238,7 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
         task = open_task(
             self.name, self.topic, self.settings, self.checkpoints, partitions=wanted, writes=False
         )
-        self._task, self.repo, self.cluster_id = task, task.repo, task.cluster_id
+        self.repo, self.cluster_id = task.repo, task.cluster_id
         if self._membership is not None:
             return self._start_in_group(task, progress)
         self.partitions = task.partitions

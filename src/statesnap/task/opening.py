@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from datetime import timedelta
 from enum import StrEnum
 from typing import TypeVar
 
@@ -202,7 +201,7 @@ def join_snapshots(
         owned=owned,
         engine=str(engine),
         retention=retention,
-        snapshot_timeout=snapshots.timeout or timedelta(seconds=60),
+        snapshot_timeout=snapshots.timeout,
         previous=previous,
         refresh_interval=refresh_interval,
         topic_id=topic_id,
