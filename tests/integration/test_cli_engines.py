@@ -243,7 +243,11 @@ def test_snapshot_create_delete_and_diff(written: Written, kafka: Any) -> None:
 @pytest.mark.parametrize(
     ("engine", "store"),
     [
-        ("python", "topic"),
+        # Python is the long variant: Python instances under `materialize --follow` completing
+        # `snapshot create --wait` equal to a full replay are proven by default in
+        # test_snapshot_tasks.py, their Ctrl-C checkpoint by test_default_follow_works_with_default_options,
+        # followers with the topic snapshot store (idle or not) by the Spark variant.
+        pytest.param("python", "topic", marks=pytest.mark.long),
         # Spark with the blob store: its snapshots and GC are covered by the `written` matrix;
         # each Spark CLI run starts a JVM, so the suite keeps their number small.
         pytest.param("spark", "topic", marks=pytest.mark.spark),
