@@ -27,6 +27,8 @@ import contextlib
 import logging
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -36,11 +38,13 @@ from pathlib import Path
 import pytest
 
 from integration.conftest import KafkaTool, Rec
-from statesnap import Table
+from statesnap import RestoreReport, StaticShare, Table
 from statesnap.devstack import ApacheKafkaBroker
 from statesnap.devstack.apache import apache_kafka_missing
 from statesnap.devstack.process import LoopbackService
 from statesnap.errors import BrokerUnavailableError
+from statesnap.snapshot.api import SnapshotApi
+from statesnap.snapshot.model import SnapshotState
 from statesnap.task.options import CheckpointOptions, SnapshotOptions
 
 pytestmark = pytest.mark.integration
@@ -259,4 +263,212 @@ def test_tailing_tables_keep_going_through_an_outage_mid_tail_or_at_a_checkpoint
             h.release.set()
         for t in (a, b):
             t.close(checkpoint=False)
+        kafka.close()
+
+
+#: Small fetches and no prefetch: a restore of the tail below takes many fetches, so the broker
+#: can be killed with most of it still on the broker.
+SLOW_FETCH = {
+    "queued.min.messages": 1,
+    "max.partition.fetch.bytes": 8192,
+    "fetch.max.bytes": 16384,
+    "message.max.bytes": 16384,
+}
+
+
+class RestoreHeldAtFirstProgress(threading.Thread):
+    """``table.start()`` on its own thread, held at its first progress report until released:
+    the test kills the broker there. The broker is killed and restarted by the test's own thread,
+    never this one: a dev service dies with the thread that started it (devstack/orphans.py)."""
+
+    def __init__(self, table: Table) -> None:
+        super().__init__(daemon=True)
+        self.table = table
+        self.reported, self.release = threading.Event(), threading.Event()
+        self.records_at_hold: int | None = None
+        self.report: RestoreReport | None = None
+        self.error: BaseException | None = None
+        self.killed_at = self.finished_at = 0.0
+
+    def _progress(self, records: int, _done: int, _total: int) -> None:
+        if self.records_at_hold is None:
+            self.records_at_hold = records
+            self.reported.set()
+            self.release.wait(30)
+
+    def run(self) -> None:
+        try:
+            self.report = self.table.start(progress=self._progress)
+        except BaseException as e:  # handed to the test's thread
+            self.error = e
+        finally:
+            self.finished_at = time.monotonic()
+            self.reported.set()
+
+    def kill_at_first_progress(self, broker: RestartableBroker) -> None:
+        """Kill the broker once the restore has reported its first records, then let it go on."""
+        assert self.reported.wait(30), "the restore never reported progress"
+        broker.kill()
+        self.killed_at = time.monotonic()
+        self.release.set()
+
+
+def _long_tail(kafka: KafkaTool, n: int = 3000) -> tuple[str, list[Rec]]:
+    """A topic whose history is a tail of *n* 1 kB upserts (some tombstones) over 3 partitions."""
+    topic = kafka.create_topic(f"restore-{uuid.uuid4().hex[:10]}", PARTITIONS)
+    filler = b"x" * 1000
+    kafka.produce(topic, [(p, k, None if v is None else v + filler) for p, k, v in _records("r", n, 400)])
+    return topic, kafka.read_all(topic, range(PARTITIONS))
+
+
+def test_a_restore_rides_out_a_broker_killed_and_restarted_within_its_timeout(
+    broker: RestartableBroker,
+) -> None:
+    """Apache Kafka 4.1.1: the broker is SIGKILLed at the first progress report of a
+    ``Table.start()`` replaying a 3,000-record tail (3 MB in 8 kB fetches: most of it still on
+    the broker) and restarted a second later, well within the table's 30 s ``timeout``: the
+    restore finishes and equals a plain consumer's replay, every record applied once."""
+    broker.ensure_running()
+    kafka = KafkaTool(broker.bootstrap_servers)
+    try:
+        topic, records = _long_tail(kafka)
+        table = Table(
+            topic,
+            bootstrap_servers=broker.bootstrap_servers,
+            kafka_config=SLOW_FETCH,
+            timeout=30.0,
+            background=False,
+        )
+        restore = RestoreHeldAtFirstProgress(table)
+        try:
+            restore.start()
+            restore.kill_at_first_progress(broker)
+            time.sleep(1.0)
+            broker.restart()
+            restore.join(60)
+            assert not restore.is_alive(), "the restore did not finish within 60 s of the restart"
+            assert restore.error is None, repr(restore.error)
+            assert restore.report is not None
+            assert restore.records_at_hold is not None
+            assert restore.records_at_hold < len(records) // 2, "killed too late to prove anything"
+            assert restore.report.replayed_records == len(records)
+            assert table.offsets == _ends(records)
+            assert dict(table.raw_items()) == kafka.truth(records)
+        finally:
+            restore.release.set()
+            table.close(checkpoint=False)
+    finally:
+        broker.ensure_running()
+        kafka.close()
+
+
+def test_a_restore_whose_broker_stays_down_fails_in_one_line_naming_it(broker: RestartableBroker) -> None:
+    """Apache Kafka 4.1.1: the broker is SIGKILLed at the first progress report of a restore
+    and stays down: ``start()`` fails with :class:`BrokerUnavailableError`, one line naming the
+    broker, within the table's ``timeout`` plus the probe that confirms it."""
+    broker.ensure_running()
+    kafka = KafkaTool(broker.bootstrap_servers)
+    try:
+        topic, _records = _long_tail(kafka)
+        table = Table(
+            topic,
+            bootstrap_servers=broker.bootstrap_servers,
+            kafka_config=SLOW_FETCH,
+            timeout=STALL,
+            background=False,
+        )
+        restore = RestoreHeldAtFirstProgress(table)
+        try:
+            restore.start()
+            restore.kill_at_first_progress(broker)
+            restore.join(STALL + 30)
+            assert not restore.is_alive(), "the restore's wait has no deadline"
+        finally:
+            restore.release.set()
+            table.close(checkpoint=False)
+        lost = restore.error
+        assert isinstance(lost, BrokerUnavailableError), repr(lost)
+        waited = restore.finished_at - restore.killed_at
+        assert waited < STALL + 10, f"{waited:.1f}s after the kill: the restore's wait has no deadline"
+        assert broker.bootstrap_servers in str(lost)
+        assert topic in str(lost)
+        assert "\n" not in str(lost)
+    finally:
+        broker.ensure_running()
+        kafka.close()
+
+
+def test_a_snapshot_across_a_broker_restart_completes_whole_and_verifies(
+    broker: RestartableBroker, tmp_path: Path
+) -> None:
+    """Apache Kafka 4.1.1: two tasks (``StaticShare`` 0 and 1 of 2, tailing, commit points every
+    second) and a snapshot created with :class:`SnapshotApi`; the broker is SIGKILLed right after
+    the create, before either task has reported, and restarted 2 s later. The snapshot ends
+    COMPLETED with every partition (never a partial generation: a FAILED one, within its timeout,
+    is the only other outcome allowed), ``statesnap checkpoints verify`` on the store passes
+    after the restart, and a restore of that generation plus the tail equals a plain replay."""
+    broker.ensure_running()
+    kafka = KafkaTool(broker.bootstrap_servers)
+    topic = kafka.create_topic(f"snaprestart-{uuid.uuid4().hex[:10]}", 4)
+    url = (tmp_path / "store").as_uri()
+    every_second = CheckpointOptions(url, interval="1h", commit_interval="1s")
+    tasks = [
+        Table(
+            topic,
+            bootstrap_servers=broker.bootstrap_servers,
+            checkpoints=every_second,
+            partitions=StaticShare(i, 2),
+            timeout=STALL,
+        )
+        for i in range(2)
+    ]
+    api: SnapshotApi | None = None
+    try:
+        kafka.produce(topic, [((i % 90) % 4, b"k%d" % (i % 90), b"v%d" % i) for i in range(400)])
+        for t in tasks:
+            t.start()
+        api = SnapshotApi.open(url, topic)
+        created = api.create(timeout="30s")
+        broker.kill()
+        time.sleep(2.0)
+        broker.restart()  # from this thread: a dev service dies with the thread that started it
+        done = api.wait(created.generation, "40s")
+        assert done.state in (SnapshotState.COMPLETED, SnapshotState.FAILED), done.state
+        if done.state is SnapshotState.FAILED:
+            assert done.error is not None
+            assert "\n" not in done.error
+        assert done.state is SnapshotState.COMPLETED, f"failed: {done.error}"
+        assert not done.missing_partitions
+        assert done.reported_partitions == {0, 1, 2, 3}
+        for snap in api.list():  # no generation is COMPLETED with a partition missing
+            assert snap.state is not SnapshotState.COMPLETED or not snap.missing_partitions, snap
+
+        kafka.produce(topic, [((i % 90) % 4, b"k%d" % (i % 90), b"w%d" % i) for i in range(100)])
+        verified = subprocess.run(
+            [sys.executable, "-m", "statesnap.cli", "checkpoints", "verify", url, "--table", topic],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert verified.returncode == 0, verified.stdout + verified.stderr
+    finally:
+        for t in tasks:
+            t.close(checkpoint=False)
+        if api is not None:
+            api.close()
+        broker.ensure_running()
+
+    restored = Table(
+        topic,
+        bootstrap_servers=broker.bootstrap_servers,
+        checkpoints=CheckpointOptions(url, generation=done.generation),
+        background=False,
+    )
+    try:
+        report = restored.start()
+        assert report.checkpoint == done.generation
+        assert dict(restored.raw_items()) == kafka.truth(kafka.read_all(topic, range(4)))
+    finally:
+        restored.close(checkpoint=False)
         kafka.close()
