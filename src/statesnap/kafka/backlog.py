@@ -1,8 +1,11 @@
 """How many records a materialization would read: an estimate for choosing an engine.
 
-The end of each partition comes from its high watermark, which the dev broker under-reports
-(Apache Kafka's is exact): the number is labelled an estimate wherever it is shown, and nothing
-correctness-related ever depends on it (catch-up is decided by partition EOF).
+The end of each partition comes from its high watermark, which the dev broker under-reports.
+Apache Kafka's is an exact end *offset*, yet still no exact count of *records*: transaction
+markers take offsets, aborted records are skipped by a read_committed replay, compaction and
+retention leave holes (tests/integration/apache/test_progress_totals.py). So the number is
+labelled an estimate wherever it is shown, on every broker, and nothing correctness-related ever
+depends on it (catch-up is decided by partition EOF).
 """
 
 from __future__ import annotations
