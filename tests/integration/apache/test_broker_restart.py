@@ -18,7 +18,15 @@ checkpoint with topic snapshot records, is waited out the same way: the reader o
 warns instead of giving up, and a commit point that cannot reach the snapshot topic warns and
 tries again at the next one (the last test).
 
+A restore (``Table.start()`` replaying a long tail) whose broker is killed at its first progress
+report finishes once the broker is back within its ``timeout`` and equals a plain replay; one whose
+broker stays down fails in one typed line naming the broker. A snapshot of two tasks whose broker
+is killed right after the create completes whole (every partition reported) once it is back, and
+``statesnap checkpoints verify`` passes on the store.
+
 The broker is this module's own: killing the session broker would break every test after this.
+It is killed and restarted only from the test's thread: a dev service dies with the thread that
+started it (devstack/orphans.py).
 """
 
 from __future__ import annotations
@@ -362,42 +370,6 @@ def test_a_restore_rides_out_a_broker_killed_and_restarted_within_its_timeout(
         kafka.close()
 
 
-def test_a_restore_whose_broker_stays_down_fails_in_one_line_naming_it(broker: RestartableBroker) -> None:
-    """Apache Kafka 4.1.1: the broker is SIGKILLed at the first progress report of a restore
-    and stays down: ``start()`` fails with :class:`BrokerUnavailableError`, one line naming the
-    broker, within the table's ``timeout`` plus the probe that confirms it."""
-    broker.ensure_running()
-    kafka = KafkaTool(broker.bootstrap_servers)
-    try:
-        topic, _records = _long_tail(kafka)
-        table = Table(
-            topic,
-            bootstrap_servers=broker.bootstrap_servers,
-            kafka_config=SLOW_FETCH,
-            timeout=STALL,
-            background=False,
-        )
-        restore = RestoreHeldAtFirstProgress(table)
-        try:
-            restore.start()
-            restore.kill_at_first_progress(broker)
-            restore.join(STALL + 30)
-            assert not restore.is_alive(), "the restore's wait has no deadline"
-        finally:
-            restore.release.set()
-            table.close(checkpoint=False)
-        lost = restore.error
-        assert isinstance(lost, BrokerUnavailableError), repr(lost)
-        waited = restore.finished_at - restore.killed_at
-        assert waited < STALL + 10, f"{waited:.1f}s after the kill: the restore's wait has no deadline"
-        assert broker.bootstrap_servers in str(lost)
-        assert topic in str(lost)
-        assert "\n" not in str(lost)
-    finally:
-        broker.ensure_running()
-        kafka.close()
-
-
 def test_a_snapshot_across_a_broker_restart_completes_whole_and_verifies(
     broker: RestartableBroker, tmp_path: Path
 ) -> None:
@@ -472,3 +444,39 @@ def test_a_snapshot_across_a_broker_restart_completes_whole_and_verifies(
     finally:
         restored.close(checkpoint=False)
         kafka.close()
+
+
+def test_a_restore_whose_broker_stays_down_fails_in_one_line_naming_it(broker: RestartableBroker) -> None:
+    """Apache Kafka 4.1.1: the broker is SIGKILLed at the first progress report of a restore
+    and stays down: ``start()`` fails with :class:`BrokerUnavailableError`, one line naming the
+    broker, within the table's ``timeout`` plus the probe that confirms it. Last in the module: it
+    leaves the broker down, saving a restart (a test after it starts it again)."""
+    broker.ensure_running()
+    kafka = KafkaTool(broker.bootstrap_servers)
+    try:
+        topic, _records = _long_tail(kafka)
+        table = Table(
+            topic,
+            bootstrap_servers=broker.bootstrap_servers,
+            kafka_config=SLOW_FETCH,
+            timeout=STALL,
+            background=False,
+        )
+        restore = RestoreHeldAtFirstProgress(table)
+        try:
+            restore.start()
+            restore.kill_at_first_progress(broker)
+            restore.join(STALL + 30)
+            assert not restore.is_alive(), "the restore's wait has no deadline"
+        finally:
+            restore.release.set()
+            table.close(checkpoint=False)
+        lost = restore.error
+        assert isinstance(lost, BrokerUnavailableError), repr(lost)
+        waited = restore.finished_at - restore.killed_at
+        assert waited < STALL + 10, f"{waited:.1f}s after the kill: the restore's wait has no deadline"
+        assert broker.bootstrap_servers in str(lost)
+        assert topic in str(lost)
+        assert "\n" not in str(lost)
+    finally:
+        kafka.close()  # the broker stays down: the next test (or the module's teardown) sees to it
