@@ -78,16 +78,16 @@ def test_an_old_checkpoint_is_refused_once_compaction_removed_its_tombstones(
     assert naive != truth
     assert all(_key(i)[1] in naive for i in range(5))
 
-    r = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False)
-    report = r.start()
+    restored = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False)
+    report = restored.start()
     try:
         assert report.checkpoint is None
         assert [s.generation for s in report.skipped] == [first.generation]
         assert "delete.retention.ms=3000" in report.skipped[0].reason
-        assert dict(r.raw_items()) == truth
-        fresh = r.checkpoint()  # taken from the compacted log
+        assert dict(restored.raw_items()) == truth
+        fresh = restored.checkpoint()  # taken from the compacted log
     finally:
-        r.close(checkpoint=False)
+        restored.close(checkpoint=False)
     assert fresh is not None
 
     # Restored as a second after it was taken (the clock is pinned so that a loaded machine
@@ -125,7 +125,7 @@ def test_a_checkpoint_whose_resume_offsets_were_compacted_away_restores_exactly(
 
     # First after the checkpoint, in each partition: a value superseded right away, so the record
     # at the resume offset is compacted away; then updates and tombstones (kept: a day's retention).
-    after = [(*_key(p), b"doomed") for p in range(PARTITIONS)]
+    after: list[tuple[int, bytes, bytes | None]] = [(*_key(p), b"doomed") for p in range(PARTITIONS)]
     after += [(*_key(i), b"v2-%d" % i) for i in range(12)]
     after += [(*_key(i), None) for i in range(12, 15)]
     produced = kafka.produce(topic, after)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -147,7 +148,7 @@ def test_time_retention_moves_the_log_start_past_a_checkpoint(kafka: KafkaTool, 
     kafka.produce(topic, _batch("a", 100))
     cp = _checkpoint(kafka, topic, url)
 
-    def past_checkpoint(marks: dict[int, tuple[int, int]]) -> bool:
+    def past_checkpoint(marks: Mapping[int, tuple[int, int]]) -> bool:
         kafka.produce(topic, [(p, b"late", b"x") for p in range(PARTITIONS)])  # rolls the segment
         return any(low > cp.offsets[p] for p, (low, _high) in marks.items())
 

@@ -79,7 +79,9 @@ def _values(bootstrap: str, topic: str, isolation: str) -> list[bytes]:
             if err is not None and err.code() == RdKafkaError._PARTITION_EOF:
                 return out
             if err is None:
-                out.append(m.value())
+                value = m.value()
+                assert value is not None
+                out.append(value)
         raise AssertionError(f"no end of {topic} within 20 s")
     finally:
         c.close()
