@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from integration.cli_runner import STATESNAP, ok, statesnap
-from statesnap.cli.engine import spark_available
+from statesnap.materialize import spark_available
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from integration.cli_runner import digest, ok, statesnap
-from statesnap.cli.engine import spark_available
+from statesnap.materialize import spark_available
 
 pytestmark = pytest.mark.integration
 

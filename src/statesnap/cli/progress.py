@@ -1,10 +1,10 @@
 """Progress bars on stderr, so stdout stays clean for ``--json`` and piping.
 
-:class:`ReplayProgress` shows a replay as ``records / ~total (estimate)``, the rate and an ETA.
-The total comes from high watermarks, which only estimate it (the dev broker under-reports them;
-even Apache Kafka's exact end offsets over-count records where transaction markers, aborted
-records or compaction hold offsets; and records keep arriving), so it is always shown as an
-estimate, and the bar never goes back when the count passes it. Without a total the count and rate are shown alone.
+:class:`ReplayProgress` shows a replay as ``records / ~total (estimate)``, the rate and an ETA. The
+total comes from high watermarks, which only estimate it (the dev broker under-reports them; even
+Apache Kafka's exact end offsets over-count records where transaction markers, aborted records or
+compaction hold offsets; and records keep arriving), so it is always shown as an estimate, and the
+bar never goes back when the count passes it. Without a total the count and rate are shown alone.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+from datetime import timedelta
 
 
 def main() -> None:
@@ -14,6 +15,7 @@ def main() -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    from statesnap import CheckpointOptions
     from statesnap.spark import materialize_stream
 
     spark = (
@@ -29,10 +31,10 @@ def main() -> None:
         bootstrap_servers=bootstrap,
         topic=topic,
         table="mat",
-        checkpoints=checkpoints,
+        checkpoints=CheckpointOptions(
+            checkpoints, interval=timedelta(0), commit_interval=timedelta(seconds=0.2)
+        ),
         checkpoint_location=location,
-        checkpoint_interval="0s",
-        trigger_interval="0.2s",
         max_offsets_per_trigger=300,
         compact_after=2,
     )

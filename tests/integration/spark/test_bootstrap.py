@@ -58,8 +58,7 @@ def test_spark_bootstrap_restores_in_python_and_continues_incrementally(
         bootstrap_servers=bootstrap,
         topic=topic_name,
         table="orders",
-        checkpoints=url,
-        storage_options=options,
+        checkpoints=CheckpointOptions(url, storage_options=options),
         min_partitions=6,
     )
     assert first.writer["engine"] == "spark"
@@ -83,8 +82,7 @@ def test_spark_bootstrap_restores_in_python_and_continues_incrementally(
         bootstrap_servers=bootstrap,
         topic=topic_name,
         table="orders",
-        checkpoints=url,
-        storage_options=options,
+        checkpoints=CheckpointOptions(url, storage_options=options),
     )
     assert second.generation > first.generation
     assert second.writer["mode"] == "incremental"
@@ -104,8 +102,7 @@ def test_spark_bootstrap_restores_in_python_and_continues_incrementally(
         bootstrap_servers=bootstrap,
         topic=topic_name,
         table="orders",
-        checkpoints=url,
-        storage_options=options,
+        checkpoints=CheckpointOptions(url, storage_options=options),
     )
     assert again.generation == second.generation
 

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from integration.spark.spark_testkit import changelog, digest, replay
 from statesnap import CheckpointOptions, Table
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointRepository
+from statesnap.durations import parse_duration
 from statesnap.errors import CheckpointHistoryLostError
 from statesnap.spark import materialize_stream, read_table
 
@@ -81,9 +83,8 @@ def test_crash_at_every_step_then_restart(
                 bootstrap_servers=bootstrap,
                 topic=topic_name,
                 table="mat",
-                checkpoints=url,
+                checkpoints=CheckpointOptions(url, interval=timedelta(0)),
                 checkpoint_location=chk,
-                checkpoint_interval="0s",
                 available_now=True,
                 max_offsets_per_trigger=400,
                 compact_after=2,
@@ -138,15 +139,16 @@ def test_abrupt_stop_recovers_from_the_journal_and_from_a_lost_journal(
     url, chk = f"file://{tmp_path}/cp", str(tmp_path / "chk")
     history = produce(topic_name, changelog(1200, partitions=2, keys=80))
 
-    def start(**kw: Any) -> Any:
+    def start(trigger_interval: str = "10s", **kw: Any) -> Any:
         return materialize_stream(
             spark,
             bootstrap_servers=bootstrap,
             topic=topic_name,
             table="mat",
-            checkpoints=url,
+            checkpoints=CheckpointOptions(
+                url, interval=timedelta(minutes=30), commit_interval=parse_duration(trigger_interval)
+            ),
             checkpoint_location=chk,
-            checkpoint_interval="30m",
             max_offsets_per_trigger=300,
             **kw,
         )
@@ -206,10 +208,12 @@ def test_store_wiped_under_the_materializer_stops_it_with_a_typed_error(
     url, chk = f"file://{tmp_path}/cp", str(tmp_path / "chk")
     history = produce(topic_name, changelog(400, partitions=2, keys=50))
 
-    def start(**kw: Any) -> Any:
+    def start(trigger_interval: str = "10s", **kw: Any) -> Any:
+        trigger = parse_duration(trigger_interval)
         return materialize_stream(
-            spark, bootstrap_servers=bootstrap, topic=topic_name, table="mat", checkpoints=url,
-            checkpoint_location=chk, checkpoint_interval="0s", **kw,
+            spark, bootstrap_servers=bootstrap, topic=topic_name, table="mat",
+            checkpoints=CheckpointOptions(url, interval=timedelta(0), commit_interval=trigger),
+            checkpoint_location=chk, **kw,
         )  # fmt: skip
 
     m = start(trigger_interval="0.2s")
@@ -267,9 +271,8 @@ def test_driver_killed_with_sigkill_mid_stream(
         bootstrap_servers=bootstrap,
         topic=topic_name,
         table="mat",
-        checkpoints=url,
+        checkpoints=CheckpointOptions(url, interval=timedelta(0)),
         checkpoint_location=chk,
-        checkpoint_interval="0s",
         available_now=True,
         max_offsets_per_trigger=600,
         compact_after=2,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import time
 import uuid
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from integration.spark.spark_testkit import changelog, digest, replay
 from statesnap import CheckpointOptions, Table
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import locate_table
+from statesnap.durations import parse_duration
 from statesnap.errors import TableNotFoundError
 from statesnap.spark import materialize_stream
 
@@ -54,11 +56,13 @@ def test_stale_spark_state_after_topic_and_store_are_recreated(
         "bootstrap_servers": bootstrap,
         "topic": topic,
         "table": "rt",
-        "checkpoints": url,
         "checkpoint_location": chk,
-        "trigger_interval": "1s",
     }
-    m = materialize_stream(spark, checkpoint_interval="1s", **common)
+
+    def every(interval: str) -> CheckpointOptions:  # a batch every second
+        return CheckpointOptions(url, interval=parse_duration(interval), commit_interval=timedelta(seconds=1))
+
+    m = materialize_stream(spark, checkpoints=every("1s"), **common)
     ends = {p: max(d.offset for d in old if d.partition == p) + 1 for p in range(3)}
     _wait(lambda: (n := _newest(url, "rt")) is not None and n.offsets == ends, 90, "the first checkpoint")
     m.stop()
@@ -69,7 +73,7 @@ def test_stale_spark_state_after_topic_and_store_are_recreated(
     expected = digest(replay(new))
 
     interval = 3.0
-    m = materialize_stream(spark, checkpoint_interval=f"{interval}s", **common)
+    m = materialize_stream(spark, checkpoints=every(f"{interval}s"), **common)
     try:
         # two intervals once batches run; a busy 2-core machine makes Spark's first batch slow
         def checkpointed() -> bool:

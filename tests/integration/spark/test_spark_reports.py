@@ -17,8 +17,9 @@ from integration.spark.spark_testkit import changelog, digest, replay
 from statesnap import CheckpointOptions, Table
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointRepository
+from statesnap.durations import parse_duration
 from statesnap.spark import materialize_stream
-from statesnap.spark.bootstrap import run_bootstrap
+from statesnap.spark.bootstrap import BootstrapSpec, run_bootstrap
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -44,10 +45,11 @@ def _restored(bootstrap: str, topic: str, url: str, generation: int) -> tuple[st
         t.close(checkpoint=False)
 
 
-def _stream(spark: Any, bootstrap: str, topic: str, url: str, chk: str, **kw: Any) -> Any:
+def _stream(spark: Any, bootstrap: str, topic: str, url: str, chk: str, interval: str, **kw: Any) -> Any:
     """One run that reads what is there (``availableNow``), then its final checkpoint."""
     m = materialize_stream(
-        spark, bootstrap_servers=bootstrap, topic=topic, table="rep", checkpoints=url,
+        spark, bootstrap_servers=bootstrap, topic=topic, table="rep",
+        checkpoints=CheckpointOptions(url, interval=parse_duration(interval)),
         checkpoint_location=chk, available_now=True, **kw,
     )  # fmt: skip
     m.query.awaitTermination()
@@ -63,11 +65,11 @@ def test_stream_runs_report_their_own_restore_and_number_generations_consecutive
     directory of their own, i.e. a generation number, before any checkpoint was committed."""
     url, chk = f"file://{tmp_path}/cp", str(tmp_path / "chk")
     history = produce(topic_name, changelog(900, partitions=3, keys=90))
-    first = run_bootstrap(spark, bootstrap_servers=bootstrap, topic=topic_name, table="rep", checkpoints=url)
+    first = run_bootstrap(spark, BootstrapSpec(bootstrap, topic_name, "rep", CheckpointOptions(url)))
     assert first.manifest.generation == 1
 
     tail = produce(topic_name, changelog(600, partitions=3, keys=90, seed=3))
-    m = _stream(spark, bootstrap, topic_name, url, chk, checkpoint_interval="1h")
+    m = _stream(spark, bootstrap, topic_name, url, chk, "1h")
     assert (m.restore.checkpoint, m.restore.replayed_records) == (1, len(tail))
     assert m.restore.restore_seconds > 0
     assert m.caught_up
@@ -75,7 +77,7 @@ def test_stream_runs_report_their_own_restore_and_number_generations_consecutive
 
     # Restarted on the same state: several batches, each checkpointed (interval 0s).
     more = produce(topic_name, changelog(600, partitions=3, keys=90, seed=4))
-    m = _stream(spark, bootstrap, topic_name, url, chk, checkpoint_interval="0s", max_offsets_per_trigger=200)
+    m = _stream(spark, bootstrap, topic_name, url, chk, "0s", max_offsets_per_trigger=200)
     assert (m.restore.checkpoint, m.restore.replayed_records) == (2, len(more))
     generations = _repo(url).generations()
     assert generations == list(range(len(generations), 0, -1)), generations
@@ -93,7 +95,7 @@ def test_a_batch_abandoned_after_its_files_never_lends_them_to_another_run(
     the same batch id: here Spark's state is lost too, so batch 0 comes again with another range."""
     url, chk = f"file://{tmp_path}/cp", str(tmp_path / "chk")
     history = produce(topic_name, changelog(800, partitions=2, keys=70))
-    run_bootstrap(spark, bootstrap_servers=bootstrap, topic=topic_name, table="rep", checkpoints=url)
+    run_bootstrap(spark, BootstrapSpec(bootstrap, topic_name, "rep", CheckpointOptions(url)))
     tail = produce(topic_name, changelog(800, partitions=2, keys=70, seed=5))
 
     def crash(stage: str, _number: int) -> None:
@@ -111,7 +113,7 @@ def test_a_batch_abandoned_after_its_files_never_lends_them_to_another_run(
     assert left, "the crashed batch wrote no delta file"
     shutil.rmtree(chk)  # Spark forgets its batches: the next run's batch 0 reads another range
 
-    m = _stream(spark, bootstrap, topic_name, url, chk, checkpoint_interval="1h")
+    m = _stream(spark, bootstrap, topic_name, url, chk, "1h")
     assert m.restore.replayed_records == len(tail)
     generations = _repo(url).generations()
     assert generations == [2, 1]
@@ -129,7 +131,7 @@ def test_bootstrap_reports_this_run(
     history = produce(topic_name, changelog(1200, partitions=3, keys=100))
     heard: list[tuple[int, int, int]] = []
     first = run_bootstrap(
-        spark, bootstrap_servers=bootstrap, topic=topic_name, table="rep", checkpoints=url,
+        spark, BootstrapSpec(bootstrap, topic_name, "rep", CheckpointOptions(url)),
         progress=lambda *figures: heard.append(figures),
     )  # fmt: skip
     assert first.written
@@ -140,7 +142,7 @@ def test_bootstrap_reports_this_run(
     assert heard
     assert heard[-1] == (len(history), 3, 3)
 
-    again = run_bootstrap(spark, bootstrap_servers=bootstrap, topic=topic_name, table="rep", checkpoints=url)
+    again = run_bootstrap(spark, BootstrapSpec(bootstrap, topic_name, "rep", CheckpointOptions(url)))
     assert not again.written
     assert again.manifest.generation == first.manifest.generation
     assert (again.restore.checkpoint, again.restore.replayed_records) == (first.manifest.generation, 0)

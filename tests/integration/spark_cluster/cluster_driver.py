@@ -23,6 +23,8 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +117,7 @@ def main() -> None:
     # The cluster-image recipe: executors start the interpreter at this path (it exists on every
     # node). PySpark takes it from PYSPARK_PYTHON of the driver process, not from the session conf.
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    from statesnap import CheckpointOptions
     from statesnap.spark import bootstrap, materialize_stream, read_table, spark_session
 
     result: dict[str, Any] = {}
@@ -144,12 +147,11 @@ def main() -> None:
         shuffle_partitions=spark.conf.get("spark.sql.shuffle.partitions"),
     )
     log(f"session on {sc.master} ({app_id}) in {result['session_seconds']}s")
-    common = {
+    common: dict[str, Any] = {
         "bootstrap_servers": cfg["bootstrap"],
         "topic": cfg["topic"],
         "table": cfg["table"],
-        "checkpoints": cfg["checkpoints"],
-        "storage_options": cfg["storage_options"],
+        "checkpoints": CheckpointOptions(cfg["checkpoints"], storage_options=cfg["storage_options"]),
     }
     try:
         t1 = time.monotonic()
@@ -176,15 +178,16 @@ def main() -> None:
             if stage == "journaled" and not killer.done.is_set():
                 killer.armed.set()
 
+        stream_checkpoints = replace(
+            common["checkpoints"], interval=timedelta(seconds=2), commit_interval=timedelta(seconds=0.3)
+        )
         m = materialize_stream(
             spark,
             checkpoint_location=cfg["spark_checkpoint_location"],
-            checkpoint_interval="2s",
-            trigger_interval="0.3s",
             max_offsets_per_trigger=cfg["max_offsets_per_trigger"],
             compact_after=2,
             observer=observer,
-            **common,
+            **{**common, "checkpoints": stream_checkpoints},
         )
         deadline = time.monotonic() + cfg.get("stream_timeout", 120)
         while any(m.offsets.get(p, 0) < end for p, end in ends.items()):
