@@ -47,7 +47,8 @@ def beyond_end(manifest: CheckpointManifest, state: TopicState | None) -> str | 
         if end is not None and pc.next_offset > end:
             return (
                 f"partition {p} resumes at offset {pc.next_offset}, past the partition's end ({end}): "
-                "the checkpoint belongs to another incarnation of the topic (deleted and recreated?)"
+                "the checkpoint belongs to another incarnation of the topic (deleted and recreated?), or an "
+                "unclean broker restart truncated the log below it"
             )
     return None
 
