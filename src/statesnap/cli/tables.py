@@ -37,7 +37,7 @@ from statesnap.errors import ConfigError, StatesnapError
 from statesnap.materialize import Engine, FollowOptions, SparkOptions, Stage
 from statesnap.materialize import materialize as materialize_table
 from statesnap.materialize.python_run import Restorable, restore_with_progress
-from statesnap.python.follower import Follower
+from statesnap.python.follower import ReadOnlyTable
 from statesnap.task.options import CheckpointOptions, GroupOptions, SnapshotOptions, StaticShare, StoreOptions
 from statesnap.task.restore import RestoreReport
 
@@ -376,7 +376,8 @@ def dump(
             generation=generation,
             require=require_checkpoint,
         )
-    t: Follower[bytes, bytes] = Follower(
+    # Still while it prints: a read-only table consuming only on this thread (start() catches up).
+    t: ReadOnlyTable[bytes, bytes] = ReadOnlyTable(
         topic,
         bootstrap_servers=settings.bootstrap_servers,
         checkpoints=options,
@@ -385,6 +386,7 @@ def dump(
         kafka_config=settings.config,
         timeout=settings.timeout,
         tail=not no_tail,
+        background=False,
     )
     try:
         report = start_with_progress(t, quiet or not digest or as_json)
@@ -398,7 +400,7 @@ def dump(
             for key, value in sorted(t.raw_items()):
                 out.write(json.dumps({**_field("key", key), **_field("value", value)}) + "\n")
     finally:
-        t.close()
+        t.close(checkpoint=False)
 
 
 @dataclass(frozen=True, slots=True)

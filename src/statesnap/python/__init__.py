@@ -7,7 +7,7 @@ and snapshots (:mod:`statesnap.snapshot`).
 
 from __future__ import annotations
 
-from statesnap.python.follower import Follower, FollowerStatus
+from statesnap.python.follower import Follower, FollowerStatus, ReadOnlyTable
 from statesnap.python.table import Table
 
-__all__ = ["Follower", "FollowerStatus", "Table"]
+__all__ = ["Follower", "FollowerStatus", "ReadOnlyTable", "Table"]

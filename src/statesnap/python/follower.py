@@ -61,17 +61,23 @@ log = logging.getLogger(__name__)
 #: How often wait_caught_up() samples the EOF state; caught-up windows last a consume call or more.
 _CAUGHT_UP_SAMPLE_SECONDS = 0.005
 
-__all__ = ["STATES", "Follower", "FollowerStatus"]
+__all__ = ["STATES", "Follower", "FollowerStatus", "ReadOnlyTable"]
 
 STATES = tuple(TaskPhase)
 
 
-class _Replica(Table[K, V]):
-    """A table that never writes: no checkpoint, no snapshot, no GC (a follower's engine)."""
+class ReadOnlyTable(Table[K, V]):
+    """A table that never writes: no checkpoint, no snapshot, no GC — Kafka Streams'
+    ``ReadOnlyKeyValueStore`` as a type, not a flag. A :class:`Follower` runs one; tools that
+    read a table on their own thread (``statesnap dump``) use it with ``background=False``.
+
+    Takes :class:`~statesnap.Table`'s options (not ``group``: a group member writes) and *tail*:
+    False gives the table exactly as ``checkpoints.generation`` holds it, never moving.
+    """
 
     _writes = False
 
-    def __init__(self, topic: str, *, tail: bool, **options: Any) -> None:
+    def __init__(self, topic: str, *, tail: bool = True, **options: Any) -> None:
         super().__init__(topic, **options)
         self.tail = tail
         self.background = self.background and tail
@@ -136,7 +142,7 @@ class Follower(TableReads[K, V], Generic[K, V]):
                 "gives the table as snapshot G holds it"
             )
         self._key_filter = row_filter.key_filter if row_filter is not None else None
-        self._table: Table[K, V] = _Replica(
+        self._table: Table[K, V] = ReadOnlyTable(
             topic,
             tail=tail,
             bootstrap_servers=bootstrap_servers,

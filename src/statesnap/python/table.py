@@ -69,7 +69,7 @@ from statesnap.serde import SchemaRegistry, Serde, resolve_serde
 from statesnap.snapshot.participant import SnapshotTask
 from statesnap.stores import StateStore, auto_store_kind, open_state_store
 from statesnap.task.lifecycle import TaskPhase
-from statesnap.task.opening import Engine, OpenedTask, check_table_name, open_task
+from statesnap.task.opening import OpenedTask, TaskEngine, check_table_name, open_task
 from statesnap.task.options import CheckpointOptions, GroupOptions, StaticShare, StoreName, StoreOptions
 from statesnap.task.restore import ProgressCallback, RestoreReport, gc_paused, restore_into_store
 from statesnap.task.rowfilter import RowFilter
@@ -350,7 +350,7 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
             SnapshotTask,
             task_id=self.task_id,
             owned=self.partitions,
-            engine=Engine.PYTHON,
+            engine=TaskEngine.PYTHON,
             previous=manifest,
             refresh_interval=min(1.0, max(0.05, self._commit_interval.total_seconds() / 2)),
         )

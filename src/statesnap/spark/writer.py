@@ -24,7 +24,7 @@ from statesnap.spark.java_settings import check_client_config
 from statesnap.spark.kafka_io import consumer_config
 from statesnap.spark.options import KafkaSourceOptions
 from statesnap.task.cluster import cluster_facts
-from statesnap.task.opening import Engine, OpenedTask, check_table_name, open_checkpoint_store, open_task
+from statesnap.task.opening import OpenedTask, TaskEngine, check_table_name, open_checkpoint_store, open_task
 from statesnap.task.options import CheckpointOptions
 
 log = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ class SparkTableWriter:
         task = open_task(table, topic, opts.settings(), checkpoints, writes=True, blob=store)
         previous = task.base_checkpoint()
         participant = task.join_snapshots(
-            Participant, task_id=task_id, owned=task.partitions, engine=Engine.SPARK, previous=previous
+            Participant, task_id=task_id, owned=task.partitions, engine=TaskEngine.SPARK, previous=previous
         )
         return cls(task, opts, participant, previous)
 

@@ -30,14 +30,21 @@ from statesnap.snapshot.store import resolve_spec
 from statesnap.task.cluster import ClusterFacts, cluster_facts, log_ends
 from statesnap.task.options import CheckpointOptions, SnapshotOptions, StaticShare
 
-__all__ = ["Engine", "OpenedTask", "check_table_name", "join_snapshots", "open_checkpoint_store", "open_task"]
+__all__ = [
+    "OpenedTask",
+    "TaskEngine",
+    "check_table_name",
+    "join_snapshots",
+    "open_checkpoint_store",
+    "open_task",
+]
 
 log = logging.getLogger(__name__)
 
 P = TypeVar("P", bound=Participant)
 
 
-class Engine(StrEnum):
+class TaskEngine(StrEnum):
     """Which engine runs a task; recorded in snapshots and manifests."""
 
     PYTHON = "python"
@@ -111,7 +118,7 @@ class OpenedTask:
         *,
         task_id: str,
         owned: tuple[int, ...],
-        engine: Engine,
+        engine: TaskEngine,
         previous: CheckpointManifest | None,
         refresh_interval: float = 0.5,
     ) -> P:
@@ -176,7 +183,7 @@ def join_snapshots(
     retention: RetentionPolicy | None,
     task_id: str,
     owned: tuple[int, ...],
-    engine: Engine,
+    engine: TaskEngine,
     previous: CheckpointManifest | None,
     topic_id: str | None = None,
     refresh_interval: float = 0.5,

@@ -18,7 +18,7 @@ from statesnap.checkpoint.writer import PartitionUpdate
 from statesnap.errors import CheckpointError
 from statesnap.kafka.config import KafkaSettings
 from statesnap.snapshot.participant import Participant
-from statesnap.task.opening import Engine, join_snapshots
+from statesnap.task.opening import TaskEngine, join_snapshots
 from statesnap.task.options import SnapshotOptions
 
 __all__ = ["write_checkpoint"]
@@ -55,7 +55,7 @@ def write_checkpoint(
         retention=retention,
         task_id=engine,
         owned=partitions,
-        engine=Engine(engine),
+        engine=TaskEngine(engine),
         previous=previous,
     )
     api = task.api

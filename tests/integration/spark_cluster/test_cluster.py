@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from integration.conftest import restored_digest
 from integration.spark_cluster.standalone import StandaloneCluster, executor_pids, spark_home
+from statesnap import CheckpointOptions, Follower
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import locate_table
 from statesnap.digest import table_digest
@@ -168,10 +168,15 @@ def test_bootstrap_stream_with_executor_killed_and_read_table_on_s3(
 
 def _checkpoint_digest(bootstrap: str, topic: str, table: str, loc: Any, generation: int) -> tuple[str, int]:
     """The digest of exactly what *generation* holds, read by a Python Table (not by Spark)."""
-    return restored_digest(
-        topic, bootstrap, name=table, checkpoints=loc.url, storage_options=loc.options, generation=generation,
-        tail=False,
-    )  # fmt: skip
+    exact = CheckpointOptions(loc.url, storage_options=loc.options, generation=generation)
+    replica: Follower[bytes, bytes] = Follower(
+        topic, bootstrap_servers=bootstrap, name=table, checkpoints=exact, tail=False
+    )
+    replica.start()
+    try:
+        return table_digest(replica.raw_items())
+    finally:
+        replica.close()
 
 
 def _apps(cluster: StandaloneCluster) -> list[dict[str, Any]]:
