@@ -626,7 +626,7 @@ def main() -> None:
     ap.add_argument("--stores", default="memory,columnar,rocksdb")
     ap.add_argument("--rate", type=int, default=20_000, help="producer records/s while following")
     # Three checkpoints: at 1 M keys and 20 k records/s two thirds of the keys change per interval,
-    # so every third checkpoint is a new base (participant.needs_base); the window includes one.
+    # so every third checkpoint is a new base (checkpoint.compaction.needs_base); the window includes one.
     ap.add_argument("--follow-seconds", type=float, default=200.0, help="measured window; 0 skips part 2")
     ap.add_argument("--checkpoint-interval", type=float, default=60.0, help="seconds, part 2")
     ap.add_argument("--commit-interval", type=float, default=5.0, help="seconds, part 2")

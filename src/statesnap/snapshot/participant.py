@@ -34,9 +34,7 @@ from statesnap.errors import CheckpointHistoryLostError, StaleGenerationError
 from statesnap.snapshot.api import SnapshotApi
 from statesnap.snapshot.model import CheckpointRef, Snapshot, SnapshotState, TaskSnapshot
 
-#: ``needs_base`` is re-exported for spark/materialize.py until it imports the rule from
-#: :mod:`statesnap.checkpoint.compaction`, where it lives.
-__all__ = ["Participant", "SnapshotTask", "TaskState", "needs_base"]
+__all__ = ["Participant", "SnapshotTask", "TaskState"]
 
 log = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ from statesnap.errors import CheckpointError
 from statesnap.spark.changes import ChangeFolder, from_ipc, to_ipc, write_data_file
 from statesnap.spark.kafka_io import change_table, iter_range, split_ranges
 from statesnap.spark.options import KafkaSourceOptions
-from statesnap.spark.session import is_local
+from statesnap.spark.workers import is_local
 from statesnap.spark.writer import SparkTableWriter
 from statesnap.task.options import CheckpointOptions
 from statesnap.task.restore import RestoreReport
@@ -314,7 +314,7 @@ def _run(
         mark = clock()
         start = None
         if split.previous:
-            start = datafile.merge([repo.read_file(f) for f in split.previous])
+            start = repo.merge_files(split.previous)
         folder = ChangeFolder(start, keep_tombstones=split.index > 0)
         count = 0
         for msgs in iter_range(opts, split.partition, split.start, split.end):

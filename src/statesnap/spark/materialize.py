@@ -49,18 +49,19 @@ from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
-from statesnap.checkpoint import CheckpointManifest, PartitionCheckpoint, datafile, layout
+from statesnap.checkpoint import CheckpointManifest, PartitionCheckpoint, layout
+from statesnap.checkpoint.compaction import needs_base
 from statesnap.checkpoint.journal import BatchEntry, BatchJournal, BatchRange, pending_entries
 from statesnap.checkpoint.manifest import DataFile
 from statesnap.errors import CheckpointError, CheckpointHistoryLostError, ConfigError
 from statesnap.snapshot.model import Snapshot
-from statesnap.snapshot.participant import needs_base
 from statesnap.spark.changes import ChangeFolder, write_data_file
 from statesnap.spark.kafka_io import change_table, iter_range
 from statesnap.spark.options import offsets_json, source_options
 from statesnap.spark.query_state import reconcile_query_state
-from statesnap.spark.session import is_local
+from statesnap.spark.registration import register
 from statesnap.spark.source import RANGES_SOURCE_NAME
+from statesnap.spark.workers import is_local
 from statesnap.spark.writer import SparkTableWriter
 from statesnap.task.options import CheckpointOptions
 from statesnap.task.restore import RestoreReport
@@ -216,8 +217,6 @@ class StreamMaterializer:
         timer: bool = True,
     ) -> None:
         """Start the query (and, for a continuous one, the checkpoint timer)."""
-        from statesnap.spark import register
-
         if self.pending:  # batches a previous run journaled: make them a checkpoint right away
             self.checkpoint(force=True)
         reconcile_query_state(
@@ -441,7 +440,7 @@ class StreamMaterializer:
 
         def compact(item: tuple[int, tuple[DataFile, ...]]) -> tuple[int, dict[str, Any], int]:
             p, fs = item
-            rows = datafile.merge([repo.read_file(f) for f in fs])
+            rows = repo.merge_files(fs)
             return p, write_data_file(repo, generation, p, "base", 0, rows).to_json(), rows.num_rows
 
         items = sorted(work.items())

@@ -20,11 +20,8 @@ from typing import Any
 
 from statesnap.spark.jvm_stderr import without_jvm_notices
 from statesnap.spark.registration import register
-from statesnap.spark.workers import is_local
 
-#: ``is_local`` is re-exported for spark/bootstrap.py and spark/materialize.py until they import
-#: it from :mod:`statesnap.spark.workers`, where it lives.
-__all__ = ["MASTER_ENV", "default_master", "is_local", "spark_session"]
+__all__ = ["MASTER_ENV", "default_master", "spark_session"]
 
 log = logging.getLogger(__name__)
 
