@@ -30,6 +30,9 @@ WARNING before the full replay it causes; pass ``require_checkpoint=True`` to fa
 
 Life cycle: ``new`` → ``restoring`` → ``running`` → ``closed``, or ``failed`` when the restore or
 the background consumer raised (the error is kept in :attr:`Follower.error`).
+
+Length: most of it is the public API's docstrings (each wait says what it waits for and how it
+ends); the engine is :class:`ReadOnlyTable`, the status value is in :mod:`statesnap.python.status`.
 """
 
 from __future__ import annotations

@@ -25,6 +25,9 @@ Commit points happen every ``commit_interval``: the store is flushed and, when t
 ``interval`` has elapsed since the last checkpoint, one is written — so the real checkpoint
 interval is a multiple of the commit interval. Writing a checkpoint is, in order: export the
 store → write data files → write the manifest (write-once) → retention GC.
+
+Length: the public constructor's documented options and the life cycle; the loop, the group
+side, reads and freshness are mixins in their own modules.
 """
 
 from __future__ import annotations

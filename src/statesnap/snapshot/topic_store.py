@@ -77,6 +77,9 @@ fetches). ``current(block=False)`` answers from the state this instance built at
 (any blocking read or update of this instance; ``EMPTY`` before the first): no broker round trip,
 no lock, no background thread. Keep it fresh by calling ``current()`` periodically, as
 :class:`~statesnap.snapshot.orchestrator.LocalOrchestrator`'s refresher does.
+
+Length: about 90 lines are this design note; the store itself is one chain of records with its
+fencing, and its codec and clients already live in topic_records.py and topic_clients.py.
 """
 
 from __future__ import annotations

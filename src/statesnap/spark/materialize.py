@@ -36,6 +36,9 @@ skipped when a run reserves a generation and fails before committing it (a faile
 What a run did is in :attr:`StreamMaterializer.restore` (the checkpoint it resumed from, the
 records it read until it reached the topic's end as found at start, and how long that took) —
 a manifest's ``writer`` metadata describes the checkpoint, not the run.
+
+Length: one class, the streaming materializer, whose journal adoption, batch application and
+checkpointing share one lock and one set of offsets; split, they would reach into each other.
 """
 
 from __future__ import annotations
