@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+__all__ = ["Deadline", "T", "call_within"]
+
 T = TypeVar("T")
 
 

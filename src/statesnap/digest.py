@@ -11,6 +11,8 @@ import hashlib
 import struct
 from collections.abc import Iterable
 
+__all__ = ["table_digest"]
+
 _LEN = struct.Struct(">I")
 
 

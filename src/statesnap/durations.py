@@ -8,6 +8,8 @@ from datetime import timedelta
 
 from statesnap.errors import InvalidDurationError
 
+__all__ = ["format_duration", "parse_duration"]
+
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _PATTERN = re.compile(r"^\s*(?P<num>[0-9]+(?:\.[0-9]+)?)\s*(?P<unit>ms|s|m|h|d|w)?\s*$")
 

@@ -6,6 +6,51 @@ Each class says when it is raised and what an operator should do about it. Third
 
 from __future__ import annotations
 
+__all__ = [
+    "BlobExistsError",
+    "BlobNotFoundError",
+    "BlobStoreError",
+    "BrokerUnavailableError",
+    "CheckpointConflictError",
+    "CheckpointError",
+    "CheckpointHistoryLostError",
+    "CheckpointMismatchError",
+    "CheckpointTimeoutError",
+    "ConfigError",
+    "CorruptCheckpointError",
+    "DataLossError",
+    "DeserializationError",
+    "EngineOptionError",
+    "GenerationConflictError",
+    "GenerationNotFoundError",
+    "InvalidBlobKeyError",
+    "InvalidDurationError",
+    "InvalidStoreUrlError",
+    "KafkaConfigError",
+    "KafkaError",
+    "MissingBucketError",
+    "NoUsableCheckpointError",
+    "OffsetOutOfRangeError",
+    "PartitionNotOwnedError",
+    "ReadOnlyTableError",
+    "RecordsDeletedError",
+    "SchemaRegistryError",
+    "SerdeError",
+    "SerializationError",
+    "SnapshotError",
+    "SnapshotNotFoundError",
+    "SnapshotStoreError",
+    "StaleGenerationError",
+    "StatesnapError",
+    "StoreNotWritableError",
+    "TableError",
+    "TableNotFoundError",
+    "TableStateError",
+    "TopicNotFoundError",
+    "UndecodableRowError",
+    "UnknownSchemeError",
+]
+
 
 class StatesnapError(Exception):
     """Root of all statesnap errors; catch this to handle any of them."""

@@ -29,6 +29,25 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
+__all__ = [
+    "MASK",
+    "REDACTED_LOGGERS",
+    "SECRET_MARKERS",
+    "SecretFilter",
+    "install_log_redaction",
+    "install_record_redaction",
+    "is_secret",
+    "mask_userinfo",
+    "redact_url",
+    "register_secret",
+    "register_secrets",
+    "register_url_secrets",
+    "scrub",
+    "scrub_record",
+    "unparsable",
+    "userinfo_of",
+]
+
 MASK = "***"
 
 #: Substrings of a property, option, header or query-parameter name that mark its value as secret.

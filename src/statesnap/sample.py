@@ -13,6 +13,8 @@ from statesnap.kafka.admin import KafkaAdmin
 from statesnap.kafka.clients import new_producer
 from statesnap.kafka.config import KafkaSettings
 
+__all__ = ["SampleSpec", "produce_sample", "sample_records"]
+
 _CHUNK = 50_000
 
 

@@ -5,19 +5,34 @@ without importing it)."""
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from typing import Any
 
 import pytest
 
-PACKAGES = ["statesnap", "statesnap.snapshot", "statesnap.checkpoint", "statesnap.spark"]
+import statesnap
+
+#: Scripts other programs run (``python -m``, Spark's worker daemon): they offer no names.
+SCRIPTS = ("__main__", "statesnap.spark.daemon")
+#: Every other module of the package says in ``__all__`` what it offers, and a test imports every
+#: name listed.
+PACKAGES = [
+    "statesnap",
+    *sorted(
+        m.name
+        for m in pkgutil.walk_packages(statesnap.__path__, "statesnap.")
+        if not m.name.endswith(SCRIPTS)
+    ),
+]
 
 
 @pytest.mark.parametrize("name", PACKAGES)
 def test_every_name_in_all_resolves(name: str) -> None:
-    if name == "statesnap.spark":
+    if name.startswith("statesnap.spark"):
         pytest.importorskip("pyspark")
     module = importlib.import_module(name)
-    exported = module.__all__
+    exported = getattr(module, "__all__", None)
+    assert exported is not None, f"{name} has no __all__"
     assert exported, f"{name}.__all__ is empty"
     assert all(isinstance(n, str) for n in exported)
     assert len(exported) == len(set(exported)), f"{name}.__all__ lists a name twice"

@@ -16,6 +16,8 @@ from typing import Protocol, runtime_checkable
 from statesnap.errors import InvalidBlobKeyError
 from statesnap.redaction import scrub
 
+__all__ = ["BlobInfo", "BlobStore", "key_parts"]
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 #: Keys are shown in errors up to this length; a garbled manifest may hold a huge one.
 _SHOWN = 120

@@ -27,6 +27,8 @@ from statesnap.errors import (
     StoreNotWritableError,
 )
 
+__all__ = ["FileBlobStore"]
+
 _TMP_MARK = ".tmp-"
 
 

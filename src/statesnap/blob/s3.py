@@ -37,6 +37,8 @@ from statesnap.redaction import (
     userinfo_of,
 )
 
+__all__ = ["READ_PART", "READ_THREADS", "S3_OPTIONS", "S3BlobStore"]
+
 #: Options the store understands; everything else is a typo and is rejected up front.
 S3_OPTIONS = frozenset(
     {

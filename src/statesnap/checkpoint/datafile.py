@@ -19,6 +19,18 @@ import pyarrow.parquet as pq
 
 from statesnap.errors import CorruptCheckpointError
 
+__all__ = [
+    "ROW_GROUP_SIZE",
+    "SCHEMA",
+    "TIMESTAMP",
+    "EncodedFile",
+    "decode",
+    "empty_table",
+    "encode",
+    "latest_per_key",
+    "merge",
+]
+
 #: Kafka's record timestamps: milliseconds since the epoch, an instant.
 TIMESTAMP = pa.timestamp("ms", tz="UTC")
 SCHEMA = pa.schema(

@@ -26,6 +26,17 @@ from statesnap.checkpoint.manifest import CheckpointManifest, DataFile
 from statesnap.checkpoint.repository import CheckpointRepository
 from statesnap.errors import BlobNotFoundError, CorruptCheckpointError
 
+__all__ = [
+    "JOURNAL_DIR",
+    "BatchEntry",
+    "BatchJournal",
+    "BatchRange",
+    "journal_id",
+    "journal_references",
+    "pending_entries",
+    "verify_journal",
+]
+
 JOURNAL_DIR = "_spark"
 
 

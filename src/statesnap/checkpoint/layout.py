@@ -11,6 +11,20 @@ from __future__ import annotations
 
 import re
 
+__all__ = [
+    "DATA_DIR",
+    "DESCRIPTOR",
+    "HIGH_WATER",
+    "SNAPSHOTS_DIR",
+    "data_generation",
+    "data_key",
+    "manifest_generation",
+    "manifest_key",
+    "record_generation",
+    "table_dir",
+    "valid_table_name",
+]
+
 SNAPSHOTS_DIR = "snapshots"
 DATA_DIR = "data"
 _MANIFEST_RE = re.compile(r"^snapshots/(\d{20})\.json$")

@@ -38,6 +38,17 @@ from statesnap.errors import (
     TableNotFoundError,
 )
 
+__all__ = [
+    "IO_THREADS",
+    "READ_AHEAD",
+    "CheckpointRepository",
+    "TableLocation",
+    "VerifyResult",
+    "checked_merge",
+    "discover_tables",
+    "locate_table",
+]
+
 log = logging.getLogger(__name__)
 
 #: Parallel downloads/uploads; S3 latency dominates small files, so a few in flight pay off.

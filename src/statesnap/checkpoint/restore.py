@@ -25,6 +25,8 @@ from statesnap.checkpoint.repository import CheckpointRepository
 from statesnap.checkpoint.selection import TopicState, beyond_end, check_identity, unusable_reason
 from statesnap.errors import BlobNotFoundError, CorruptCheckpointError, NoUsableCheckpointError
 
+__all__ = ["RESTORE_ATTEMPTS", "CheckpointSelector", "SkippedCheckpoint"]
+
 log = logging.getLogger(__name__)
 
 #: How often a restore starts over when the checkpoint it loads is deleted under it.

@@ -18,6 +18,8 @@ from statesnap.checkpoint.repository import CheckpointRepository
 from statesnap.durations import parse_duration
 from statesnap.errors import ConfigError
 
+__all__ = ["CheckpointAge", "GcReport", "RetentionPolicy", "collect_garbage", "retained_generations"]
+
 log = logging.getLogger(__name__)
 
 

@@ -13,6 +13,8 @@ from datetime import datetime
 from statesnap.checkpoint.manifest import CheckpointManifest, CheckpointState
 from statesnap.errors import CheckpointMismatchError
 
+__all__ = ["TopicState", "beyond_end", "check_identity", "resume_offsets", "unusable_reason"]
+
 
 @dataclass(frozen=True, slots=True)
 class TopicState:

@@ -18,6 +18,8 @@ from statesnap.checkpoint.manifest import CheckpointManifest, DataFile, Partitio
 from statesnap.checkpoint.repository import IO_THREADS, CheckpointRepository
 from statesnap.errors import CheckpointConflictError
 
+__all__ = ["PartitionUpdate", "write_partition_files"]
+
 log = logging.getLogger(__name__)
 
 

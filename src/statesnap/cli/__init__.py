@@ -19,6 +19,8 @@ from statesnap.cli.progress import stderr
 from statesnap.errors import StatesnapError
 from statesnap.redaction import install_log_redaction, scrub
 
+__all__ = ["EXAMPLES", "OneLineFormatter", "StatesnapGroup", "cli", "main"]
+
 EXAMPLES = """
 \b
 Quick start (embedded broker, local checkpoints):

@@ -12,6 +12,8 @@ from statesnap.cli.output import Output
 from statesnap.devstack import ApacheKafkaBroker, EmbeddedBroker
 from statesnap.devstack.process import LoopbackService
 
+__all__ = ["broker"]
+
 
 @click.command()
 @click.option("--port", type=int, default=None, help="Port on 127.0.0.1 (default: a free one).")

@@ -23,6 +23,8 @@ from statesnap.errors import CheckpointError, CorruptCheckpointError, TableNotFo
 from statesnap.snapshot.api import SnapshotApi
 from statesnap.snapshot.audit import verify_table_metadata
 
+__all__ = ["checkpoints", "common", "gc", "list_cmd", "show", "verify"]
+
 
 @click.group()
 def checkpoints() -> None:

@@ -24,6 +24,8 @@ from statesnap.python.reads import StoreName
 from statesnap.python.table import Table
 from statesnap.sample import SampleSpec, produce_sample
 
+__all__ = ["demo"]
+
 
 def _produce(settings: KafkaSettings, spec: SampleSpec, label: str, quiet: bool) -> float:
     started = time.monotonic()

@@ -22,6 +22,16 @@ import click
 from statesnap.durations import format_duration
 from statesnap.materialize.options import SHUTDOWN_TIMEOUT as LIBRARY_SHUTDOWN_TIMEOUT
 
+__all__ = [
+    "REPEAT_WINDOW_SECONDS",
+    "SHUTDOWN_TIMEOUT",
+    "Interrupted",
+    "cancel_spark_jobs_on_signals",
+    "shutdown_timeout_option",
+    "stop_on_signals",
+    "wait_on_signals",
+]
+
 #: A signal this soon after the first is the same request delivered twice (to the process, then to
 #: its group); a person pressing Ctrl-C again because the command seems stuck does it later.
 REPEAT_WINDOW_SECONDS = 1.0

@@ -12,6 +12,24 @@ from statesnap.durations import parse_duration
 from statesnap.errors import InvalidDurationError
 from statesnap.kafka.config import KafkaSettings, config_from_env, parse_properties
 
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "F",
+    "bootstrap_option",
+    "env_timeout",
+    "json_option",
+    "kafka_config_options",
+    "kafka_settings",
+    "pairs_to_dict",
+    "snapshot_cluster_options",
+    "snapshot_store_args",
+    "snapshot_store_option",
+    "storage_options",
+    "table_option",
+    "timeout_option",
+    "topic_option",
+]
+
 #: Seconds a command waits for the cluster's first answers before it calls the broker unreachable.
 DEFAULT_TIMEOUT = 15.0
 

@@ -32,6 +32,18 @@ from rich.progress import (
 from statesnap.materialize.engine import EngineChoice
 from statesnap.materialize.progress import MaterializeProgress, Stage
 
+__all__ = [
+    "RATE_WINDOW_SECONDS",
+    "ConsoleProgress",
+    "ReplayProgress",
+    "ReplayStatus",
+    "activity_bar",
+    "progress_bar",
+    "replay_bar",
+    "stderr",
+    "stderr_as_it_is",
+]
+
 stderr = Console(stderr=True)
 
 #: The rate is measured over this many recent seconds, so it follows changes in speed.

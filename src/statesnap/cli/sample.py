@@ -18,6 +18,8 @@ from statesnap.cli.output import Output
 from statesnap.cli.progress import progress_bar
 from statesnap.sample import SampleSpec, produce_sample
 
+__all__ = ["produce_sample_cmd"]
+
 
 @click.command("produce-sample")
 @bootstrap_option

@@ -21,6 +21,8 @@ from statesnap.cli.options import (
 from statesnap.errors import StatesnapError
 from statesnap.python.reads import StoreName
 
+__all__ = ["DEFAULT_WAIT_MS", "MAX_PENDING_WAITS", "MAX_WAIT_MS", "prefix_filter", "serve"]
+
 #: statesnap.serve.app.MAX_WAIT_MS / DEFAULT_WAIT_MS, repeated so that loading the CLI does not
 #: import FastAPI and uvicorn (~0.3 s on every `statesnap` command); a unit test keeps them equal.
 MAX_WAIT_MS = 60_000

@@ -19,6 +19,8 @@ from statesnap.snapshot.api import SnapshotApi, snapshot_json
 from statesnap.snapshot.diff import diff_snapshots
 from statesnap.snapshot.model import Snapshot, SnapshotState
 
+__all__ = ["common", "create", "current", "delete", "diff", "list_cmd", "pin", "show", "snapshot", "unpin"]
+
 
 @click.group()
 def snapshot() -> None:

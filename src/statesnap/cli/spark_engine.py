@@ -22,6 +22,8 @@ from statesnap.cli.progress import activity_bar, stderr_as_it_is
 from statesnap.snapshot.diff import SAMPLE as DIFF_SAMPLE
 from statesnap.snapshot.diff import SnapshotDiff
 
+__all__ = ["POLL_SECONDS", "SESSION_START_TIMEOUT_SECONDS", "diff_on_spark", "interrupted", "spark_session"]
+
 #: Set by the first Ctrl-C of a CLI Spark session (which then cancels its jobs).
 _interrupted = threading.Event()
 

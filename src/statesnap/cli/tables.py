@@ -41,6 +41,8 @@ from statesnap.python.follower import ReadOnlyTable
 from statesnap.task.options import CheckpointOptions, GroupOptions, SnapshotOptions, StaticShare, StoreOptions
 from statesnap.task.restore import RestoreReport
 
+__all__ = ["TableDigest", "dump", "materialize", "start_with_progress"]
+
 log = logging.getLogger(__name__)
 
 

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 from statesnap.devstack.process import DevServiceError, LoopbackService
 
+__all__ = ["EmbeddedBroker"]
+
 
 class EmbeddedBroker(LoopbackService):
     """A real broker for development. Storage is in memory unless ``storage_engine`` says

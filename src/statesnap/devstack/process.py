@@ -17,6 +17,8 @@ from typing import Self
 from statesnap.devstack.orphans import guarded
 from statesnap.errors import StatesnapError
 
+__all__ = ["DevServiceError", "LoopbackService", "free_port", "port_open"]
+
 log = logging.getLogger(__name__)
 
 

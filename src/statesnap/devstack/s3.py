@@ -11,6 +11,8 @@ from typing import Any
 
 from statesnap.devstack.process import DevServiceError, LoopbackService
 
+__all__ = ["DEV_CREDENTIALS", "EmbeddedS3"]
+
 #: moto accepts any credentials; these only have to be present and consistent.
 DEV_CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "statesnap",

@@ -22,6 +22,8 @@ from statesnap.kafka.clients import new_consumer, new_watched_admin
 from statesnap.kafka.config import KafkaSettings
 from statesnap.kafka.reader import watermarks
 
+__all__ = ["KafkaAdmin", "TopicInfo", "log_start_offsets", "watermark_offsets"]
+
 log = logging.getLogger(__name__)
 
 

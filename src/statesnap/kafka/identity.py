@@ -15,6 +15,8 @@ from confluent_kafka import KafkaException, TopicCollection
 from statesnap.kafka.clients import new_admin
 from statesnap.kafka.config import KafkaSettings
 
+__all__ = ["topic_id"]
+
 log = logging.getLogger(__name__)
 _NO_ID = {"AAAAAAAAAAAAAAAAAAAAAA", "", "None"}
 

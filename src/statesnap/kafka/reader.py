@@ -29,6 +29,17 @@ from statesnap.errors import BrokerUnavailableError, KafkaError, OffsetOutOfRang
 from statesnap.kafka.clients import new_consumer
 from statesnap.kafka.config import KafkaSettings
 
+__all__ = [
+    "BATCH_SIZE",
+    "FETCH_WAIT_MS",
+    "OUT_OF_RANGE_GRACE",
+    "PROBE_TIMEOUT",
+    "ChangelogReader",
+    "cached_high",
+    "resume_after_lost_offsets",
+    "watermarks",
+]
+
 log = logging.getLogger(__name__)
 
 #: Records fetched per consume() call; large batches amortize the Python per-call cost.

@@ -26,6 +26,23 @@ from statesnap.kafka.config import KafkaSettings
 from statesnap.task.opening import open_checkpoint_store
 from statesnap.task.options import CheckpointOptions
 
+__all__ = [
+    "ENV",
+    "MASTER_ENV",
+    "PYTHON_ONLY",
+    "PYTHON_RATE",
+    "SPARK_ONLY",
+    "SPARK_RATE_PER_CORE",
+    "SPARK_STARTUP",
+    "Engine",
+    "EngineChoice",
+    "choose_engine",
+    "crossover",
+    "estimate_seconds",
+    "estimate_table_backlog",
+    "spark_available",
+]
+
 # Measured by benchmarks/engine_crossover.py on the reference 2-core machine (first checkpoint of
 # 0.1-3 M records, 8 partitions, a new process each): python 1.6 / 3.2 / 7.0 s, spark 14.7 / 17.0 /
 # 33.0 s. Spark never wins there; the model puts the crossover near 9 M records on 16 cores.

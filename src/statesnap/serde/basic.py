@@ -12,6 +12,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from statesnap.errors import DeserializationError, SerializationError
 
+__all__ = ["BytesSerde", "JsonSerde", "Serde", "StringSerde"]
+
 
 @runtime_checkable
 class Serde(Protocol):

@@ -31,6 +31,17 @@ from statesnap.errors import (
 )
 from statesnap.redaction import redact_url, register_secret, register_url_secrets
 
+__all__ = [
+    "INSTALL_HINT",
+    "REGISTRY_SERDES",
+    "AvroSerde",
+    "Codec",
+    "JsonSchemaSerde",
+    "ProtobufSerde",
+    "RegistrySerde",
+    "SchemaRegistry",
+]
+
 #: Registry client settings whose values are secrets: never shown in reprs, logs or errors.
 _SECRET_MARKERS = ("password", "secret", "user.info", "token", "key.password")
 

@@ -47,6 +47,25 @@ from statesnap.serve.params import ParameterError, parse_min_offsets
 from statesnap.serve.waits import DEFAULT_MAX_PENDING, FreshnessWaits
 from statesnap.version import __version__
 
+__all__ = [
+    "DEFAULT_LIMIT",
+    "DEFAULT_WAIT_MS",
+    "MAX_LIMIT",
+    "MAX_WAIT_MS",
+    "ASGIApp",
+    "Freshness",
+    "HealthModel",
+    "Item",
+    "Message",
+    "Problem",
+    "Receive",
+    "ScanPage",
+    "Scope",
+    "Send",
+    "StatusModel",
+    "create_app",
+]
+
 #: Default and maximum time a request may wait for ``min_offsets`` / ``caught_up``.
 DEFAULT_WAIT_MS = 5_000
 MAX_WAIT_MS = 60_000

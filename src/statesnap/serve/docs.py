@@ -21,6 +21,8 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
+__all__ = ["ASSETS_URL", "ASSET_FILES", "INSTALL_HINT", "mount_docs", "swagger_ui_assets"]
+
 log = logging.getLogger(__name__)
 
 ASSETS_URL = "/docs/assets"

@@ -27,6 +27,21 @@ from prometheus_client.registry import Collector
 
 from statesnap.python.follower import FollowerStatus
 
+__all__ = [
+    "CONTENT_TYPE",
+    "LATENCY_BUCKETS",
+    "ASGIApp",
+    "FollowerCollector",
+    "HttpMetrics",
+    "Message",
+    "MetricsMiddleware",
+    "Receive",
+    "Scope",
+    "Send",
+    "render",
+    "render_metrics",
+]
+
 #: The media type Prometheus scrapers expect for the text format.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

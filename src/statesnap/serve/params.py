@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = ["MAX_OFFSET", "MAX_PARTITION", "USAGE", "ParameterError", "parse_min_offsets"]
+
 #: Kafka partitions are int32, offsets int64.
 MAX_PARTITION = 2**31 - 1
 MAX_OFFSET = 2**63 - 1

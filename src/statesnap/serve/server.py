@@ -17,6 +17,8 @@ import uvicorn
 
 from statesnap.errors import ConfigError
 
+__all__ = ["HttpServer"]
+
 log = logging.getLogger(__name__)
 
 

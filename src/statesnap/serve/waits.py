@@ -17,6 +17,8 @@ from typing import Protocol
 
 from statesnap.errors import TableStateError
 
+__all__ = ["DEFAULT_MAX_PENDING", "DEFAULT_TICK_SECONDS", "FreshnessWaits", "Replica", "TooManyWaitsError"]
+
 #: Sampling period while requests wait. The replica applies records in batches of a consume call,
 #: so a few milliseconds add little to read-your-writes latency and cost ~500 samples/s at most.
 DEFAULT_TICK_SECONDS = 0.002

@@ -36,6 +36,8 @@ from statesnap.snapshot.model import CheckpointRef, Snapshot, SnapshotState, Tas
 from statesnap.snapshot.orchestrator import LocalOrchestrator
 from statesnap.snapshot.store import BlobSnapshotStore, SnapshotStore, resolve_spec
 
+__all__ = ["SnapshotApi", "snapshot_json"]
+
 log = logging.getLogger(__name__)
 
 #: Beside the manifests: the highest generation ever handed out, so deleting the newest snapshot

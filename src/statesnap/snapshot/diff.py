@@ -15,6 +15,8 @@ import pyarrow.compute as pc
 from statesnap.checkpoint.repository import CheckpointRepository
 from statesnap.errors import BlobNotFoundError, SnapshotNotFoundError
 
+__all__ = ["SAMPLE", "SnapshotDiff", "diff_snapshots", "load_rows"]
+
 
 @dataclass(frozen=True, slots=True)
 class SnapshotDiff:

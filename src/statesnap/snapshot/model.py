@@ -19,6 +19,8 @@ from statesnap.checkpoint.jsonfields import MAX_INT64, as_int, as_map, as_partit
 from statesnap.checkpoint.manifest import PartitionCheckpoint
 from statesnap.errors import CorruptCheckpointError
 
+__all__ = ["EMPTY", "CheckpointRef", "Snapshot", "SnapshotState", "TaskSnapshot"]
+
 
 class SnapshotState(StrEnum):
     CREATED = "CREATED"

@@ -30,6 +30,8 @@ from statesnap.snapshot.model import Snapshot, SnapshotState, TaskSnapshot
 from statesnap.snapshot.store import SnapshotStore
 from statesnap.version import __version__
 
+__all__ = ["LocalOrchestrator", "Orchestrator", "manifest_of"]
+
 log = logging.getLogger(__name__)
 
 

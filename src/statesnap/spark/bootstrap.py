@@ -48,6 +48,16 @@ from statesnap.spark.writer import SparkTableWriter
 from statesnap.task.options import CheckpointOptions
 from statesnap.task.restore import RestoreReport
 
+__all__ = [
+    "MIN_SPLIT_RECORDS",
+    "PROGRESS_INTERVAL_SECONDS",
+    "BootstrapResult",
+    "BootstrapSpec",
+    "Progress",
+    "bootstrap",
+    "run_bootstrap",
+]
+
 log = logging.getLogger(__name__)
 
 #: A partition is split over several tasks only in pieces of at least this many records.

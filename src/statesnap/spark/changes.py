@@ -19,6 +19,8 @@ from statesnap.checkpoint.manifest import DataFile, FileKind
 from statesnap.checkpoint.repository import CheckpointRepository
 from statesnap.errors import CheckpointConflictError
 
+__all__ = ["FOLD_ROWS", "ChangeFolder", "from_ipc", "to_ipc", "write_data_file"]
+
 #: Fold pending records once this many have piled up (or more than the folded table holds): keeps
 #: memory near the table's size instead of the history's, at O(n log n) total sorting work.
 FOLD_ROWS = 1_000_000

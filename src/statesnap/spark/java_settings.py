@@ -21,6 +21,17 @@ from confluent_kafka import Consumer, KafkaException
 from statesnap.errors import ConfigError, KafkaConfigError
 from statesnap.kafka.config import CLIENT_LOGGER, is_secret
 
+__all__ = [
+    "IGNORED",
+    "JAVA_REFUSED",
+    "RENAMED",
+    "SOURCE_OWNED",
+    "SPARK_REFUSED",
+    "check_client_config",
+    "store_kind",
+    "translate",
+]
+
 log = logging.getLogger(__name__)
 
 #: Refused by Spark's own Kafka source; the same words here.

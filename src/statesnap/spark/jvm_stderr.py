@@ -16,6 +16,8 @@ import os
 import threading
 from collections.abc import Iterator
 
+__all__ = ["NOTICES", "without_jvm_notices"]
+
 #: Lines the JVM prints at start-up that say nothing a statesnap user can act on.
 NOTICES = (b"WARNING: Using incubator modules:",)
 

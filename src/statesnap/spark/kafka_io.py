@@ -34,6 +34,20 @@ from statesnap.errors import BrokerUnavailableError, DataLossError, KafkaError, 
 from statesnap.kafka.clients import new_admin
 from statesnap.spark.options import TP, KafkaSourceOptions
 
+__all__ = [
+    "BATCH_SIZE",
+    "HEADERS_ARROW",
+    "PROBE_SETTLE_SECONDS",
+    "SPARK_ARROW_SCHEMA",
+    "SPARK_ARROW_SCHEMA_WITH_HEADERS",
+    "OffsetOracle",
+    "change_table",
+    "consumer_config",
+    "iter_range",
+    "spark_batch",
+    "split_ranges",
+]
+
 log = logging.getLogger(__name__)
 
 #: Spark's Kafka schema as Arrow, exactly as Spark converts it (timestamps in µs, UTC).

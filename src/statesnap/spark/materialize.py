@@ -69,6 +69,15 @@ from statesnap.spark.writer import SparkTableWriter
 from statesnap.task.options import CheckpointOptions
 from statesnap.task.restore import RestoreReport
 
+__all__ = [
+    "STREAM_CHECKPOINT_INTERVAL",
+    "STREAM_TRIGGER_INTERVAL",
+    "Observer",
+    "StreamMaterializer",
+    "materialize_stream",
+    "stream_checkpoints",
+]
+
 log = logging.getLogger(__name__)
 
 #: Called with (stage, batch id or generation): "deltas", "journaled", "checkpointed". Raising

@@ -36,6 +36,19 @@ from statesnap.spark.options import (
     Timestamps,
 )
 
+__all__ = [
+    "OffsetSource",
+    "TriggerGate",
+    "continue_from",
+    "decode_offsets",
+    "encode_offsets",
+    "initial_offsets",
+    "plan_batch",
+    "rate_limit",
+    "report_data_loss",
+    "resolve",
+]
+
 log = logging.getLogger(__name__)
 
 _K = TypeVar("_K", bound=Hashable)

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+__all__ = ["MARKER", "disagreement", "reconcile_query_state", "spark_offsets"]
+
 log = logging.getLogger(__name__)
 
 #: Written by statesnap into the query's location: what the state belongs to.

@@ -27,6 +27,8 @@ from statesnap.task.cluster import cluster_facts
 from statesnap.task.opening import OpenedTask, TaskEngine, check_table_name, open_checkpoint_store, open_task
 from statesnap.task.options import CheckpointOptions
 
+__all__ = ["SparkTableWriter", "check_table_options", "for_executors", "table_options", "topic_state"]
+
 log = logging.getLogger(__name__)
 
 

@@ -24,6 +24,24 @@ import pyarrow.compute as pc
 from statesnap.checkpoint import datafile
 from statesnap.stores.keyindex import binary_parts
 
+__all__ = [
+    "HEADER",
+    "HEADER_SIZE",
+    "HEADER_STRUCT",
+    "NO_TIMESTAMP",
+    "ChangeSet",
+    "KafkaMessage",
+    "Record",
+    "StateStore",
+    "blob_origin",
+    "decode_changes",
+    "decode_rows",
+    "encode_rows",
+    "header_fields",
+    "partition_prefixes",
+    "tombstone_blob",
+]
+
 HEADER = np.dtype([("partition", ">i4"), ("offset", ">i8"), ("timestamp", ">i8")])
 HEADER_SIZE = HEADER.itemsize  # 20
 NO_TIMESTAMP = -1

@@ -36,6 +36,8 @@ from statesnap.stores.base import (
 from statesnap.stores.columnar_base import BATCH, Base, PartitionKeys, merge
 from statesnap.stores.keyindex import ADD, MIX, P
 
+__all__ = ["ColumnarStore"]
+
 _from_bytes = int.from_bytes
 
 #: The overlay is merged into the base at export when it holds more than this share of the base

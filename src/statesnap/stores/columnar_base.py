@@ -22,6 +22,8 @@ from statesnap.checkpoint import datafile
 from statesnap.stores.base import HEADER_SIZE, header_fields
 from statesnap.stores.keyindex import ADD, HASH_BITS, MIX, ROW_BITS, KeyIndex, P, array_hashes, binary_parts
 
+__all__ = ["BATCH", "Base", "PartitionKeys", "Probe", "Segment", "merge", "no_negative_timestamps"]
+
 #: Rows converted to Python objects at once by scans.
 BATCH = 4096
 

@@ -34,6 +34,20 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
+__all__ = [
+    "ADD",
+    "EMPTY",
+    "HASH_BITS",
+    "MAX_ROWS",
+    "MIX",
+    "ROW_BITS",
+    "KeyIndex",
+    "P",
+    "array_hashes",
+    "binary_parts",
+    "key_hash",
+]
+
 HASH_BITS = 30
 
 

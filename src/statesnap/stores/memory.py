@@ -26,6 +26,8 @@ from statesnap.stores.base import (
     partition_prefixes,
 )
 
+__all__ = ["MemoryStore"]
+
 
 class MemoryStore:
     """A dict store; lost on exit, rebuilt from checkpoints at start-up."""

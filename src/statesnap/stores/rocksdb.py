@@ -47,6 +47,8 @@ from statesnap.stores.base import (
     partition_prefixes,
 )
 
+__all__ = ["MARKER", "RocksDBStore"]
+
 _EXPORT_CHUNK = 256 * 1024
 #: Rows turned into Python objects at once by a load: bounds its memory (~30 MB at 100-byte rows).
 _LOAD_BATCH = 128 * 1024
