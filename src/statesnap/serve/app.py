@@ -18,6 +18,9 @@ A caller can demand a fresher answer: ``min_offsets={"0": 123}`` waits until the
 quoting. Waiting requests hold no thread: other requests are never queued behind them.
 
 Malformed or out-of-range parameters answer 400 with the reason.
+
+Length: one FastAPI app — its routes, their typed models (which the OpenAPI document shows) and
+the headers every answer carries; metrics, waits, params and docs are modules of their own.
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads the route signatures at runtime and

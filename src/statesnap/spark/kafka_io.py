@@ -12,6 +12,9 @@ Two rules keep reads exact on every broker, including the dev broker (Tansu):
 
 Partitions are assigned without a consumer group (``assign``, never ``subscribe``); nothing is ever
 committed. ``group.id`` is set only because librdkafka requires one.
+
+Length: the driver's end probe and the tasks' range reader share the rules above and the
+consumer settings that enforce them; apart, the two halves would each restate them.
 """
 
 from __future__ import annotations
