@@ -45,9 +45,12 @@ def _batch(round_no: int, n: int = 40) -> list[tuple[int, bytes, bytes | None]]:
     return out
 
 
-def _table(kafka: Any, topic: str, location: Any, **kw: Any) -> Table:
+def _table(
+    kafka: Any, topic: str, location: Any, *, require_checkpoint: bool = False, name: str | None = None
+) -> Table:
     return Table(
         topic,
+        name=name,
         bootstrap_servers=kafka.bootstrap,
         background=False,
         checkpoints=CheckpointOptions(
@@ -56,8 +59,8 @@ def _table(kafka: Any, topic: str, location: Any, **kw: Any) -> Table:
             interval="1h",
             commit_interval="1h",
             retention=RetentionPolicy(min_count=10),
+            require=require_checkpoint,
         ),
-        **kw,
     )
 
 

@@ -14,22 +14,36 @@ from typing import Any
 
 import pytest
 
-from statesnap import CheckpointOptions, RetentionPolicy, Table
+from statesnap import CheckpointOptions, RetentionPolicy, StoreOptions, Table
 from statesnap.checkpoint.compaction import COMPACT_AFTER
+from statesnap.task.options import StoreName
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 2
 
 
-def _table(kafka: Any, topic: str, location: Any, **kw: Any) -> Table:
+def _table(
+    kafka: Any,
+    topic: str,
+    location: Any,
+    *,
+    store: StoreName | str = "auto",
+    require_checkpoint: bool = False,
+    retention: RetentionPolicy | None = None,
+) -> Table:
     return Table(
         topic,
         bootstrap_servers=kafka.bootstrap,
         checkpoints=CheckpointOptions(
-            location.url, storage_options=location.options, interval="1h", commit_interval="1h"
+            location.url,
+            storage_options=location.options,
+            interval="1h",
+            commit_interval="1h",
+            require=require_checkpoint,
+            retention=retention,
         ),
+        store=StoreOptions(store),
         background=False,
-        **kw,
     )
 
 

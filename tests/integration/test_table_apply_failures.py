@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # re-exported without __all__
 
-from statesnap import CheckpointOptions, Table
+from statesnap import CheckpointOptions, RowFilter, Table
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointRepository
 from statesnap.devstack import EmbeddedBroker
@@ -99,7 +99,7 @@ def test_a_batch_that_failed_to_apply_is_never_claimed_by_a_checkpoint(
     broker: EmbeddedBroker, topic: str, tmp_path: Path, table_factory: Callable[..., Table[Any, Any]]
 ) -> None:
     produce(broker.bootstrap_servers, topic, [(b"k%d" % i, b"v%d" % i) for i in range(5)])
-    t = table_factory(background=False, value_projection=strict_projection)
+    t = table_factory(background=False, row_filter=RowFilter(value_projection=strict_projection))
     t.start()
     bad = produce(broker.bootstrap_servers, topic, [(b"bad", b"malformed"), (b"later", b"v")])
     with pytest.raises(ValueError, match="malformed"):
@@ -119,7 +119,7 @@ def test_no_checkpoint_after_the_background_consumer_failed_mid_batch(
     broker: EmbeddedBroker, topic: str, tmp_path: Path, table_factory: Callable[..., Table[Any, Any]]
 ) -> None:
     produce(broker.bootstrap_servers, topic, [(b"k%d" % i, b"v%d" % i) for i in range(5)])
-    t = table_factory(value_projection=strict_projection)
+    t = table_factory(row_filter=RowFilter(value_projection=strict_projection))
     t.start()
     bad = produce(broker.bootstrap_servers, topic, [(b"bad", b"malformed"), (b"later", b"v")])
     deadline = time.monotonic() + 10

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from typing import ClassVar, Protocol, cast
 
 from statesnap.checkpoint import CheckpointManifest
-from statesnap.checkpoint.selection import resume_offsets
+from statesnap.checkpoint.selection import TopicState, resume_offsets
 from statesnap.errors import (
     BlobStoreError,
     CheckpointError,
@@ -70,9 +70,9 @@ class GroupHost(Protocol):
     name: str
 
     def restore_partitions(
-        self, task: OpenedTask, partitions: tuple[int, ...], *, first: bool
+        self, task: OpenedTask, state: TopicState, *, first: bool
     ) -> CheckpointManifest | None:
-        """Restore *partitions* from the newest usable checkpoint (None: replay them)."""
+        """Restore ``state.partitions`` from the newest usable checkpoint (None: replay them)."""
         ...
 
     def take_partitions(self, partitions: tuple[int, ...], restored: CheckpointManifest | None) -> None:
@@ -125,14 +125,14 @@ class GroupMember:
         raise NotImplementedError
 
     def restore_partitions(
-        self, task: OpenedTask, partitions: tuple[int, ...], *, first: bool
+        self, task: OpenedTask, state: TopicState, *, first: bool
     ) -> CheckpointManifest | None:
         """Restore partitions the group gave this member (the first assignment's figures go into
         the start report)."""
         if task.repo is None:
             return None
         report = self.report if first else None
-        return restore_into_store(task, task.state_of(partitions), self.store, self.row_filter, report)
+        return restore_into_store(task, state, self.store, self.row_filter, report)
 
     def take_partitions(self, partitions: tuple[int, ...], restored: CheckpointManifest | None) -> None:
         """*partitions* are now this member's; its snapshot task reports them from now on."""
@@ -233,7 +233,9 @@ class GroupMembership:
     def partitions_gained(self, partitions: list[int]) -> Mapping[int, int]:
         assert self.task is not None
         gained = tuple(partitions)
-        manifest = self.host.restore_partitions(self.task, gained, first=self.first)
+        assert self.reader is not None
+        state = self.task.state_of(gained, log_start=self.reader.log_start(partitions))
+        manifest = self.host.restore_partitions(self.task, state, first=self.first)
         self.first = False
         offsets = resume_offsets(manifest, gained)
         self.host.take_partitions(gained, manifest)

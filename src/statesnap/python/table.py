@@ -45,14 +45,11 @@ from typing import Any, ClassVar, Generic
 
 from statesnap.blob import BlobStore
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository
+from statesnap.checkpoint.restore import SkippedCheckpoint
 from statesnap.checkpoint.selection import resume_offsets
 from statesnap.deadline import Deadline
 from statesnap.durations import parse_duration
-from statesnap.errors import (
-    CheckpointTimeoutError,
-    KafkaError,
-    TableStateError,
-)
+from statesnap.errors import CheckpointTimeoutError, KafkaError, OffsetOutOfRangeError, TableStateError
 from statesnap.kafka.config import KafkaSettings
 from statesnap.kafka.reader import ChangelogReader
 from statesnap.python.aio import AsyncWaiters
@@ -263,7 +260,14 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
         self._state = TaskPhase.RESTORING
         started = time.monotonic()
         try:
-            self._catch_up(progress)
+            try:
+                self._catch_up(progress)
+            except OffsetOutOfRangeError as e:
+                options = self.checkpoints
+                if manifest is None or options is None or options.require or options.generation is not None:
+                    raise
+                self._replay_instead_of(task, manifest, e)
+                self._catch_up(progress)
             if self._tracker is not None:
                 self._tracker.at_end(self.partitions)
             self._tracker = None
@@ -298,6 +302,29 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
                     self._tracker.at_end(reader.at_eof)
                 if progress is not None:
                     progress(self.report.replayed_records, len(reader.at_eof), len(reader.positions))
+
+    def _replay_instead_of(
+        self, task: OpenedTask, manifest: CheckpointManifest, error: OffsetOutOfRangeError
+    ) -> None:
+        """The log moved under the restored checkpoint after it was judged usable: retention
+        deleted records it had yet to read (the race :class:`RecordsDeletedError` names), or the
+        topic changed incarnation between the end probe and the read. Forget it and replay the
+        topic from the beginning; the error's own message says which."""
+        reason = str(error)
+        log.warning("table %s: skipping checkpoint generation %d: %s", self.name, manifest.generation, reason)
+        self.report.skipped.append(SkippedCheckpoint(manifest.generation, reason))
+        self.report.checkpoint, self.report.restored_keys = None, 0
+        self._restored = None
+        assert self._reader is not None
+        self._reader.close()
+        self.store.clear()
+        if self.snapshots is not None:
+            self.snapshots.close()
+            self._join_snapshots(task, None)
+        offsets = dict.fromkeys(self.partitions, 0)
+        if self.restore_listener is not None:
+            self._tracker = RestoreTracker(self.restore_listener, self.name, offsets)
+        self._reader = ChangelogReader(self.settings, self.topic, offsets)
 
     def _pick_store(self) -> None:
         """``store="auto"``: the kind that suits the size of the checkpoint to restore."""

@@ -10,6 +10,7 @@ here, so an engine differs only in how it reads the topic and applies records.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TypeVar
@@ -89,13 +90,16 @@ class OpenedTask:
         """The topic as the cluster described it, for the task's partitions."""
         return self.facts.state
 
-    def state_of(self, partitions: tuple[int, ...]) -> TopicState:
+    def state_of(self, partitions: tuple[int, ...], log_start: Mapping[int, int] | None = None) -> TopicState:
         """The topic's state for *partitions* as it is now (a group member's gained partitions:
-        fresh start offsets and ends, since the ones found at open time may be old)."""
-        start = log_start_offsets(self.settings, self.topic, partitions)
-        high = high_watermarks(self.settings, self.topic, partitions)
-        ends = log_ends(self.settings, self.topic, high) if self.repo is not None else None
-        return replace(self.facts.state, partitions=partitions, log_start=start, log_end=ends)
+        fresh start offsets and ends, since the ones found at open time may be old). *log_start*:
+        start offsets the caller already holds (a group reader asks its own consumer)."""
+        if log_start is None:
+            log_start = log_start_offsets(self.settings, self.topic, partitions)
+        ends = None
+        if self.repo is not None:  # ends judge checkpoints; without any, none are asked for
+            ends = log_ends(self.settings, self.topic, high_watermarks(self.settings, self.topic, partitions))
+        return replace(self.facts.state, partitions=partitions, log_start=log_start, log_end=ends)
 
     def selector(self) -> CheckpointSelector:
         """The one chooser of the checkpoint to continue from (see the checkpoint options)."""

@@ -28,7 +28,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
-import statesnap.python.table
+import statesnap.task.cluster
 from integration.apache.log_control import wait_for_log, watermarks
 from integration.conftest import KafkaTool, Rec
 from statesnap import CheckpointOptions, Table
@@ -189,7 +189,7 @@ def test_retention_between_choosing_and_reading_a_checkpoint_is_not_skipped_over
     kafka.produce(topic, _batch("b", 100))
     before = {p: low for p, (low, _high) in watermarks(kafka.bootstrap, topic, PARTITIONS).items()}
     _delete_records(kafka.bootstrap, topic, {0: cp.offsets[0] + 20})
-    monkeypatch.setattr(statesnap.python.table, "log_start_offsets", lambda *_a: before)
+    monkeypatch.setattr(statesnap.task.cluster, "log_start_offsets", lambda *_a: before)
 
     t = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False)
     report = t.start()
@@ -267,8 +267,12 @@ def test_a_running_table_whose_unread_records_retention_deleted_continues_at_the
     to seek a partition after that error); it now catches up like the assigned reader."""
     topic = kafka.create_topic(f"lag-{uuid.uuid4().hex[:10]}", PARTITIONS)
     produced = kafka.produce(topic, _batch("a", 40))
-    options = {"group": f"g-{uuid.uuid4().hex[:8]}", "checkpoint_interval": "1h"} if group else {}
-    t = Table(topic, bootstrap_servers=kafka.bootstrap, background=False, **options)  # type: ignore[arg-type]
+    t = Table(
+        topic,
+        bootstrap_servers=kafka.bootstrap,
+        background=False,
+        group=f"g-{uuid.uuid4().hex[:8]}" if group else None,
+    )
     try:
         t.start()
         # Falling behind, made deterministic: librdkafka prefetches whatever arrives, so its
