@@ -2,7 +2,7 @@
 checkpoint, never leaves a checkpoint that restores wrongly; GC then removes every piece of debris.
 
 The writer is a real separate process (a small script using ``statesnap.Table`` with a file://
-checkpoint directory, ``checkpoint_interval=0`` and a tiny ``commit_interval``, consuming in the
+checkpoint directory, a checkpoint ``interval=0`` and a tiny ``commit_interval``, consuming in the
 background) while the test keeps producing to the topic. It is killed several times, half of the
 time at a random moment and half of the time as soon as a checkpoint's data files are seen on disk
 before its manifest, i.e. provably mid-write. Each restart restores from whatever the previous
@@ -40,16 +40,18 @@ ROUNDS = 6
 WRITER = textwrap.dedent(
     """
     import sys, time
-    from statesnap import RetentionPolicy, Table
+    from statesnap import CheckpointOptions, RetentionPolicy, Table
 
     topic, bootstrap, checkpoints = sys.argv[1:4]
     table = Table(
         topic,
         bootstrap_servers=bootstrap,
-        checkpoints=checkpoints,
-        checkpoint_interval=0,
-        commit_interval=0.001,
-        retention=RetentionPolicy(min_count=3, min_age=0),  # orphan_grace stays 1h
+        checkpoints=CheckpointOptions(
+            checkpoints,
+            interval=0,
+            commit_interval=0.001,
+            retention=RetentionPolicy(min_count=3, min_age=0),  # orphan_grace stays 1h
+        ),
         background=True,
     )
     report = table.start()

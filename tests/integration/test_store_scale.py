@@ -2,7 +2,7 @@
 
 - A Table on the ``columnar`` store restores a checkpoint + tail to the same table as a full
   replay on the dict store (the equivalence invariant, through Table.start()).
-- ``Table(store="rocksdb", store_path=DIR)`` never deletes the user's files in DIR (issue 11).
+- ``Table(store=StoreOptions("rocksdb", path=DIR))`` never deletes the user's files in DIR (issue 11).
 - The RocksDB store's load holds bounded memory: a table several times larger than the peak
   RSS growth it is allowed is loaded in a subprocess (a scaled-down version of the benchmark).
 """
