@@ -1,7 +1,8 @@
 """Point in time on the real broker: ``Follower(..., checkpoints=CheckpointOptions(url,
 generation=G), tail=False)`` and ``statesnap dump --generation G --no-tail`` give the table
-exactly as snapshot G holds it; conflicting flags are refused in one line; a missing generation is named; a checkpoint URL holding nothing is said out
-loud (issue 11) instead of silently replaying everything.
+exactly as snapshot G holds it; conflicting flags are refused in one line; a missing generation
+is named; a checkpoint URL holding nothing is said out loud (issue 11) instead of silently
+replaying everything.
 
 Ground truth is independent of statesnap: the table a KTable must hold (last write wins, a
 tombstone deletes) computed from the records the broker acknowledged in the batches produced
