@@ -236,7 +236,13 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
             raise TableStateError("start", self._state, "new")
         wanted = self._share or self.wanted_partitions
         task = open_task(
-            self.name, self.topic, self.settings, self.checkpoints, partitions=wanted, writes=False
+            self.name,
+            self.topic,
+            self.settings,
+            self.checkpoints,
+            partitions=wanted,
+            writes=False,
+            offsets_later=self._membership is not None,  # each gained partition's, at its rebalance
         )
         self.repo, self.cluster_id = task.repo, task.cluster_id
         if self._membership is not None:

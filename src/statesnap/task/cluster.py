@@ -73,12 +73,15 @@ def cluster_facts(
     partitions: tuple[int, ...] | StaticShare | None = None,
     *,
     checkpointed: bool = True,
+    offsets_later: bool = False,
 ) -> ClusterFacts:
     """Ask the cluster about *topic* (all partitions, a static share of them, or *partitions*,
     which must exist).
 
     *checkpointed*: the task restores from or writes checkpoints, so the topic's ID and ends are
-    needed to judge them; without checkpoints only start offsets are asked for."""
+    needed to judge them; without checkpoints only start offsets are asked for. *offsets_later*:
+    the partitions come later (a group member's, by rebalance), and their start offsets and ends
+    are asked for then (:meth:`~statesnap.task.opening.OpenedTask.state_of`), not here."""
     admin = KafkaAdmin(settings)
     cluster_id = admin.cluster_id()
     info = admin.describe_topic(topic)
@@ -89,7 +92,10 @@ def cluster_facts(
     missing = sorted(set(partitions) - set(info.partitions))
     if missing:
         raise ConfigError(f"topic {topic!r} has no partitions {missing}")
-    start = log_start_offsets(settings, topic, partitions)
+    start = {} if offsets_later else log_start_offsets(settings, topic, partitions)
+    ends = None
+    if checkpointed and not offsets_later:
+        ends = log_ends(settings, topic, high_watermarks(settings, topic, partitions))
     state = TopicState(
         topic,
         cluster_id,
@@ -97,7 +103,7 @@ def cluster_facts(
         start,
         info.compacted,
         info.delete_retention_ms,
-        log_ends(settings, topic, high_watermarks(settings, topic, partitions)) if checkpointed else None,
+        ends,
         topic_id(settings, topic) if checkpointed else None,
     )
     return ClusterFacts(cluster_id, info, state)

@@ -158,14 +158,18 @@ def open_task(
     partitions: tuple[int, ...] | StaticShare | None = None,
     writes: bool,
     blob: BlobStore | None = None,
+    offsets_later: bool = False,
 ) -> OpenedTask:
     """Open a task: ask the cluster (a missing topic or partition fails here, before any work),
     open the checkpoint store (checked writable for a writer) and the table's repository.
 
     *blob* replaces the store *checkpoints* names (Spark's drivers pass the store as executors
-    on other machines need it)."""
+    on other machines need it). *offsets_later*: a group member, whose partitions (and their
+    offsets and ends) come by rebalance."""
     check_table_name(table)
-    facts = cluster_facts(settings, topic, partitions, checkpointed=checkpoints is not None)
+    facts = cluster_facts(
+        settings, topic, partitions, checkpointed=checkpoints is not None, offsets_later=offsets_later
+    )
     repo = None
     if checkpoints is not None:
         store = blob if blob is not None else open_checkpoint_store(checkpoints)
