@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from statesnap.checkpoint.retention import RetentionPolicy
 from statesnap.errors import StatesnapError
+from statesnap.processor import Processor, ProcessorContext, Record, StoreSpec, Windows
 from statesnap.python.follower import Follower, FollowerStatus
 from statesnap.python.hooks import Hooks, RestoreListener
 from statesnap.python.table import Table
@@ -21,6 +22,9 @@ __all__ = [
     "GroupOptions",
     "Hooks",
     "JsonSerde",
+    "Processor",
+    "ProcessorContext",
+    "Record",
     "RestoreListener",
     "RestoreReport",
     "RetentionPolicy",
@@ -30,7 +34,9 @@ __all__ = [
     "StatesnapError",
     "StaticShare",
     "StoreOptions",
+    "StoreSpec",
     "StringSerde",
     "Table",
+    "Windows",
     "__version__",
 ]

@@ -23,6 +23,7 @@ __all__ = [
     "EngineOptionError",
     "GenerationConflictError",
     "GenerationNotFoundError",
+    "HandlerError",
     "InvalidBlobKeyError",
     "InvalidDurationError",
     "InvalidStoreUrlError",
@@ -31,6 +32,7 @@ __all__ = [
     "MissingBucketError",
     "NoUsableCheckpointError",
     "OffsetOutOfRangeError",
+    "OutputError",
     "PartitionNotOwnedError",
     "ReadOnlyTableError",
     "RecordsDeletedError",
@@ -42,6 +44,7 @@ __all__ = [
     "SnapshotStoreError",
     "StaleGenerationError",
     "StatesnapError",
+    "StoreAccessError",
     "StoreNotWritableError",
     "TableError",
     "TableNotFoundError",
@@ -99,6 +102,11 @@ class BlobExistsError(BlobStoreError, FileExistsError):
 
 class KafkaError(StatesnapError):
     """Talking to the Kafka cluster failed."""
+
+
+class OutputError(KafkaError):
+    """A processor's emitted records could not be delivered (the commit point, and so the
+    checkpoint that would claim their inputs, did not happen)."""
 
 
 class BrokerUnavailableError(KafkaError):
@@ -169,6 +177,23 @@ class TableStateError(TableError):
         self.action = action
         self.state = state
         self.expected = expected
+
+
+class StoreAccessError(TableError):
+    """A processor's store was written outside a handler (or punctuator) call: state must change
+    only as records are processed, or a restore and a full re-processing would disagree."""
+
+
+class HandlerError(StatesnapError):
+    """A processor's handler raised on a record and no dead-letter topic was configured; the
+    record's topic, partition and offset are in the message. The processor stops there: its last
+    checkpoint stands and a restart re-processes from it."""
+
+    def __init__(self, message: str, *, topic: str, partition: int, offset: int) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
 
 
 # --- snapshots ----------------------------------------------------------------------------------

@@ -55,6 +55,21 @@ class RecordHandler(Protocol):
         """Apply *messages*; when *changes* is given, append each (key, old, new) first."""
         ...
 
+    def commit_point(self) -> None:
+        """Make durable what the handler did outside the store (a processor's emitted records)
+        and drop what the state no longer holds (expired windows): before any checkpoint may
+        claim the offsets applied so far."""
+        ...
+
+    def rebase_partitions(self) -> frozenset[int]:
+        """Partitions whose next checkpoint must be a new base, not a delta (rows were dropped
+        that must not linger in older base files: windows past retention)."""
+        ...
+
+    def checkpointed(self) -> None:
+        """The last checkpoint's report covers what :meth:`rebase_partitions` named."""
+        ...
+
 
 class UpsertHandler:
     """A table's handler: each record upserts its key, a tombstone deletes it."""
@@ -72,6 +87,15 @@ class UpsertHandler:
             self.store.apply_messages(partition, messages)
         else:
             self.store.apply(partition, self.row_filter.records(messages))
+
+    def commit_point(self) -> None:
+        """A table emits nothing and drops nothing."""
+
+    def rebase_partitions(self) -> frozenset[int]:
+        return frozenset()
+
+    def checkpointed(self) -> None:
+        """Nothing to forget."""
 
 
 class Consuming:
@@ -185,6 +209,7 @@ class Consuming:
         """A commit point: flush the store, take part in a pending snapshot, and start one when
         the checkpoint interval has elapsed. Returns the checkpoint completed here, if any."""
         with self._lock:
+            self._handler.commit_point()
             self.store.flush()
             self._last_commit = time.monotonic()
             self._commit_group()
@@ -222,6 +247,7 @@ class Consuming:
             with self._lock:
                 if abandoned.is_set():
                     return None  # the caller gave up while a commit held the lock
+                self._handler.commit_point()
                 self.store.flush()
                 self._last_checkpoint_at = time.monotonic()
                 return snapshots.checkpoint(self._task_state(), full=full)
@@ -248,5 +274,10 @@ class Consuming:
             dict(self._reader.positions),
             self.store.export,
             self.store.changes,
-            self.store.mark_checkpointed,
+            self._mark_checkpointed,
+            self._handler.rebase_partitions(),
         )
+
+    def _mark_checkpointed(self) -> None:
+        self.store.mark_checkpointed()
+        self._handler.checkpointed()

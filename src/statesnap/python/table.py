@@ -53,7 +53,7 @@ from statesnap.errors import CheckpointTimeoutError, KafkaError, OffsetOutOfRang
 from statesnap.kafka.config import KafkaSettings
 from statesnap.kafka.reader import ChangelogReader
 from statesnap.python.aio import AsyncWaiters
-from statesnap.python.consuming import CATCH_UP_POLL, TAIL_POLL, Consuming, UpsertHandler
+from statesnap.python.consuming import CATCH_UP_POLL, TAIL_POLL, Consuming, RecordHandler, UpsertHandler
 from statesnap.python.freshness import TableFreshness
 from statesnap.python.hooks import (
     CheckpointHook,
@@ -184,7 +184,7 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
         self.store: StateStore = open_state_store(
             self._store_options.kind, path=self._store_options.path, name=self.name
         )
-        self._handler = UpsertHandler(self.store, self.row_filter)
+        self._handler = self._new_handler()
         self.repo: CheckpointRepository | None = None
         self.snapshots: SnapshotTask | None = None
         snapshot_options = options.snapshots
@@ -211,6 +211,10 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
         self._last_checkpoint_at = time.monotonic()
         self.cluster_id = ""
         self.partitions: tuple[int, ...] = ()
+
+    def _new_handler(self) -> RecordHandler:
+        """What the task does with records: a table upserts (a processor runs its handlers)."""
+        return UpsertHandler(self.store, self.row_filter)
 
     def __repr__(self) -> str:
         return f"Table(name={self.name!r}, topic={self.topic!r}, state={self._state.value!r})"
@@ -340,7 +344,7 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
             if kind != "memory":
                 self.store.close()
                 self.store = open_state_store(kind, path=self._store_options.path, name=self.name)
-                self._handler = UpsertHandler(self.store, self.row_filter)
+                self._handler = self._new_handler()
             log.info("table %s: store auto → %s", self.name, kind)
 
     def _start_in_group(self, task: OpenedTask, progress: ProgressCallback | None) -> RestoreReport:

@@ -73,6 +73,9 @@ def manifest_of(snapshot: Snapshot, *, table: str, topic: str, cluster_id: str) 
             "snapshot_seconds": round((datetime.now(UTC) - snapshot.created_at).total_seconds(), 3),
         }
     )
+    for task in snapshot.tasks.values():  # every task of a processor describes it alike
+        if "processor" in task.writer:
+            writer.setdefault("processor", task.writer["processor"])
     topic_ids = {str(t.writer["topic_id"]) for t in snapshot.tasks.values() if t.writer.get("topic_id")}
     writer.pop("topic_id", None)
     return CheckpointManifest(

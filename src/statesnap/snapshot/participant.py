@@ -76,6 +76,9 @@ class Participant:
         self.on_checkpoint: Callable[[CheckpointManifest], None] | None = None
         #: The table descriptor as this task first saw it: written back if the store is wiped.
         self._descriptor: dict[str, Any] | None = None
+        #: What every manifest's ``writer`` record says of the task's state beyond the engine (a
+        #: processor's inputs and stores, so readers know them without its code).
+        self.describes: Mapping[str, Any] = {}
 
     @property
     def single(self) -> bool:
@@ -153,6 +156,7 @@ class Participant:
             {self.api.table: CheckpointRef(self.repo.url, dict(partitions))},
             writer={
                 "engine": self.engine,
+                **self.describes,
                 **({"topic_id": self.topic_id} if self.topic_id else {}),
                 **(writer or {}),
             },
@@ -210,6 +214,9 @@ class TaskState:
     export: Callable[[], dict[int, pa.Table]]
     changes: Callable[[], dict[int, pa.Table]] | None = None
     mark_checkpointed: Callable[[], None] | None = None
+    #: Partitions whose next file must be a new base even where a delta would do (rows were
+    #: dropped that must not stay in older base files: a processor's expired windows).
+    rebase: Collection[int] = ()
 
 
 class SnapshotTask(Participant):
@@ -298,6 +305,7 @@ class SnapshotTask(Participant):
             or p not in prev.partitions
             or needs_base(prev.partitions[p].files)
             or not self._builds_on(p, prev.partitions[p])
+            or p in state.rebase
         ]
         deltas = state.changes() if state.changes is not None and len(rebase) < len(changed) else {}
         bases = state.export() if rebase else {}

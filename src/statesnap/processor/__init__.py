@@ -1,0 +1,19 @@
+"""Stateful processors: handlers over Kafka records with named stores, checkpointed with the
+input offsets (no changelog topic). See :mod:`statesnap.processor.processor`."""
+
+from statesnap.processor.context import ProcessorContext, Record
+from statesnap.processor.processor import Processor
+from statesnap.processor.stores import KeyValueStore, StoreKind, StoreReader, StoreSpec, WindowStore
+from statesnap.processor.windows import Windows
+
+__all__ = [
+    "KeyValueStore",
+    "Processor",
+    "ProcessorContext",
+    "Record",
+    "StoreKind",
+    "StoreReader",
+    "StoreSpec",
+    "WindowStore",
+    "Windows",
+]

@@ -1,0 +1,240 @@
+"""The processor's record handler: runs user code per record, with its stores and outputs.
+
+It is the :class:`~statesnap.python.consuming.RecordHandler` of a processor task, so a processor
+is consumed, committed, checkpointed, restored and rebalanced by exactly the loop a table is.
+Per record: deserialize, set the cursor (offset, timestamp, stream time), call every handler;
+on success the record's writes and outputs count, on failure they are dropped and the record
+goes to the dead-letter topic (or processing stops with :class:`HandlerError`). At the end of a
+partition's batch the writes reach the store in one ``apply``, with the task's stream time.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from statesnap.errors import HandlerError
+from statesnap.processor.buffer import WriteBuffer
+from statesnap.processor.context import ProcessorContext, Record
+from statesnap.processor.keyspace import WINDOW_BYTES, partition_prefix, window_start_of
+from statesnap.processor.outputs import Outputs
+from statesnap.processor.stores import Cursor, KeyValueStore, StoreSpec, WindowStore
+from statesnap.processor.windows import Windows
+from statesnap.python.hooks import Change
+from statesnap.serde import Serde
+from statesnap.stores import StateStore
+from statesnap.stores.base import KafkaMessage
+
+__all__ = ["META_STORE", "Handler", "ProcessorHandler", "Punctuation", "Punctuator"]
+
+log = logging.getLogger(__name__)
+
+#: A handler: called with every input record and the context.
+Handler = Callable[[Record, ProcessorContext], None]
+#: A punctuator: called with the context when stream time crosses a multiple of its period.
+Punctuator = Callable[[ProcessorContext], None]
+
+#: The task's own bookkeeping store (user store names start with a letter or digit): the stream
+#: time per partition, checkpointed with the stores so a restore resumes the same clock.
+META_STORE = "_statesnap"
+_STREAM_TIME = b"stream_time"
+_BE64 = struct.Struct(">q")
+#: Seconds a commit point waits for emitted records to be delivered.
+OUTPUT_FLUSH_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Punctuation:
+    every_ms: int
+    fn: Punctuator
+
+
+class ProcessorHandler:
+    """One processor task's handling of records (all its partitions)."""
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        store: StateStore,
+        topic: str,
+        specs: Sequence[StoreSpec],
+        serdes: Mapping[str, tuple[Serde, Serde]],
+        handlers: Sequence[Handler],
+        punctuations: Sequence[Punctuation],
+        key_serde: Serde,
+        value_serde: Serde,
+        outputs: Outputs,
+        dead_letter_topic: str | None,
+    ) -> None:
+        self.name = name
+        self.store = store
+        self.topic = topic
+        self.handlers = tuple(handlers)
+        self.punctuations = tuple(punctuations)
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.outputs = outputs
+        self.dead_letter_topic = dead_letter_topic
+        self.buffer = WriteBuffer(store)
+        self.cursor = Cursor()
+        views: dict[str, KeyValueStore] = {}
+        window_views: dict[str, WindowStore] = {}
+        self.windowed: list[tuple[str, Windows]] = []
+        for spec in specs:
+            ks, vs = serdes[spec.name]
+            if spec.window is None:
+                views[spec.name] = KeyValueStore(spec.name, ks, vs, self.buffer, self.cursor)
+            else:
+                window_views[spec.name] = WindowStore(
+                    spec.name, ks, vs, self.buffer, self.cursor, spec.window
+                )
+                self.windowed.append((spec.name, spec.window))
+        self.context = ProcessorContext(self.cursor, views, window_views, outputs)
+        self.processed = 0
+        self.dead_lettered = 0
+        #: Per partition: (offset, timestamp) of the last record handled (expiry tombstones'
+        #: origin), and partitions whose expired windows must leave the next checkpoint's files.
+        self._last: dict[int, tuple[int, int]] = {}
+        self._expired: set[int] = set()
+
+    # --- records ---------------------------------------------------------------------------
+
+    def stream_time(self, partition: int) -> int:
+        """The partition's stream time as the store holds it (-1 before any timestamp)."""
+        raw = self.store.get(partition_prefix(META_STORE, partition) + _STREAM_TIME)
+        return -1 if raw is None else int(_BE64.unpack(raw)[0])
+
+    def apply(self, partition: int, messages: Sequence[KafkaMessage], changes: list[Change] | None) -> None:
+        del changes  # processors have no on_update hook: handlers see every record
+        cursor, buffer, outputs = self.cursor, self.buffer, self.outputs
+        handlers, context, topic = self.handlers, self.context, self.topic
+        kdes, vdes = self.key_serde.deserialize, self.value_serde.deserialize
+        cursor.partition = partition
+        started = stream_time = self.stream_time(partition)
+        offset = ts = -1
+        for message in messages:
+            ts_type, ts = message.timestamp()
+            if not ts_type:
+                ts = -1
+            before = stream_time
+            stream_time = max(stream_time, ts)
+            offset = message.offset()
+            cursor.offset, cursor.timestamp, cursor.stream_time = offset, ts, stream_time
+            cursor.active = True
+            try:
+                raw_key, raw_value = message.key(), message.value()
+                record = Record(
+                    None if raw_key is None else kdes(raw_key),
+                    None if raw_value is None else vdes(raw_value),
+                    topic,
+                    partition,
+                    offset,
+                    ts,
+                    message.headers() or (),  # type: ignore[attr-defined]
+                )
+                for handler in handlers:
+                    handler(record, context)
+            except Exception as e:
+                buffer.reject()
+                outputs.reject()
+                cursor.active = False
+                self._failed(message, partition, e)
+            else:
+                buffer.accept()
+                outputs.accept()
+                if self.punctuations and stream_time > before >= 0:
+                    self._punctuate(before, stream_time)
+            finally:
+                cursor.active = False
+        self.processed += len(messages)
+        if stream_time != started:
+            buffer.put(
+                partition_prefix(META_STORE, partition) + _STREAM_TIME, _BE64.pack(stream_time), offset, ts
+            )
+            buffer.accept()
+        buffer.apply(partition)
+        if offset >= 0:
+            self._last[partition] = (offset, ts)
+
+    def _punctuate(self, before: int, now: int) -> None:
+        """Run each punctuator whose period boundary stream time just crossed (once per crossing)."""
+        for punctuation in self.punctuations:
+            if now // punctuation.every_ms > before // punctuation.every_ms:
+                self.cursor.active = True
+                try:
+                    punctuation.fn(self.context)
+                except Exception as e:
+                    self.buffer.reject()
+                    self.outputs.reject()
+                    raise HandlerError(
+                        f"processor {self.name!r}: punctuator {_name_of(punctuation.fn)} failed at stream "
+                        f"time {now} in partition {self.cursor.partition}: {type(e).__name__}: {e}",
+                        topic=self.topic,
+                        partition=self.cursor.partition,
+                        offset=self.cursor.offset,
+                    ) from e
+                finally:
+                    self.cursor.active = False
+                self.buffer.accept()
+                self.outputs.accept()
+
+    def _failed(self, message: KafkaMessage, partition: int, error: Exception) -> None:
+        where = f"{self.topic}[{partition}]@{message.offset()}"
+        reason = f"{type(error).__name__}: {error}"
+        if self.dead_letter_topic is None:
+            raise HandlerError(
+                f"processor {self.name!r}: handler failed on {where}: {reason[:300]} (pass "
+                "dead_letter_topic= to set such records aside and go on)",
+                topic=self.topic,
+                partition=partition,
+                offset=message.offset(),
+            ) from error
+        headers = [(k, v) for k, v in (message.headers() or ()) if v is not None]  # type: ignore[attr-defined]
+        headers += [
+            ("statesnap.error", reason[:1000].encode()),
+            ("statesnap.topic", self.topic.encode()),
+            ("statesnap.partition", str(partition).encode()),
+            ("statesnap.offset", str(message.offset()).encode()),
+        ]
+        ts_type, ts = message.timestamp()
+        self.outputs.send_raw(
+            self.dead_letter_topic, message.key(), message.value(), headers, ts if ts_type else -1
+        )
+        self.dead_lettered += 1
+        log.warning("processor %s: %s sent to %s: %s", self.name, where, self.dead_letter_topic, reason[:200])
+
+    # --- commit points ----------------------------------------------------------------------
+
+    def commit_point(self) -> None:
+        self._expire_windows()
+        self.outputs.flush(OUTPUT_FLUSH_TIMEOUT)
+
+    def _expire_windows(self) -> None:
+        """Delete windows past retention, oldest first (a window store's keys sort by start)."""
+        for partition, (offset, ts) in self._last.items():
+            stream_time = self.stream_time(partition)
+            for store, windows in self.windowed:
+                prefix = partition_prefix(store, partition)
+                gone = []
+                for stored, _ in self.store.scan(prefix=prefix):
+                    rest = stored[len(prefix) :]
+                    if len(rest) < WINDOW_BYTES or not windows.expired(window_start_of(rest), stream_time):
+                        break
+                    gone.append((stored, None, offset, ts))
+                if gone:
+                    self.store.apply(partition, gone)
+                    self._expired.add(partition)
+
+    def rebase_partitions(self) -> frozenset[int]:
+        return frozenset(self._expired)
+
+    def checkpointed(self) -> None:
+        self._expired.clear()
+
+
+def _name_of(fn: Any) -> str:
+    return str(getattr(fn, "__qualname__", None) or repr(fn))

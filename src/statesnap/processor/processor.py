@@ -1,0 +1,339 @@
+"""``Processor``: state your code computes from Kafka records, checkpointed with its input offsets.
+
+Example::
+
+    proc = Processor("tally", inputs=["payments"], bootstrap_servers=BS, checkpoints=URL,
+                     stores=["balances"], value_serde="json")
+
+    @proc.handler
+    def on_payment(record, ctx):
+        balances = ctx.stores["balances"]
+        balances[record.key] = balances.get(record.key, 0) + record.value["amount"]
+        ctx.emit("balances-out", record.key, balances[record.key])
+
+    proc.run()   # restore, catch up, keep processing; Ctrl-C = clean close
+
+How it keeps state: every named store of a task lives in the task's one local store
+(:mod:`statesnap.processor.keyspace`), so a checkpoint — taken at commit points as a table's is —
+holds every store and the input offsets in one manifest, and there is no changelog topic. A
+restore loads the newest verified checkpoint and runs the handlers over the input's tail.
+
+The determinism contract: for ``restore + process(tail) == process(everything)`` to hold, a
+handler's effect on its stores must depend only on the records and the stores — use
+``record.timestamp`` and ``ctx.stream_time``, never the wall clock, random numbers or outside
+state. Stores can only be written during a handler or punctuator call
+(:class:`~statesnap.errors.StoreAccessError` otherwise). Emitted records are delivered at least
+once: those emitted after the last checkpoint are emitted again after a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Collection, Iterable, Mapping
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from statesnap.blob import BlobStore
+from statesnap.checkpoint import CheckpointManifest
+from statesnap.durations import parse_duration
+from statesnap.errors import ConfigError, TableStateError
+from statesnap.processor.handler import Handler, ProcessorHandler, Punctuation
+from statesnap.processor.outputs import Outputs
+from statesnap.processor.stores import StoreReader, StoreSpec
+from statesnap.processor.task import ProcessorTask
+from statesnap.python.consuming import TAIL_POLL, RecordHandler
+from statesnap.python.reads import SerdeName, SerdeOf
+from statesnap.serde import SchemaRegistry, Serde, resolve_serde
+from statesnap.stores import StateStore
+from statesnap.task.options import CheckpointOptions, GroupOptions, StaticShare, StoreName, StoreOptions
+from statesnap.task.restore import ProgressCallback, RestoreReport
+
+__all__ = ["Processor"]
+
+log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Processor:
+    """A stateful processor over one input topic: handlers, named stores, outputs.
+
+    One task per input partition (all of them, a :class:`StaticShare`, or a consumer group's
+    share with ``group``); a task's stores hold only its partition's keys.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        inputs: str | Iterable[str],
+        *,
+        bootstrap_servers: str,
+        checkpoints: str | BlobStore | CheckpointOptions | None = None,
+        stores: Iterable[str | StoreSpec] = (),
+        key_serde: SerdeOf[Any] | SerdeName | None = None,
+        value_serde: SerdeOf[Any] | SerdeName | None = None,
+        schema_registry_url: SchemaRegistry | str | Mapping[str, Any] | None = None,
+        kafka_config: Mapping[str, Any] | None = None,
+        timeout: float = 15.0,
+        store: StoreName | StoreOptions = "auto",
+        partitions: Collection[int] | StaticShare | None = None,
+        group: str | GroupOptions | None = None,
+        dead_letter_topic: str | None = None,
+    ) -> None:
+        """
+        Args:
+            name: the processor's name: its directory in the checkpoint store (as a table's).
+            inputs: the input topic (a list of one; co-partitioned multiple inputs are not
+                supported yet).
+            bootstrap_servers, kafka_config, timeout: the cluster, as for :class:`~statesnap.Table`.
+            checkpoints: where checkpoints live (a URL, a blob store or :class:`CheckpointOptions`);
+                None: no checkpoints (every start processes the whole input).
+            stores: named stores, by name (a key-value store with the processor's serdes) or as
+                :class:`StoreSpec` (own serdes, a window).
+            key_serde, value_serde: how input records and store keys/values (unless a store says
+                otherwise) and emitted records are (de)serialized; default raw bytes.
+            store: the local store kind holding every named store (``auto``, ``memory``,
+                ``columnar``, ``rocksdb``).
+            partitions, group: which input partitions this instance processes.
+            dead_letter_topic: where records a handler fails on go (with ``statesnap.error`` and
+                origin headers) instead of stopping the processor; their store writes and emitted
+                records are dropped.
+        """
+        topics = [inputs] if isinstance(inputs, str) else list(inputs)
+        if len(topics) != 1:
+            raise ConfigError(
+                f"processor {name!r}: give exactly one input topic (got {len(topics)}); co-partitioned "
+                "multiple inputs are not supported yet"
+            )
+        self.name = name
+        self.inputs = tuple(topics)
+        self._task: ProcessorTask | None = None
+        self._specs: dict[str, StoreSpec] = {}
+        for spec in stores:
+            self.add_store(spec)
+        self.key_serde: Serde = resolve_serde(
+            key_serde, schema_registry=schema_registry_url, topic=topics[0], is_key=True
+        )
+        self.value_serde: Serde = resolve_serde(
+            value_serde, schema_registry=schema_registry_url, topic=topics[0]
+        )
+        self._schema_registry = schema_registry_url
+        self.dead_letter_topic = dead_letter_topic
+        self._handlers: list[Handler] = []
+        self._punctuations: list[Punctuation] = []
+        self._table_options: dict[str, Any] = {
+            "bootstrap_servers": bootstrap_servers,
+            "name": name,
+            "checkpoints": checkpoints,
+            "store": store,
+            "kafka_config": kafka_config,
+            "timeout": timeout,
+            "partitions": partitions,
+            "group": group,
+        }
+        self._outputs: Outputs | None = None
+        self._stopping = threading.Event()
+
+    def __repr__(self) -> str:
+        return f"Processor(name={self.name!r}, inputs={list(self.inputs)!r}, stores={list(self._specs)!r})"
+
+    # --- building ----------------------------------------------------------------------------
+
+    def add_store(self, spec: str | StoreSpec) -> StoreSpec:
+        """Declare a store (before start); a name alone is a key-value store."""
+        spec = StoreSpec.of(spec)
+        if spec.name in self._specs:
+            raise ConfigError(f"processor {self.name!r}: store {spec.name!r} declared twice")
+        self._check_building("add a store")
+        self._specs[spec.name] = spec
+        return spec
+
+    @property
+    def stores(self) -> Mapping[str, StoreSpec]:
+        """The declared stores, by name."""
+        return dict(self._specs)
+
+    def handler(self, fn: F) -> F:
+        """Register *fn(record, ctx)*, called for every input record (handlers run in the order
+        registered). Usable as a decorator."""
+        self._check_building("add a handler")
+        self._handlers.append(fn)
+        return fn
+
+    def punctuate(self, every: str | float | timedelta) -> Callable[[F], F]:
+        """Register *fn(ctx)* to run when a task's stream time crosses a multiple of *every*
+        (once per crossing, in the partition whose record moved it): event-time timers that a
+        restore and a full re-processing fire alike."""
+        every_ms = round(parse_duration(every) / timedelta(milliseconds=1))
+        if every_ms <= 0:
+            raise ConfigError(f"punctuation period must be positive, got {every!r}")
+
+        def register(fn: F) -> F:
+            self._check_building("add a punctuator")
+            self._punctuations.append(Punctuation(every_ms, fn))
+            return fn
+
+        return register
+
+    def _check_building(self, action: str) -> None:
+        if self._task is not None:
+            raise TableStateError(action, "started", "new")
+
+    # --- life cycle --------------------------------------------------------------------------
+
+    def _serdes(self, spec: StoreSpec) -> tuple[Serde, Serde]:
+        topic = self.inputs[0]
+        ks = (
+            self.key_serde
+            if spec.key_serde is None
+            else resolve_serde(
+                spec.key_serde, schema_registry=self._schema_registry, topic=topic, is_key=True
+            )
+        )
+        vs = (
+            self.value_serde
+            if spec.value_serde is None
+            else resolve_serde(spec.value_serde, schema_registry=self._schema_registry, topic=topic)
+        )
+        return ks, vs
+
+    def describe(self) -> dict[str, Any]:
+        """What each checkpoint records of the processor (``writer.processor`` in manifests)."""
+        return {
+            "processor": {
+                "inputs": list(self.inputs),
+                "stores": {name: spec.describe() for name, spec in self._specs.items()},
+            }
+        }
+
+    def _open(self, *, background: bool) -> ProcessorTask:
+        if self._task is not None:
+            raise TableStateError("start", "started", "new")
+        if not self._handlers:
+            raise ConfigError(f"processor {self.name!r} has no handler: register one with @proc.handler")
+        settings_source = self._table_options
+
+        def make_handler(task: ProcessorTask) -> RecordHandler:
+            if self._outputs is None:
+                self._outputs = Outputs(task.settings, self.key_serde, self.value_serde)
+            return self.handler_for(task.store, self._outputs)
+
+        self._task = ProcessorTask(
+            self.inputs[0],
+            make_handler=make_handler,
+            describes=self.describe(),
+            background=background,
+            **settings_source,
+        )
+        return self._task
+
+    def handler_for(self, store: StateStore, outputs: Outputs) -> ProcessorHandler:
+        """The record handler running this processor's code over *store* (every engine's task
+        builds it here: a Python task's, a Spark task's over one partition's history)."""
+        specs = list(self._specs.values())
+        return ProcessorHandler(
+            name=self.name,
+            store=store,
+            topic=self.inputs[0],
+            specs=specs,
+            serdes={spec.name: self._serdes(spec) for spec in specs},
+            handlers=self._handlers,
+            punctuations=self._punctuations,
+            key_serde=self.key_serde,
+            value_serde=self.value_serde,
+            outputs=outputs,
+            dead_letter_topic=self.dead_letter_topic,
+        )
+
+    def start(self, *, progress: ProgressCallback | None = None) -> RestoreReport:
+        """Restore the newest verified checkpoint, process the input's tail until caught up, then
+        keep processing on a background thread."""
+        return self._open(background=True).start(progress=progress)
+
+    def run(self, *, follow: bool = True, progress: ProgressCallback | None = None) -> RestoreReport:
+        """Restore and catch up on this thread, then (``follow``) keep processing until
+        :meth:`stop` or Ctrl-C, or (not ``follow``) write a checkpoint; then close cleanly with a
+        final checkpoint. Returns the restore report."""
+        task = self._open(background=False)
+        clean = False
+        try:
+            report = task.start(progress=progress)
+            while follow and not self._stopping.is_set():
+                task.poll(TAIL_POLL)
+            clean = True
+        except KeyboardInterrupt:
+            clean = True
+            log.info("processor %s: interrupted; closing with a final checkpoint", self.name)
+            report = task.report
+        finally:
+            self.close(checkpoint=clean)
+        return report
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to finish (from another thread or a signal handler)."""
+        self._stopping.set()
+
+    def poll(self, timeout: float = 0.5) -> int:
+        """Process one batch (a processor started with ``run`` polls by itself)."""
+        return self._running("poll").poll(timeout)
+
+    def checkpoint(
+        self, *, full: bool = False, timeout: str | float | timedelta | None = None
+    ) -> CheckpointManifest | None:
+        """Write a checkpoint now (see :meth:`statesnap.Table.checkpoint`)."""
+        return self._running("checkpoint").checkpoint(full=full, timeout=timeout)
+
+    def close(self, *, checkpoint: bool = True, timeout: str | float | timedelta | None = "30s") -> None:
+        """Stop processing; on a clean shutdown write a final checkpoint first."""
+        task = self._task
+        if task is None:
+            return
+        try:
+            task.close(checkpoint=checkpoint, timeout=timeout)
+        finally:
+            if self._outputs is not None:
+                self._outputs.close()
+
+    def __enter__(self) -> Processor:
+        if self._task is None:
+            self.start()
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.close(checkpoint=exc_type is None)
+
+    # --- state -------------------------------------------------------------------------------
+
+    def _running(self, action: str) -> ProcessorTask:
+        if self._task is None:
+            raise TableStateError(action, "new", "running")
+        return self._task
+
+    @property
+    def task(self) -> ProcessorTask:
+        """The engine (a table task); for tools and tests."""
+        return self._running("inspect the task")
+
+    @property
+    def report(self) -> RestoreReport:
+        return self._running("report").report
+
+    @property
+    def last_checkpoint(self) -> CheckpointManifest | None:
+        return self._running("read the last checkpoint").last_checkpoint
+
+    @property
+    def emitted(self) -> int:
+        """Records emitted so far (sent to the producer)."""
+        return 0 if self._outputs is None else self._outputs.emitted
+
+    def store(self, name: str) -> StoreReader:
+        """Store *name* as this instance holds it (every partition it owns), read-only."""
+        spec = self._specs.get(name)
+        if spec is None:
+            shown = ", ".join(self._specs) or "none"
+            raise ConfigError(f"processor {self.name!r} has no store {name!r} (stores: {shown})")
+        task = self._running("read a store")
+        ks, vs = self._serdes(spec)
+        return StoreReader(spec, ks, vs, task.readable_store("read a store"), task.partitions)

@@ -1,0 +1,268 @@
+"""A processor's named stores: what a handler reads and writes (``ctx.stores["name"]``).
+
+Each view is scoped to the partition of the record being processed and writes through the task's
+:class:`~statesnap.processor.buffer.WriteBuffer`. Writes outside a handler call raise
+:class:`~statesnap.errors.StoreAccessError`: state that changes other than by records breaks the
+promise that a restore plus the tail equals processing everything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from statesnap.errors import StoreAccessError
+from statesnap.processor.buffer import WriteBuffer
+from statesnap.processor.keyspace import (
+    WINDOW_BYTES,
+    check_store_name,
+    partition_prefix,
+    window_bytes,
+    window_start_of,
+)
+from statesnap.processor.windows import Windows
+from statesnap.serde import Serde
+from statesnap.stores import StateStore
+
+__all__ = ["Cursor", "KeyValueStore", "StoreKind", "StoreReader", "StoreSpec", "WindowStore"]
+
+
+class StoreKind(StrEnum):
+    KEY_VALUE = "key_value"
+    WINDOW = "window"
+
+
+@dataclass(frozen=True, slots=True)
+class StoreSpec:
+    """A named store of a processor. Serdes default to the processor's; a ``window`` makes it a
+    window store (keys are (key, window start))."""
+
+    name: str
+    key_serde: Serde | str | None = None
+    value_serde: Serde | str | None = None
+    window: Windows | None = None
+
+    def __post_init__(self) -> None:
+        check_store_name(self.name)
+
+    @property
+    def kind(self) -> StoreKind:
+        return StoreKind.KEY_VALUE if self.window is None else StoreKind.WINDOW
+
+    @classmethod
+    def of(cls, spec: StoreSpec | str) -> StoreSpec:
+        return spec if isinstance(spec, StoreSpec) else cls(spec)
+
+    def describe(self) -> dict[str, Any]:
+        """What a manifest records of the store (readers learn kinds and windows from it)."""
+        out: dict[str, Any] = {"kind": self.kind.value}
+        if self.window is not None:
+            out["window"] = self.window.to_json()
+        return out
+
+
+@dataclass(slots=True)
+class Cursor:
+    """Where processing is: the record being handled, the task's stream time, and whether a
+    handler (or punctuator) is running — the only time stores may be written."""
+
+    partition: int = -1
+    offset: int = -1
+    timestamp: int = -1
+    stream_time: int = -1
+    active: bool = False
+    _prefixes: dict[tuple[str, int], bytes] = field(default_factory=dict)
+
+    def prefix(self, store: str) -> bytes:
+        key = (store, self.partition)
+        found = self._prefixes.get(key)
+        if found is None:
+            found = self._prefixes[key] = partition_prefix(store, self.partition)
+        return found
+
+
+class _View:
+    __slots__ = ("buffer", "cursor", "key_serde", "name", "value_serde")
+
+    def __init__(
+        self, name: str, key_serde: Serde, value_serde: Serde, buffer: WriteBuffer, cursor: Cursor
+    ) -> None:
+        self.name = name
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self.buffer = buffer
+        self.cursor = cursor
+
+    def _prefix(self, action: str) -> bytes:
+        if not self.cursor.active:
+            raise StoreAccessError(
+                f"store {self.name!r}: {action} outside a handler call; stores change only as records "
+                "are processed (read them from outside with Processor.store(name))"
+            )
+        return self.cursor.prefix(self.name)
+
+
+class KeyValueStore(_View, MutableMapping[Any, Any]):
+    """A key-value store of the current record's partition (a ``MutableMapping``)."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: Any) -> Any:
+        raw = self.buffer.get(self._prefix("read") + self.key_serde.serialize(key))
+        if raw is None:
+            raise KeyError(key)
+        return self.value_serde.deserialize(raw)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        raw = self.buffer.get(self._prefix("read") + self.key_serde.serialize(key))
+        return default if raw is None else self.value_serde.deserialize(raw)
+
+    def __contains__(self, key: object) -> bool:
+        return self.buffer.get(self._prefix("read") + self.key_serde.serialize(key)) is not None
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        cursor = self.cursor
+        self.buffer.put(
+            self._prefix("write") + self.key_serde.serialize(key),
+            self.value_serde.serialize(value),
+            cursor.offset,
+            cursor.timestamp,
+        )
+
+    def __delitem__(self, key: Any) -> None:
+        stored = self._prefix("delete") + self.key_serde.serialize(key)
+        if self.buffer.get(stored) is None:
+            raise KeyError(key)
+        self.buffer.put(stored, None, self.cursor.offset, self.cursor.timestamp)
+
+    def __iter__(self) -> Iterator[Any]:
+        prefix = self._prefix("iterate")
+        for stored in self.buffer.keys(prefix):
+            yield self.key_serde.deserialize(stored[len(prefix) :])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.buffer.keys(self._prefix("count")))
+
+
+class WindowStore(_View):
+    """A window store of the current record's partition: values per (key, window start).
+
+    Windows past retention (by stream time) read as absent and take no writes, whether or not
+    the commit point has deleted them yet, so what a handler sees never depends on timing."""
+
+    __slots__ = ("windows",)
+
+    def __init__(
+        self,
+        name: str,
+        key_serde: Serde,
+        value_serde: Serde,
+        buffer: WriteBuffer,
+        cursor: Cursor,
+        windows: Windows,
+    ) -> None:
+        super().__init__(name, key_serde, value_serde, buffer, cursor)
+        self.windows = windows
+
+    def _key(self, action: str, key: Any, start: int) -> bytes:
+        return self._prefix(action) + window_bytes(start) + self.key_serde.serialize(key)
+
+    def windows_for(self, timestamp: int) -> list[int]:
+        """Starts of the windows a record at *timestamp* belongs to that still take records."""
+        stream_time = self.cursor.stream_time
+        return [s for s in self.windows.starts(timestamp) if not self.windows.closed(s, stream_time)]
+
+    def get(self, key: Any, window_start: int, default: Any = None) -> Any:
+        if self.windows.expired(window_start, self.cursor.stream_time):
+            return default
+        raw = self.buffer.get(self._key("read", key, window_start))
+        return default if raw is None else self.value_serde.deserialize(raw)
+
+    def put(self, key: Any, window_start: int, value: Any) -> bool:
+        """Write one window's value; False (nothing written) for a window past retention."""
+        stored = self._key("write", key, window_start)
+        if self.windows.expired(window_start, self.cursor.stream_time):
+            return False
+        self.buffer.put(stored, self.value_serde.serialize(value), self.cursor.offset, self.cursor.timestamp)
+        return True
+
+    def delete(self, key: Any, window_start: int) -> None:
+        stored = self._key("delete", key, window_start)
+        self.buffer.put(stored, None, self.cursor.offset, self.cursor.timestamp)
+
+    def fetch(self, key: Any, time_from: int, time_to: int) -> list[tuple[int, Any]]:
+        """(window start, value) of *key*'s live windows starting in [time_from, time_to]."""
+        advance = self.windows.advance_ms
+        first = -(-time_from // advance) * advance
+        found = []
+        for start in range(first, time_to + 1, advance):
+            value = self.get(key, start)
+            if value is not None:
+                found.append((start, value))
+        return found
+
+
+class StoreReader(Mapping[Any, Any]):
+    """A store read from outside handlers: every partition the task owns, read-only (the way
+    ``Processor.store(name)``, ``dump --store`` and followers see it). A window store's keys are
+    ``(key, window_start)`` pairs."""
+
+    def __init__(
+        self,
+        spec: StoreSpec,
+        key_serde: Serde,
+        value_serde: Serde,
+        store: StateStore,
+        partitions: Sequence[int],
+    ) -> None:
+        self.spec = spec
+        self.key_serde = key_serde
+        self.value_serde = value_serde
+        self._store = store
+        self._prefixes = [partition_prefix(spec.name, p) for p in partitions]
+
+    def _raw_keys(self, key: Any) -> list[bytes]:
+        if self.spec.window is not None:
+            user, start = key
+            tail = window_bytes(int(start)) + self.key_serde.serialize(user)
+        else:
+            tail = self.key_serde.serialize(key)
+        return [prefix + tail for prefix in self._prefixes]
+
+    def get_raw(self, key: Any) -> bytes | None:
+        """The stored value bytes of *key* (None when absent)."""
+        for raw in self._store.get_many(self._raw_keys(key)):
+            if raw is not None:
+                return raw
+        return None
+
+    def __getitem__(self, key: Any) -> Any:
+        raw = self.get_raw(key)
+        if raw is None:
+            raise KeyError(key)
+        return self.value_serde.deserialize(raw)
+
+    def raw_items(self) -> Iterator[tuple[bytes, bytes]]:
+        """(stored key, value bytes) in key order per partition: a window store's stored key is
+        the 8-byte window start followed by the key."""
+        for prefix in self._prefixes:
+            for stored, value in self._store.scan(prefix=prefix):
+                yield stored[len(prefix) :], value
+
+    def _decode_key(self, stored: bytes) -> Any:
+        if self.spec.window is not None:
+            return (self.key_serde.deserialize(stored[WINDOW_BYTES:]), window_start_of(stored))
+        return self.key_serde.deserialize(stored)
+
+    def __iter__(self) -> Iterator[Any]:
+        for stored, _ in self.raw_items():
+            yield self._decode_key(stored)
+
+    def items(self) -> Iterator[tuple[Any, Any]]:  # type: ignore[override]
+        for stored, value in self.raw_items():
+            yield self._decode_key(stored), self.value_serde.deserialize(value)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.raw_items())
