@@ -135,6 +135,17 @@ class Processor:
         self._outputs: Outputs | None = None
         self._stopping = threading.Event()
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A processor not yet started pickles (its handlers by value, as Spark ships them to
+        executors); a running task, its producer and its stop event stay behind."""
+        state = dict(self.__dict__)
+        state.update(_task=None, _outputs=None, _stopping=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._stopping = threading.Event()
+
     def __repr__(self) -> str:
         return f"Processor(name={self.name!r}, inputs={list(self.inputs)!r}, stores={list(self._specs)!r})"
 
