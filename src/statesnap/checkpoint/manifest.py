@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Self
 
 from statesnap.checkpoint.jsonfields import as_int, as_map, as_optional_int, as_partition, as_str, load_json
 from statesnap.errors import CorruptCheckpointError
@@ -26,12 +26,16 @@ __all__ = [
     "CheckpointState",
     "DataFile",
     "FileKind",
+    "NextOffset",
     "PartitionCheckpoint",
     "canonical_checksum",
+    "leader_epoch_of",
 ]
 
 #: Bumped on any change a reader of the previous version would misread. Version 2 adds the
-#: manifest's own ``checksum``; version 1 manifests (no checksum) are still read.
+#: manifest's own ``checksum``; version 1 manifests (no checksum) are still read. A partition's
+#: optional ``leader_epoch`` needed no bump: a reader that ignores it restores as before, and the
+#: checksum covers it either way.
 FORMAT_VERSION = 2
 SUPPORTED_FORMAT_VERSIONS = frozenset({1, 2})
 
@@ -56,6 +60,33 @@ def canonical_checksum(obj: Mapping[str, Any]) -> str:
     body = {k: v for k, v in obj.items() if k != "checksum"}
     text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+class NextOffset(int):
+    """A next offset to consume that remembers the leader epoch of the record before it (KIP-320).
+
+    An ``int`` wherever an offset goes (comparisons, JSON, dict copies), so the epoch travels from
+    a reader's positions through code that knows nothing of epochs (a commit point's offsets, a
+    writer's updates) into the manifest, and from a manifest back into a reader's assignment, where
+    the broker checks the log still holds that record. Arithmetic gives a plain ``int``: an offset
+    computed is not one a record was read at, so its epoch is unknown.
+    """
+
+    leader_epoch: int | None
+
+    def __new__(cls, offset: int, leader_epoch: int | None = None) -> Self:
+        self = super().__new__(cls, offset)
+        # librdkafka says -1 (or None) where the broker sent no epoch: unknown, today's behaviour.
+        self.leader_epoch = leader_epoch if leader_epoch is not None and leader_epoch >= 0 else None
+        return self
+
+    def __reduce__(self) -> tuple[type[NextOffset], tuple[int, int | None]]:
+        return (NextOffset, (int(self), self.leader_epoch))
+
+
+def leader_epoch_of(offset: int) -> int | None:
+    """The leader epoch *offset* carries (a :class:`NextOffset`'s), or None where unknown."""
+    return offset.leader_epoch if isinstance(offset, NextOffset) else None
 
 
 class CheckpointState(StrEnum):
@@ -144,15 +175,38 @@ class PartitionCheckpoint:
     #: Live keys in the partition, where the writer knew it (rows count superseded ones and
     #: tombstones too once deltas pile up).
     keys: int | None = None
+    #: The leader epoch of the record before ``next_offset``, where the writer knew it (None in
+    #: manifests written before it was kept, and by writers that never see records' epochs): a
+    #: restore asks the broker whether its log still holds that epoch up to ``next_offset``, so a
+    #: log an unclean leader election truncated below the checkpoint is told apart (KIP-320).
+    leader_epoch: int | None = None
+
+    def __post_init__(self) -> None:
+        # A reader's position (a NextOffset) brings its epoch along; the field keeps a plain int.
+        if isinstance(self.next_offset, NextOffset):
+            if self.leader_epoch is None:
+                object.__setattr__(self, "leader_epoch", self.next_offset.leader_epoch)
+            object.__setattr__(self, "next_offset", int(self.next_offset))
 
     @property
     def rows(self) -> int:
         return sum(f.rows for f in self.files)
 
+    @property
+    def position(self) -> int:
+        """``next_offset`` with its leader epoch (a :class:`NextOffset`), for a reader to resume at."""
+        return (
+            NextOffset(self.next_offset, self.leader_epoch)
+            if self.leader_epoch is not None
+            else self.next_offset
+        )
+
     def to_json(self) -> dict[str, Any]:
         obj: dict[str, Any] = {"next_offset": self.next_offset, "files": [f.to_json() for f in self.files]}
         if self.keys is not None:
             obj["keys"] = self.keys
+        if self.leader_epoch is not None:
+            obj["leader_epoch"] = self.leader_epoch
         return obj
 
     @classmethod
@@ -167,6 +221,7 @@ class PartitionCheckpoint:
             as_int(obj.get("next_offset"), f"partition {partition}: next_offset"),
             tuple(DataFile.from_json(f) for f in files),
             as_optional_int(obj.get("keys"), f"partition {partition}: keys"),
+            as_optional_int(obj.get("leader_epoch"), f"partition {partition}: leader_epoch", hi=2**31 - 1),
         )
         problem = parsed.problem()
         if problem is not None:
@@ -180,10 +235,13 @@ class PartitionCheckpoint:
         (generation, n) order, a base first; a base holds no tombstones, so with a base alone the
         live keys are its rows; keys never exceed the rows that hold them. Every writer writes a
         partition's first checkpoint as a base file (empty if need be) and every record it reads
-        leaves a row, so a partition past offset 0 with no files has lost them.
+        leaves a row, so a partition past offset 0 with no files has lost them. A leader epoch is
+        the epoch of the record before ``next_offset``, so there is none at offset 0.
         """
         if not self.files and self.next_offset > 0:
             return f"no files, yet it resumes at offset {self.next_offset} (its base file is missing)"
+        if self.leader_epoch is not None and self.next_offset == 0:
+            return f"leader epoch {self.leader_epoch} of a record before offset 0"
         for f in self.files:
             match = _DATA_NAME_RE.fullmatch(f.path)
             if match is None or int(match.group(1)) != self.partition or match.group(2) != f.kind:

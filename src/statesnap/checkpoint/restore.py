@@ -5,8 +5,9 @@ for every reader and writer — a Python table's restore (verified as its files 
 the Spark bootstrap and streaming materializer and ``read_table`` (verified up front, checksums
 included, by :meth:`CheckpointSelector.newest_verified`). A checkpoint is skipped (with the reason
 logged) when its manifest or a data file fails verification, when continuing from it could not
-equal a full replay (see :mod:`statesnap.checkpoint.selection`), or when it belongs to another
-incarnation of the topic. A checkpoint of another topic or cluster is refused. When the
+equal a full replay (see :mod:`statesnap.checkpoint.selection`), when the log was truncated
+below it (an unclean leader election: its leader epochs say so, KIP-320), or when it belongs to
+another incarnation of the topic. A checkpoint of another topic or cluster is refused. When the
 checkpoint being loaded disappears (the owner's GC deleted it) and a newer one exists, the restore
 starts over from the newest.
 """
@@ -22,7 +23,14 @@ import pyarrow as pa
 
 from statesnap.checkpoint.manifest import CheckpointManifest
 from statesnap.checkpoint.repository import CheckpointRepository
-from statesnap.checkpoint.selection import TopicState, beyond_end, check_identity, unusable_reason
+from statesnap.checkpoint.selection import (
+    TopicState,
+    beyond_end,
+    check_identity,
+    diverged,
+    same_incarnation,
+    unusable_reason,
+)
 from statesnap.errors import BlobNotFoundError, CorruptCheckpointError, NoUsableCheckpointError
 
 __all__ = ["RESTORE_ATTEMPTS", "CheckpointSelector", "SkippedCheckpoint"]
@@ -60,7 +68,10 @@ class CheckpointSelector:
     def candidates(self, state: TopicState | None, now: datetime) -> Iterator[CheckpointManifest]:
         """Manifests newest first that parse, belong to this table and may be continued; every
         other one is skipped with its reason logged. One of another topic or cluster raises; one
-        of another incarnation of the topic is skipped with every older one."""
+        of another incarnation of the topic is skipped with every older one (one past a
+        partition's end whose topic ID matches was truncated under: older ones are judged on
+        their own). The leader-epoch question to the cluster is asked last, of candidates that
+        passed every other check."""
         other_incarnation: int | None = None
         for gen, item in self.repo.manifests():
             if self.generation is not None and gen != self.generation:
@@ -74,11 +85,12 @@ class CheckpointSelector:
                 self._skip(gen, f"older than generation {other_incarnation} of another topic incarnation")
                 continue
             if (why := beyond_end(item, state)) is not None:
-                other_incarnation = gen
+                if not same_incarnation(item, state):
+                    other_incarnation = gen
                 self._skip(gen, why)
                 continue
             if state is not None:
-                reason = unusable_reason(item, state, now)
+                reason = unusable_reason(item, state, now) or diverged(item, state)
             elif item.table != self.table:
                 reason = f"it belongs to table {item.table!r}"
             else:

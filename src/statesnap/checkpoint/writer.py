@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 import pyarrow as pa
 
-from statesnap.checkpoint.manifest import CheckpointManifest, DataFile, PartitionCheckpoint
+from statesnap.checkpoint.manifest import CheckpointManifest, DataFile, PartitionCheckpoint, leader_epoch_of
 from statesnap.checkpoint.repository import IO_THREADS, CheckpointRepository
 from statesnap.errors import CheckpointConflictError
 
@@ -30,6 +30,8 @@ class PartitionUpdate:
     ``base``: the partition's full contents (sorted or not) → a new base file.
     ``delta``: upserts and tombstones since ``previous`` → appended as a delta file.
     Neither: unchanged since ``previous``; its files are referenced again, not rewritten.
+    ``next_offset`` may be a reader's position (a :class:`~statesnap.checkpoint.manifest.NextOffset`):
+    its leader epoch goes into the manifest with it.
     """
 
     partition: int
@@ -97,5 +99,8 @@ def write_partition_files(
             files, keys = (*prior, delta), upd.keys
         else:
             files, keys = prior, (before.keys if before is not None else 0)
-        partitions[p] = PartitionCheckpoint(p, upd.next_offset, files, keys)
+        epoch = leader_epoch_of(upd.next_offset)
+        if epoch is None and before is not None and before.next_offset == upd.next_offset:
+            epoch = before.leader_epoch  # the same record before the same offset
+        partitions[p] = PartitionCheckpoint(p, int(upd.next_offset), files, keys, epoch)
     return partitions

@@ -20,7 +20,9 @@ continues from its position, else it is dropped. A partition revoked cooperative
 once; one *lost* (the session expired: another member may own it already) is dropped without
 being handed over.
 
-"Caught up" is partition EOF, as in :mod:`statesnap.kafka.reader`.
+"Caught up" is partition EOF, as in :mod:`statesnap.kafka.reader`; positions carry leader epochs
+as there (KIP-320): a gained partition whose checkpoint the log was truncated below is restored
+again, judged against the log as it is now.
 """
 
 from __future__ import annotations
@@ -29,16 +31,19 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
+from confluent_kafka import KafkaException, TopicPartition
 
+from statesnap.checkpoint.manifest import NextOffset
 from statesnap.errors import KafkaError
 from statesnap.kafka.clients import new_consumer
 from statesnap.kafka.config import KafkaSettings
 from statesnap.kafka.reader import (
     BATCH_SIZE,
     FETCH_WAIT_MS,
+    assignment,
     cached_high,
+    log_truncated,
     resume_after_lost_offsets,
     watermarks,
 )
@@ -101,6 +106,8 @@ class GroupReader:
         self.assigned = False
         self.rebalances = 0
         self._eof_offset: dict[int, int] = {}
+        #: Per partition, (next offset, leader epoch) after the last batch poll() returned.
+        self._batch_end: dict[int, tuple[int, int | None]] = {}
         self._high: dict[int, int] = {}
         #: Partitions revoked during the current consume() call: messages of theirs already
         #: collected into its batch are from before the revocation and must not be applied.
@@ -173,7 +180,7 @@ class GroupReader:
                 self.restoring.add(p)
         for p in new:
             self.at_eof.discard(p)
-        tps = [TopicPartition(self.topic, p, self._start(p)) for p in new]
+        tps = [self._start(p) for p in new]
         if self.cooperative:
             consumer.incremental_assign(tps)
         else:
@@ -190,9 +197,9 @@ class GroupReader:
             gone,
         )
 
-    def _start(self, p: int) -> int:
-        pos = self.positions[p]
-        return pos if pos > 0 else OFFSET_BEGINNING
+    def _start(self, p: int) -> TopicPartition:
+        """Where *p* is fetched from: its position, with the leader epoch it carries."""
+        return assignment(self.topic, p, self.positions[p])
 
     def _on_revoke(self, consumer: Any, parts: list[Any]) -> None:
         revoked = [p for p in self._ours(parts) if p in self.positions]
@@ -236,8 +243,11 @@ class GroupReader:
     def applied(self, partition: int, next_offset: int) -> None:
         """The caller applied a batch :meth:`poll` returned, up to *next_offset*. ``positions``
         move only here, so they never claim a record that is not in the store yet (another
-        thread reads them for ``offsets`` and ``wait_for``; a checkpoint records them)."""
-        self.positions[partition] = next_offset
+        thread reads them for ``offsets`` and ``wait_for``; a checkpoint records them). A position
+        at the end of the batch carries its last record's leader epoch."""
+        end = self._batch_end.get(partition)
+        epoch = end[1] if end is not None and end[0] == next_offset else None
+        self.positions[partition] = NextOffset(next_offset, epoch) if epoch is not None else next_offset
 
     def poll(self, timeout: float = 0.5) -> dict[int, list[Any]]:
         """The next batch of messages of owned partitions, grouped by partition, in offset order;
@@ -258,6 +268,7 @@ class GroupReader:
                 continue
             batches.setdefault(p, []).append(msg)
         for p, msgs in batches.items():
+            self._batch_end[p] = (msgs[-1].offset() + 1, msgs[-1].leader_epoch())
             if msgs[-1].offset() >= self._eof_offset.get(p, -1):
                 self.at_eof.discard(p)
             self._note_high(p)
@@ -272,7 +283,7 @@ class GroupReader:
 
     def _seek(self, p: int) -> None:
         try:
-            self._consumer.seek(TopicPartition(self.topic, p, self._start(p)))
+            self._consumer.seek(self._start(p))
         except KafkaException as e:
             log.debug("seek %s [%d] to %d: %s", self.topic, p, self.positions[p], e)
 
@@ -285,8 +296,8 @@ class GroupReader:
                 self._eof_offset[p] = msg.offset()
                 self.restoring.discard(p)
             return
-        if code == RdKafkaError._AUTO_OFFSET_RESET and p in self.positions:
-            self._offset_not_available(p)
+        if code in (RdKafkaError._AUTO_OFFSET_RESET, RdKafkaError._LOG_TRUNCATION) and p in self.positions:
+            self._offset_not_available(p, err.str())
             return
         if err.fatal():
             raise KafkaError(
@@ -298,33 +309,39 @@ class GroupReader:
             return
         log.warning("Kafka error on %s (group %s): %s", self.topic, self.group, err.str())
 
-    def _offset_not_available(self, p: int) -> None:
+    def _offset_not_available(self, p: int, detail: str = "") -> None:
         """See :func:`~statesnap.kafka.reader.resume_after_lost_offsets`.
 
         A partition still being restored from a checkpoint must not skip: records that checkpoint
         never saw would be missing for good. Retention moved the log start past it after it was
-        chosen, so its rows are dropped and it is restored again, judged against the new start
-        (an older usable checkpoint, or a replay of what the log holds)."""
+        chosen, or the log was truncated below it (the leader's epochs say so, *detail*), so its
+        rows are dropped and it is restored again, judged against the log as it is now (an older
+        usable checkpoint, or a replay of what the log holds). A restore that lands on the same
+        truncated position again, or a truncation under a partition already caught up, raises."""
         position = self.positions[p]
         if p in self.restoring and position > 0:
             low, _high = watermarks(self._consumer, self.settings, self.topic, p)
-            if position < low:
+            truncated = position >= low and "truncation" in detail.lower()
+            if position < low or truncated:
                 log.warning(
-                    "group %s: retention deleted offsets %d..%d of %r partition %d before its "
-                    "restore read them; restoring the partition again",
+                    "group %s: %s %r partition %d before its restore read them; restoring it again",
                     self.group,
-                    position,
-                    low - 1,
+                    f"the log was truncated below offset {position} ({detail}) of"
+                    if truncated
+                    else f"retention deleted offsets {position}..{low - 1} of",
                     self.topic,
                     p,
                 )
                 self.listener.partitions_dropped([p])
-                self.positions[p] = self.listener.partitions_gained([p])[p]
+                again = self.listener.partitions_gained([p])[p]
+                if truncated and again == position:  # chosen again: no older checkpoint escapes it
+                    raise log_truncated(self.topic, p, position, detail, self.settings.bootstrap_servers)
+                self.positions[p] = again
                 self.at_eof.discard(p)
                 self._refetch(p)
                 return
         self.positions[p] = resume_after_lost_offsets(
-            self._consumer, self.settings, self.topic, p, self.positions[p]
+            self._consumer, self.settings, self.topic, p, self.positions[p], detail
         )
         self._refetch(p)
 
@@ -335,11 +352,9 @@ class GroupReader:
         try:
             if self.cooperative:
                 self._consumer.incremental_unassign([TopicPartition(self.topic, p)])
-                self._consumer.incremental_assign([TopicPartition(self.topic, p, self._start(p))])
+                self._consumer.incremental_assign([self._start(p)])
             else:
-                self._consumer.assign(
-                    [TopicPartition(self.topic, q, self._start(q)) for q in sorted(self.positions)]
-                )
+                self._consumer.assign([self._start(q) for q in sorted(self.positions)])
         except KafkaException as e:
             raise KafkaError(
                 f"cannot resume {self.topic!r} partition {p} in group {self.group!r} at "
@@ -364,9 +379,7 @@ class GroupReader:
     def commit(self, partitions: list[int] | None = None, *, asynchronous: bool = True) -> None:
         """Commit our positions to the group, for lag monitoring; never read back by statesnap."""
         parts = sorted(self.positions) if partitions is None else partitions
-        offsets = [
-            TopicPartition(self.topic, p, self.positions[p]) for p in parts if self.positions.get(p, 0) > 0
-        ]
+        offsets = [self._start(p) for p in parts if self.positions.get(p, 0) > 0]  # with their epochs
         if not offsets:
             return
         try:

@@ -13,11 +13,20 @@ below the log start (retention deleted records before they were read) is skipped
 once the reader has been caught up, as a full replay would; before that — while it continues a
 checkpoint — it raises :class:`RecordsDeletedError`, since the checkpoint plus a tail with a hole
 in it is a table no replay could produce.
+
+Leader epochs (KIP-320). Every position a record moved carries that record's leader epoch (a
+:class:`~statesnap.checkpoint.manifest.NextOffset`), so checkpoints keep it; a reader assigned at
+such a position has librdkafka ask the leader where that epoch ends before it fetches. A log an
+unclean leader election (or a lone broker's recovery) truncated below the position, with later
+records at the lost offsets, is then reported instead of read past: an
+:class:`OffsetOutOfRangeError` saying so (:func:`log_truncated`), handled as any offset the log no
+longer holds. A broker without epochs (the dev broker writes 0 and checks nothing) reads as before.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -25,6 +34,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
+from statesnap.checkpoint.manifest import NextOffset, leader_epoch_of
 from statesnap.errors import BrokerUnavailableError, KafkaError, OffsetOutOfRangeError, RecordsDeletedError
 from statesnap.kafka.clients import new_consumer
 from statesnap.kafka.config import KafkaSettings
@@ -35,7 +45,10 @@ __all__ = [
     "OUT_OF_RANGE_GRACE",
     "PROBE_TIMEOUT",
     "ChangelogReader",
+    "assignment",
     "cached_high",
+    "epoch_end_offsets",
+    "log_truncated",
     "resume_after_lost_offsets",
     "watermarks",
 ]
@@ -52,6 +65,8 @@ OUT_OF_RANGE_GRACE = 1.0
 #: Upper bound of the metadata probe that tells a lost cluster from a slow one.
 PROBE_TIMEOUT = 5.0
 _CLUSTER_DOWN = (RdKafkaError._ALL_BROKERS_DOWN, RdKafkaError._TRANSPORT, RdKafkaError._RESOLVE)
+#: librdkafka's offset reset after an epoch check failed names the epoch's end on the leader.
+_EPOCH_END_RE = re.compile(r"broker end offset is (-?\d+)")
 
 
 class ChangelogReader:
@@ -78,6 +93,9 @@ class ChangelogReader:
         self.at_eof: set[int] = set()
         self.stall_timeout = settings.timeout if stall_timeout is None else stall_timeout
         self._eof_offset: dict[int, int] = {}
+        #: Per partition, (next offset, leader epoch) after the last batch poll() returned: applied()
+        #: gives the position that epoch when the caller applied the whole batch.
+        self._batch_end: dict[int, tuple[int, int | None]] = {}
         #: High watermarks as last seen by the consuming thread; a Consumer serves one thread at a
         #: time, so lag() reads these instead of calling into the consumer.
         self._high: dict[int, int] = {}
@@ -117,12 +135,7 @@ class ChangelogReader:
         self._assign()
 
     def _assign(self) -> None:
-        self._consumer.assign(
-            [
-                TopicPartition(self.topic, p, off if off > 0 else OFFSET_BEGINNING)
-                for p, off in sorted(self.positions.items())
-            ]
-        )
+        self._consumer.assign([assignment(self.topic, p, off) for p, off in sorted(self.positions.items())])
 
     @property
     def caught_up(self) -> bool:
@@ -132,8 +145,11 @@ class ChangelogReader:
         """The caller applied a batch :meth:`poll` returned, up to *next_offset*. ``positions``
         move only here (and at a partition's end when :meth:`poll` delivered nothing more of it),
         so they never claim a record that is not in the store yet (another thread reads them for
-        ``offsets`` and ``wait_for``; a checkpoint records them)."""
-        self.positions[partition] = next_offset
+        ``offsets`` and ``wait_for``; a checkpoint records them). A position at the end of the
+        batch carries its last record's leader epoch."""
+        end = self._batch_end.get(partition)
+        epoch = end[1] if end is not None and end[0] == next_offset else None
+        self.positions[partition] = NextOffset(next_offset, epoch) if epoch is not None else next_offset
 
     def poll(self, timeout: float = 0.5) -> dict[int, list[Any]]:
         """The next batch of messages grouped by partition, in offset order.
@@ -169,8 +185,9 @@ class ChangelogReader:
             # deleted starts at its log start; transaction markers take offsets of their own), so
             # a checkpoint says where this partition's log really continues.
             if p not in batches and end > self.positions.get(p, 0):
-                self.positions[p] = end
+                self.positions[p] = NextOffset(end, self._epoch_at(p, end))
         for p, msgs in batches.items():
+            self._batch_end[p] = (msgs[-1].offset() + 1, msgs[-1].leader_epoch())
             if msgs[-1].offset() >= self._eof_offset.get(p, -1):
                 self.at_eof.discard(p)
             high = cached_high(self._consumer, self.topic, p)
@@ -182,6 +199,16 @@ class ChangelogReader:
         elif not self.caught_up:
             self._check_waiting()
         return batches
+
+    def _epoch_at(self, partition: int, offset: int) -> int | None:
+        """The leader epoch librdkafka's position of *partition* has at *offset* (a position an
+        end-of-partition moved past transaction markers: the markers' epoch), or None."""
+        try:
+            (tp,) = self._consumer.position([TopicPartition(self.topic, partition)])
+        except (KafkaException, ValueError):
+            return None
+        epoch = getattr(tp, "leader_epoch", None)
+        return int(epoch) if tp.offset == offset and epoch is not None else None
 
     def _progressed(self) -> None:
         self._last_progress = time.monotonic()
@@ -268,7 +295,7 @@ class ChangelogReader:
             self._eof_seen = True
             self._cluster_answers()
             return
-        if code == RdKafkaError._AUTO_OFFSET_RESET:
+        if code in (RdKafkaError._AUTO_OFFSET_RESET, RdKafkaError._LOG_TRUNCATION):
             self._offset_not_available(msg.partition(), err)
             return
         if code in _CLUSTER_DOWN and not err.fatal():
@@ -281,7 +308,8 @@ class ChangelogReader:
         log.warning("Kafka error on %s: %s", self.topic, err.str())
 
     def _offset_not_available(self, p: int, err: Any) -> None:
-        """The broker answered OFFSET_OUT_OF_RANGE (see :func:`resume_after_lost_offsets`).
+        """The broker answered OFFSET_OUT_OF_RANGE, or the leader's epochs say the log was
+        truncated below the position (see :func:`resume_after_lost_offsets`).
 
         A partition that continues a checkpoint and has not reached its end yet must not skip:
         records the checkpoint never saw would be missing from the table for good."""
@@ -336,8 +364,11 @@ def resume_after_lost_offsets(
 ) -> int:
     """Where to continue when *position* is no longer in the log: below the log start (retention
     deleted records before they were read) at the log start, as a full replay would; at or past it
-    the offsets are another incarnation's (:class:`OffsetOutOfRangeError`)."""
+    the log was truncated under it (librdkafka's *detail* says so after an epoch check) or the
+    offsets are another incarnation's (:class:`OffsetOutOfRangeError` either way)."""
     low, high = watermarks(consumer, settings, topic, partition)
+    if position >= low and "truncation" in detail.lower():
+        raise log_truncated(topic, partition, position, detail, settings.bootstrap_servers)
     if position >= low:
         raise OffsetOutOfRangeError(topic, partition, position, high, settings.bootstrap_servers)
     log.warning(
@@ -351,3 +382,109 @@ def resume_after_lost_offsets(
         f" ({detail})" if detail else "",
     )
     return low
+
+
+def assignment(topic: str, partition: int, offset: int) -> TopicPartition:
+    """Where a consumer fetches *partition* from: *offset* (the beginning for 0), with the leader
+    epoch of the record before it where known, so the leader checks its log still holds that
+    record before anything is fetched (KIP-320)."""
+    if offset <= 0:
+        return TopicPartition(topic, partition, OFFSET_BEGINNING)
+    epoch = leader_epoch_of(offset)
+    if epoch is None:
+        return TopicPartition(topic, partition, int(offset))
+    return TopicPartition(topic, partition, int(offset), leader_epoch=epoch)
+
+
+def _epoch_end(detail: str) -> int | None:
+    match = _EPOCH_END_RE.search(detail)
+    return int(match.group(1)) if match else None
+
+
+def log_truncated(
+    topic: str, partition: int, position: int, detail: str, address: str
+) -> OffsetOutOfRangeError:
+    """The error for a position the leader's epochs say the log no longer leads to: truncated
+    below it by an unclean leader election or a broker's recovery, later records at the lost
+    offsets. An :class:`OffsetOutOfRangeError` (its ``log_end``: where the position's epoch ends),
+    so a restore drops the checkpoint as for any offset the log no longer holds; its message names
+    the truncation, not another incarnation of the topic."""
+    end = _epoch_end(detail)
+    epoch = leader_epoch_of(position)
+    error = OffsetOutOfRangeError(
+        topic, partition, int(position), end if end is not None and end >= 0 else None, address
+    )
+    if epoch is None:
+        held = "the leader's epochs do not lead to it"
+    elif end is None or end < 0:
+        held = f"the log knows no leader epoch {epoch}"
+    else:
+        held = f"leader epoch {epoch} ends at offset {end}"
+    error.args = (
+        f"topic {topic!r} partition {partition} on {address}: the log was truncated below next offset "
+        f"{int(position)} ({held}): an unclean leader election or broker restart lost records read "
+        "before it and later records took their offsets; continuing would skip or repeat records",
+    )
+    return error
+
+
+#: Poll timeout of the leader-epoch probe; an answer comes with the first fetch (~20 ms measured).
+EPOCH_PROBE_POLL = 0.05
+
+
+def epoch_end_offsets(
+    settings: KafkaSettings, topic: str, positions: Mapping[int, NextOffset]
+) -> dict[int, int]:
+    """For each position whose log no longer holds its leader epoch up to it, where that epoch ends
+    (-1: the log knows no such epoch); the :data:`~statesnap.checkpoint.selection.EpochEnds` of a
+    restore. One consumer assigned at every position with its epoch: librdkafka asks the leader
+    (OffsetForLeaderEpoch) and either fetches (the log is intact there: absent from the answer) or
+    reports a truncation. Partitions undecided within ``settings.timeout`` are absent too (the
+    restore's own reader is asked the same question); nothing is committed.
+
+    Measured on Apache Kafka 4.1.1: one probe ~40 ms, truncation reported within ~20 ms."""
+    if not positions:
+        return {}
+    found: dict[int, int] = {}
+    pending = set(positions)
+    consumer = new_consumer(
+        settings,
+        **{
+            "group.id": f"statesnap-reader-{topic}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "error",
+            "fetch.wait.max.ms": FETCH_WAIT_MS,
+            "fetch.queue.backoff.ms": 5,
+        },
+    )
+    deadline = time.monotonic() + settings.timeout
+    try:
+        consumer.assign([assignment(topic, p, off) for p, off in sorted(positions.items())])
+        while pending and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, EPOCH_PROBE_POLL):
+                err, p = msg.error(), msg.partition()
+                if p not in pending:
+                    continue
+                if err is None or err.code() == RdKafkaError._PARTITION_EOF:
+                    pending.discard(p)
+                elif err.code() in (RdKafkaError._AUTO_OFFSET_RESET, RdKafkaError._LOG_TRUNCATION):
+                    pending.discard(p)  # out of range by offsets alone: judged elsewhere
+                    if "truncation" in err.str().lower():
+                        end = _epoch_end(err.str())
+                        found[p] = -1 if end is None or end < 0 else end
+    except KafkaException as e:
+        log.warning(
+            "cannot ask %s where the leader epochs of %r end: %s", settings.bootstrap_servers, topic, e
+        )
+    finally:
+        consumer.close()
+    if pending:
+        log.info(
+            "no answer within %gs on where the leader epochs of %r partitions %s end; judged by offsets",
+            settings.timeout,
+            topic,
+            sorted(pending),
+        )
+    return found

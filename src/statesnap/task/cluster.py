@@ -4,7 +4,10 @@ A restore decision (:mod:`statesnap.checkpoint.selection`) needs the cluster's i
 partitions and settings, each partition's first offset, its true end and the topic's ID. Both
 engines get them here, so a checkpoint of another incarnation of the topic (deleted and recreated)
 is recognised in one place — by topic ID where the broker reports one, else by a checkpoint that
-resumes past a partition's end — before anything is loaded or read.
+resumes past a partition's end — before anything is loaded or read. The state also carries the
+way to ask where a checkpoint's leader epochs end (KIP-320), asked only of a checkpoint whose
+epoch is not the one at the log's end: a log truncated below it by an unclean leader election is
+told apart even once new records carried the end past it.
 
 Ends are found by partition EOF (the dev broker under-reports high watermarks; EOF is exact on
 every broker), starting from the reported high watermark, so on Apache Kafka the probe is one
@@ -16,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 
 from statesnap.checkpoint.selection import TopicState
 from statesnap.errors import ConfigError
@@ -23,7 +27,7 @@ from statesnap.kafka.admin import KafkaAdmin, TopicInfo, log_start_offsets
 from statesnap.kafka.backlog import high_watermarks
 from statesnap.kafka.config import KafkaSettings
 from statesnap.kafka.identity import topic_id
-from statesnap.kafka.reader import ChangelogReader
+from statesnap.kafka.reader import ChangelogReader, epoch_end_offsets
 from statesnap.task.options import StaticShare
 
 __all__ = ["END_PROBE_POLL", "END_PROBE_SETTLE", "ClusterFacts", "cluster_facts", "log_ends"]
@@ -51,6 +55,8 @@ class ClusterFacts:
 
 def log_ends(settings: KafkaSettings, topic: str, reported: Mapping[int, int]) -> dict[int, int]:
     """The true end of each partition: read from its *reported* high watermark to partition EOF.
+    An end the probe read a record (or transaction marker) before carries that record's leader
+    epoch (a :class:`~statesnap.checkpoint.manifest.NextOffset`).
 
     Bounded by ``settings.timeout`` of silence (the reader's stall check) and
     :data:`END_PROBE_SETTLE` of constant traffic."""
@@ -105,5 +111,6 @@ def cluster_facts(
         info.delete_retention_ms,
         ends,
         topic_id(settings, topic) if checkpointed else None,
+        partial(epoch_end_offsets, settings, topic) if checkpointed else None,
     )
     return ClusterFacts(cluster_id, info, state)
