@@ -11,7 +11,6 @@ partition's batch the writes reach the store in one ``apply``, with the task's s
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +18,14 @@ from typing import Any
 from statesnap.errors import HandlerError
 from statesnap.processor.buffer import WriteBuffer
 from statesnap.processor.context import ProcessorContext, Record
-from statesnap.processor.keyspace import WINDOW_BYTES, partition_prefix, window_start_of
+from statesnap.processor.keyspace import (
+    WINDOW_BYTES,
+    partition_prefix,
+    stream_time_key,
+    stream_time_of,
+    stream_time_value,
+    window_start_of,
+)
 from statesnap.processor.outputs import Outputs
 from statesnap.processor.stores import Cursor, KeyValueStore, StoreSpec, WindowStore
 from statesnap.processor.windows import Windows
@@ -28,7 +34,7 @@ from statesnap.serde import Serde
 from statesnap.stores import StateStore
 from statesnap.stores.base import KafkaMessage
 
-__all__ = ["META_STORE", "Handler", "ProcessorHandler", "Punctuation", "Punctuator"]
+__all__ = ["Handler", "ProcessorHandler", "Punctuation", "Punctuator"]
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +43,6 @@ Handler = Callable[[Record, ProcessorContext], None]
 #: A punctuator: called with the context when stream time crosses a multiple of its period.
 Punctuator = Callable[[ProcessorContext], None]
 
-#: The task's own bookkeeping store (user store names start with a letter or digit): the stream
-#: time per partition, checkpointed with the stores so a restore resumes the same clock.
-META_STORE = "_statesnap"
-_STREAM_TIME = b"stream_time"
-_BE64 = struct.Struct(">q")
 #: Seconds a commit point waits for emitted records to be delivered.
 OUTPUT_FLUSH_TIMEOUT = 30.0
 
@@ -105,8 +106,7 @@ class ProcessorHandler:
 
     def stream_time(self, partition: int) -> int:
         """The partition's stream time as the store holds it (-1 before any timestamp)."""
-        raw = self.store.get(partition_prefix(META_STORE, partition) + _STREAM_TIME)
-        return -1 if raw is None else int(_BE64.unpack(raw)[0])
+        return stream_time_of(self.store.get(stream_time_key(partition)))
 
     def apply(self, partition: int, messages: Sequence[KafkaMessage], changes: list[Change] | None) -> None:
         del changes  # processors have no on_update hook: handlers see every record
@@ -152,9 +152,7 @@ class ProcessorHandler:
                 cursor.active = False
         self.processed += len(messages)
         if stream_time != started:
-            buffer.put(
-                partition_prefix(META_STORE, partition) + _STREAM_TIME, _BE64.pack(stream_time), offset, ts
-            )
+            buffer.put(stream_time_key(partition), stream_time_value(stream_time), offset, ts)
             buffer.accept()
         buffer.apply(partition)
         if offset >= 0:

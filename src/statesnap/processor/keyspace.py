@@ -23,6 +23,7 @@ import struct
 from statesnap.errors import ConfigError
 
 __all__ = [
+    "META_STORE",
     "PARTITION_BYTES",
     "WINDOW_BYTES",
     "check_store_name",
@@ -30,6 +31,9 @@ __all__ = [
     "partition_prefix",
     "split_key",
     "store_prefix",
+    "stream_time_key",
+    "stream_time_of",
+    "stream_time_value",
     "window_bytes",
     "window_start_of",
 ]
@@ -40,6 +44,10 @@ WINDOW_BYTES = 8
 _BE32 = struct.Struct(">I")
 _BE64 = struct.Struct(">Q")
 _OFFSET_BINARY = 1 << 63  # signed milliseconds → unsigned, so byte order is time order
+_SIGNED64 = struct.Struct(">q")
+#: The task's own bookkeeping store (user store names start with a letter or digit): the stream
+#: time per partition, checkpointed with the stores so a restore resumes the same clock.
+META_STORE = "_statesnap"
 
 
 def check_store_name(name: str) -> str:
@@ -79,3 +87,17 @@ def split_key(stored: bytes) -> tuple[str, int, bytes]:
     if not sep or len(tail) < PARTITION_BYTES:
         raise ValueError(f"not a processor store key: {stored[:40]!r}")
     return name.decode(), int(_BE32.unpack(tail[:PARTITION_BYTES])[0]), tail[PARTITION_BYTES:]
+
+
+def stream_time_key(partition: int) -> bytes:
+    """Where a partition's stream time is kept (in the task's keyspace, so it is checkpointed)."""
+    return partition_prefix(META_STORE, partition) + b"stream_time"
+
+
+def stream_time_value(stream_time: int) -> bytes:
+    return _SIGNED64.pack(stream_time)
+
+
+def stream_time_of(raw: bytes | None) -> int:
+    """A stored stream time; -1 (before any timestamp) when none is stored."""
+    return -1 if raw is None else int(_SIGNED64.unpack(raw)[0])

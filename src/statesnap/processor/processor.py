@@ -38,6 +38,7 @@ from statesnap.blob import BlobStore
 from statesnap.checkpoint import CheckpointManifest
 from statesnap.durations import parse_duration
 from statesnap.errors import ConfigError, TableStateError
+from statesnap.processor.aggregations import Aggregations
 from statesnap.processor.handler import Handler, ProcessorHandler, Punctuation
 from statesnap.processor.outputs import Outputs
 from statesnap.processor.stores import StoreReader, StoreSpec
@@ -56,7 +57,7 @@ log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class Processor:
+class Processor(Aggregations):
     """A stateful processor over one input topic: handlers, named stores, outputs.
 
     One task per input partition (all of them, a :class:`StaticShare`, or a consumer group's

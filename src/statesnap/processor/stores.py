@@ -19,6 +19,8 @@ from statesnap.processor.keyspace import (
     WINDOW_BYTES,
     check_store_name,
     partition_prefix,
+    stream_time_key,
+    stream_time_of,
     window_bytes,
     window_start_of,
 )
@@ -222,6 +224,14 @@ class StoreReader(Mapping[Any, Any]):
         self.value_serde = value_serde
         self._store = store
         self._prefixes = [partition_prefix(spec.name, p) for p in partitions]
+        self._clocks = {
+            prefix: stream_time_key(p) for prefix, p in zip(self._prefixes, partitions, strict=True)
+        }
+
+    def _stream_time(self, prefix: bytes) -> int:
+        """The partition's stream time now: its windows past retention read as absent (a commit
+        point deletes them; until then they must not show either)."""
+        return stream_time_of(self._store.get(self._clocks[prefix]))
 
     def _raw_keys(self, key: Any) -> list[bytes]:
         if self.spec.window is not None:
@@ -233,8 +243,11 @@ class StoreReader(Mapping[Any, Any]):
 
     def get_raw(self, key: Any) -> bytes | None:
         """The stored value bytes of *key* (None when absent)."""
-        for raw in self._store.get_many(self._raw_keys(key)):
+        window = self.spec.window
+        for prefix, raw in zip(self._prefixes, self._store.get_many(self._raw_keys(key)), strict=True):
             if raw is not None:
+                if window is not None and window.expired(int(key[1]), self._stream_time(prefix)):
+                    return None
                 return raw
         return None
 
@@ -247,9 +260,14 @@ class StoreReader(Mapping[Any, Any]):
     def raw_items(self) -> Iterator[tuple[bytes, bytes]]:
         """(stored key, value bytes) in key order per partition: a window store's stored key is
         the 8-byte window start followed by the key."""
+        window = self.spec.window
         for prefix in self._prefixes:
+            stream_time = self._stream_time(prefix)
             for stored, value in self._store.scan(prefix=prefix):
-                yield stored[len(prefix) :], value
+                rest = stored[len(prefix) :]
+                if window is not None and window.expired(window_start_of(rest), stream_time):
+                    continue
+                yield rest, value
 
     def _decode_key(self, stored: bytes) -> Any:
         if self.spec.window is not None:
