@@ -97,6 +97,9 @@ class ProcessorHandler:
         self.context = ProcessorContext(self.cursor, views, window_views, outputs)
         self.processed = 0
         self.dead_lettered = 0
+        #: The input positions (next offsets) applied so far: what exactly-once outputs commit
+        #: as the group's offsets. The task sets it; its reader owns them.
+        self.positions: Callable[[], Mapping[int, int]] = dict
         #: Per partition: (offset, timestamp) of the last record handled (expiry tombstones'
         #: origin), and partitions whose expired windows must leave the next checkpoint's files.
         self._last: dict[int, tuple[int, int]] = {}
@@ -113,6 +116,12 @@ class ProcessorHandler:
         cursor, buffer, outputs = self.cursor, self.buffer, self.outputs
         handlers, context, topic = self.handlers, self.context, self.topic
         kdes, vdes = self.key_serde.deserialize, self.value_serde.deserialize
+        if outputs.failure is not None:  # outputs that never committed: the state must not move on
+            raise outputs.failure
+        if outputs.due():  # the positions and the producer hold exactly the batches before this one
+            outputs.commit(self.positions(), OUTPUT_FLUSH_TIMEOUT)
+        # Exactly-once restore: below this offset the outputs are committed, re-process for state only.
+        until = outputs.replay_until.get(partition, -1)
         cursor.partition = partition
         started = stream_time = self.stream_time(partition)
         offset = ts = -1
@@ -123,6 +132,9 @@ class ProcessorHandler:
             before = stream_time
             stream_time = max(stream_time, ts)
             offset = message.offset()
+            if until >= 0:
+                outputs.suppressed = offset < until
+                outputs.suppressed_records += outputs.suppressed
             cursor.offset, cursor.timestamp, cursor.stream_time = offset, ts, stream_time
             cursor.active = True
             try:
@@ -150,6 +162,8 @@ class ProcessorHandler:
                     self._punctuate(before, stream_time)
             finally:
                 cursor.active = False
+        if until >= 0:
+            outputs.suppressed = False
         self.processed += len(messages)
         if stream_time != started:
             buffer.put(stream_time_key(partition), stream_time_value(stream_time), offset, ts)
@@ -209,7 +223,12 @@ class ProcessorHandler:
 
     def commit_point(self) -> None:
         self._expire_windows()
-        self.outputs.flush(OUTPUT_FLUSH_TIMEOUT)
+        self.commit_outputs()
+
+    def commit_outputs(self) -> None:
+        """Deliver what was emitted (exactly-once: commit it with the input positions) — before
+        any checkpoint may claim those positions."""
+        self.outputs.commit(self.positions(), OUTPUT_FLUSH_TIMEOUT)
 
     def _expire_windows(self) -> None:
         """Delete windows past retention, oldest first (a window store's keys sort by start)."""

@@ -46,16 +46,26 @@ class Outputs:
         self.pending: list[_Emitted] = []
         #: Re-processing inputs whose outputs are already committed (exactly-once restore).
         self.suppressed = False
+        #: Per input partition, the offset below which outputs are already committed: records
+        #: below it are re-processed for their state only (exactly-once restore; empty otherwise).
+        self.replay_until: dict[int, int] = {}
+        #: Records re-processed with emission suppressed.
+        self.suppressed_records = 0
+        #: Set when outputs can no longer be committed (exactly-once): the processor must stop.
+        self.failure: OutputError | None = None
         self.emitted = 0
         self._failure: str | None = None
 
     @property
     def producer(self) -> Any:
         if self._producer is None:
-            self._producer = new_producer(
-                self.settings, **{"linger.ms": 5, "enable.idempotence": True, **self._config}
+            self._producer = self._new_producer(
+                **{"linger.ms": 5, "enable.idempotence": True, **self._config}
             )
         return self._producer
+
+    def _new_producer(self, **config: Any) -> Any:
+        return new_producer(self.settings, **config)
 
     def emit(
         self,
@@ -137,6 +147,16 @@ class Outputs:
             raise OutputError(
                 f"{left} emitted record(s) not delivered within {timeout:.3g}s (is the broker reachable?)"
             )
+
+    def due(self) -> bool:
+        """Whether outputs must be committed before the next batch (a long-open transaction)."""
+        return False
+
+    def commit(self, positions: Mapping[int, int], timeout: float) -> None:
+        """A commit point: at least once, every emitted record is delivered (*positions*, the
+        input offsets applied so far, matter only to exactly-once outputs)."""
+        del positions
+        self.flush(timeout)
 
     def close(self) -> None:
         if self._producer is not None:

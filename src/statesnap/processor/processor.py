@@ -43,6 +43,7 @@ from statesnap.processor.handler import Handler, ProcessorHandler, Punctuation
 from statesnap.processor.outputs import Outputs
 from statesnap.processor.stores import StoreReader, StoreSpec
 from statesnap.processor.task import ProcessorTask
+from statesnap.processor.transactions import TransactionalOutputs, offsets_group_of, transactional_id_of
 from statesnap.python.consuming import TAIL_POLL, RecordHandler
 from statesnap.python.reads import SerdeName, SerdeOf
 from statesnap.serde import SchemaRegistry, Serde, resolve_serde
@@ -81,6 +82,7 @@ class Processor(Aggregations):
         partitions: Collection[int] | StaticShare | None = None,
         group: str | GroupOptions | None = None,
         dead_letter_topic: str | None = None,
+        exactly_once: bool = False,
     ) -> None:
         """
         Args:
@@ -100,6 +102,11 @@ class Processor(Aggregations):
             dead_letter_topic: where records a handler fails on go (with ``statesnap.error`` and
                 origin headers) instead of stopping the processor; their store writes and emitted
                 records are dropped.
+            exactly_once: emitted records and the input offsets commit in one Kafka transaction
+                per commit point (a stable ``transactional.id`` per task; offsets of the group
+                ``statesnap-<name>``); a restart re-processes the records between the checkpoint
+                and those offsets for their state only. Readers use ``read_committed``; the
+                broker must implement transactions. Not with ``group`` (yet).
         """
         topics = [inputs] if isinstance(inputs, str) else list(inputs)
         if len(topics) != 1:
@@ -121,6 +128,12 @@ class Processor(Aggregations):
         )
         self._schema_registry = schema_registry_url
         self.dead_letter_topic = dead_letter_topic
+        if exactly_once and group is not None:
+            raise ConfigError(
+                f"processor {name!r}: exactly_once=True with a consumer group is not supported yet; "
+                "give partitions= (all, a list or a StaticShare) instead"
+            )
+        self.exactly_once = exactly_once
         self._handlers: list[Handler] = []
         self._punctuations: list[Punctuation] = []
         self._table_options: dict[str, Any] = {
@@ -228,13 +241,31 @@ class Processor(Aggregations):
 
         def make_handler(task: ProcessorTask) -> RecordHandler:
             if self._outputs is None:
-                self._outputs = Outputs(task.settings, self.key_serde, self.value_serde)
+                self._outputs = (
+                    TransactionalOutputs(
+                        task.settings,
+                        self.key_serde,
+                        self.value_serde,
+                        topic=self.inputs[0],
+                        group_id=offsets_group_of(self.name),
+                    )
+                    if self.exactly_once
+                    else Outputs(task.settings, self.key_serde, self.value_serde)
+                )
             return self.handler_for(task.store, self._outputs)
+
+        def fence(task: ProcessorTask) -> None:
+            """Before the restore: fence the previous incarnation, learn which outputs committed."""
+            assert isinstance(self._outputs, TransactionalOutputs)
+            self._outputs.open(
+                transactional_id_of(self.name, task.task_id, task.wanted_partitions), task.settings.timeout
+            )
 
         self._task = ProcessorTask(
             self.inputs[0],
             make_handler=make_handler,
             describes=self.describe(),
+            on_start=fence if self.exactly_once else None,
             background=background,
             **settings_source,
         )

@@ -8,19 +8,25 @@ checkpoints, snapshots, GC, consumer groups — a processor task does through th
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Any
 
 from statesnap.checkpoint import CheckpointManifest
+from statesnap.errors import OutputError
+from statesnap.processor.handler import ProcessorHandler
 from statesnap.python.consuming import RecordHandler
 from statesnap.python.table import Table
+from statesnap.task.lifecycle import TaskPhase
 from statesnap.task.opening import OpenedTask
+from statesnap.task.restore import ProgressCallback, RestoreReport
 
 __all__ = ["ProcessorTask"]
 
 
 class ProcessorTask(Table[bytes, bytes]):
     """A processor's task. *make_handler* builds the handler for the task's (current) store;
-    *describes* goes into every manifest it writes (inputs, stores)."""
+    *describes* goes into every manifest it writes (inputs, stores); *on_start* runs before the
+    restore (exactly-once outputs fence the previous incarnation and read the committed offsets)."""
 
     def __init__(
         self,
@@ -28,14 +34,61 @@ class ProcessorTask(Table[bytes, bytes]):
         *,
         make_handler: Callable[[ProcessorTask], RecordHandler],
         describes: Mapping[str, Any],
+        on_start: Callable[[ProcessorTask], None] | None = None,
         **table_options: Any,
     ) -> None:
         self._make_handler = make_handler
         self._describes = dict(describes)
+        self._on_start = on_start
         super().__init__(topic, **table_options)
 
     def _new_handler(self) -> RecordHandler:
-        return self._make_handler(self)
+        handler = self._make_handler(self)
+        if isinstance(handler, ProcessorHandler):
+            handler.positions = self.input_positions
+        return handler
+
+    def input_positions(self) -> Mapping[int, int]:
+        """The next offset to consume per input partition, of what the handler applied."""
+        return {} if self._reader is None else self._reader.positions
+
+    def start(self, *, progress: ProgressCallback | None = None) -> RestoreReport:
+        if self._on_start is not None and self._state is TaskPhase.NEW:
+            self._on_start(self)
+        return super().start(progress=progress)
+
+    def _maybe_commit(self) -> None:
+        """A commit point's failed checkpoint is retried later, but outputs that failed to commit
+        (an aborted transaction) stop the task: its state is past them."""
+        super()._maybe_commit()
+        failure = self._outputs_failure()
+        if failure is not None:
+            self._thread_error = failure
+            raise failure
+
+    def _outputs_failure(self) -> BaseException | None:
+        handler = self._handler
+        return handler.outputs.failure if isinstance(handler, ProcessorHandler) else None
+
+    def close(self, *, checkpoint: bool = True, timeout: str | float | timedelta | None = "30s") -> None:
+        """A clean close commits the outputs, with a checkpoint or without one (no checkpoint
+        store: exactly-once outputs are still committed with their offsets)."""
+        handler = self._handler
+        if (
+            checkpoint
+            and self._state is TaskPhase.RUNNING
+            and self._thread_error is None
+            and self._reader is not None
+            and isinstance(handler, ProcessorHandler)
+            and handler.outputs.failure is None
+        ):
+            try:
+                with self._lock:
+                    handler.commit_outputs()
+            except OutputError:
+                super().close(checkpoint=False, timeout=timeout)
+                raise
+        super().close(checkpoint=checkpoint and self._outputs_failure() is None, timeout=timeout)
 
     @property
     def handler(self) -> RecordHandler:

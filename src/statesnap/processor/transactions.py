@@ -1,0 +1,238 @@
+"""Exactly-once outputs: a processor's emitted records and its input offsets in one Kafka transaction.
+
+Per commit point (:meth:`TransactionalOutputs.commit`), in this order: flush the records emitted
+since the last one, add the input positions to the transaction as the offsets of the processor's
+consumer group, commit the transaction. Only then may a checkpoint claim those positions, so a
+checkpoint's offsets C never pass the group's committed offsets K.
+
+On start (:meth:`TransactionalOutputs.open`): ``init_transactions`` with the task's stable
+``transactional.id`` fences the previous incarnation (a zombie's open transaction is aborted),
+then K is read with ``read_committed``. Records in [C, K) are re-processed for their state only:
+their outputs are already committed (``Outputs.replay_until``). A transaction that fails to
+commit is aborted and the processor stops (its state is past outputs that never committed);
+a restart re-processes from the checkpoint.
+
+Readers of the output topics must consume with ``isolation.level=read_committed``. The dev
+broker (Tansu) shows aborted records to such readers: exactly-once needs a broker that
+implements transactions (Apache Kafka).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+from confluent_kafka import KafkaException, TopicPartition
+
+from statesnap.errors import OutputError
+from statesnap.kafka.clients import new_consumer
+from statesnap.kafka.config import KafkaSettings
+from statesnap.processor.outputs import Outputs
+from statesnap.serde import Serde
+
+__all__ = ["TRANSACTION_TIMEOUT_MS", "TransactionalOutputs", "offsets_group_of", "transactional_id_of"]
+
+log = logging.getLogger(__name__)
+
+#: The broker aborts a transaction left open this long (a zombie that stopped mid-way).
+TRANSACTION_TIMEOUT_MS = 60_000
+#: A transaction open this long is committed between batches, even during catch-up (where no
+#: commit point runs), well before the broker's timeout would abort it.
+MAX_OPEN_SECONDS = 10.0
+
+
+def offsets_group_of(processor: str) -> str:
+    """The consumer group whose committed offsets mark a processor's committed outputs."""
+    return f"statesnap-{processor}"
+
+
+def transactional_id_of(processor: str, task_id: str, partitions: tuple[int, ...] | None) -> str:
+    """Stable per task: the same processor task, restarted, gets the same id and so fences its
+    previous incarnation; two tasks owning different partitions never fence each other."""
+    owned = "" if partitions is None else "-p" + "-".join(map(str, partitions))
+    return f"statesnap-{processor}-{task_id}{owned}"
+
+
+def _error_of(e: KafkaException) -> Any:
+    return e.args[0] if e.args else None
+
+
+class TransactionalOutputs(Outputs):
+    """Outputs in one transaction per commit point, with the input offsets."""
+
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        key_serde: Serde,
+        value_serde: Serde,
+        *,
+        topic: str,
+        group_id: str,
+        producer_config: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(settings, key_serde, value_serde, producer_config=producer_config)
+        self.topic = topic
+        self.group_id = group_id
+        self.transactional_id: str | None = None
+        self._group: Any = None  # a consumer of the group, never subscribed: its metadata, offsets
+        self._in_transaction = False
+        self._began = 0.0
+        #: Per partition the offset last committed (never moves back, even during a replay).
+        self._committed: dict[int, int] = {}
+        self.transactions = 0
+
+    @property
+    def producer(self) -> Any:
+        if self._producer is None:
+            if self.transactional_id is None:
+                raise OutputError("exactly-once outputs used before open() gave them a transactional.id")
+            self._producer = self._new_producer(
+                **{
+                    "linger.ms": 5,
+                    "enable.idempotence": True,
+                    "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+                    **self._config,
+                    "transactional.id": self.transactional_id,
+                }
+            )
+        return self._producer
+
+    def open(self, transactional_id: str, timeout: float) -> dict[int, int]:
+        """Fence the task's previous incarnation, then read the group's committed offsets K of
+        the input (read_committed: an open transaction's offsets are not K). Returns K; records
+        below it emit nothing when re-processed."""
+        self.transactional_id = transactional_id
+        producer = self.producer
+        try:
+            producer.init_transactions(timeout)
+        except KafkaException as e:
+            raise OutputError(
+                f"exactly-once outputs: init_transactions({transactional_id!r}) failed: {_error_of(e)} "
+                "(does the broker implement transactions? is the cluster reachable?)"
+            ) from None
+        self._group = new_consumer(
+            self.settings,
+            **{"group.id": self.group_id, "isolation.level": "read_committed", "enable.auto.commit": False},
+        )
+        committed = self._read_committed(timeout)
+        self._committed = dict(committed)
+        self.replay_until = dict(committed)
+        log.info(
+            "exactly-once outputs %s: group %s committed %s; re-processing below emits nothing",
+            transactional_id,
+            self.group_id,
+            committed or "nothing",
+        )
+        return committed
+
+    def _read_committed(self, timeout: float) -> dict[int, int]:
+        meta = self._group.list_topics(self.topic, timeout=timeout)
+        described = meta.topics.get(self.topic)
+        if described is None or described.error is not None:
+            return {}
+        wanted = [TopicPartition(self.topic, p) for p in sorted(described.partitions)]
+        try:
+            got = self._group.committed(wanted, timeout=timeout)
+        except KafkaException as e:
+            raise OutputError(
+                f"exactly-once outputs: reading group {self.group_id!r}'s committed offsets failed: "
+                f"{_error_of(e)}"
+            ) from None
+        return {tp.partition: tp.offset for tp in got if tp.error is None and tp.offset >= 0}
+
+    def _produce(
+        self,
+        producer: Any,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None,
+        ts: int,
+    ) -> None:
+        if self.failure is not None:
+            raise self.failure
+        if not self._in_transaction:
+            self._begin(producer)
+        super()._produce(producer, topic, key, value, headers, ts)
+
+    def _begin(self, producer: Any) -> None:
+        try:
+            producer.begin_transaction()
+        except KafkaException as e:
+            self._fail(f"begin_transaction failed: {_error_of(e)}")
+        self._in_transaction = True
+        self._began = time.monotonic()
+
+    def due(self) -> bool:
+        return self._in_transaction and time.monotonic() - self._began > MAX_OPEN_SECONDS
+
+    def commit(self, positions: Mapping[int, int], timeout: float) -> None:
+        """Flush, add *positions* (next offsets to consume) as the group's offsets, commit.
+        Nothing to do when nothing was emitted and no position moved. A failure aborts the
+        transaction and raises :class:`OutputError`; the outputs then stay failed."""
+        if self.failure is not None:
+            raise self.failure
+        offsets = {p: max(int(o), self._committed.get(p, 0)) for p, o in positions.items()}
+        if not self._in_transaction and all(self._committed.get(p) == o for p, o in offsets.items()):
+            return
+        producer = self.producer
+        if not self._in_transaction:
+            self._begin(producer)
+        deadline = time.monotonic() + timeout
+        try:
+            self.flush(timeout)
+        except OutputError as e:
+            self._abort(str(e))
+        tps = [TopicPartition(self.topic, p, o) for p, o in sorted(offsets.items())]
+        try:
+            producer.send_offsets_to_transaction(
+                tps, self._group.consumer_group_metadata(), max(0.0, deadline - time.monotonic())
+            )
+            while True:
+                try:
+                    producer.commit_transaction(max(0.0, deadline - time.monotonic()))
+                    break
+                except KafkaException as e:
+                    error = _error_of(e)
+                    if error is None or not error.retriable() or time.monotonic() >= deadline:
+                        raise
+        except KafkaException as e:
+            self._abort(f"commit failed: {_error_of(e)}")
+        self._in_transaction = False
+        self._committed.update(offsets)
+        self.transactions += 1
+
+    def _abort(self, reason: str) -> NoReturn:
+        """Abort the open transaction (its records never reach read_committed readers) and fail."""
+        try:
+            self._producer.abort_transaction(10.0)
+        except KafkaException as e:
+            log.warning("exactly-once outputs %s: abort failed too: %s", self.transactional_id, _error_of(e))
+        self._in_transaction = False
+        self._fail(f"{reason}; the transaction was aborted")
+
+    def _fail(self, reason: str) -> NoReturn:
+        self.failure = OutputError(
+            f"exactly-once outputs {self.transactional_id!r}: {reason}; the processor stops (a restart "
+            "re-processes from its checkpoint)"
+        )
+        raise self.failure
+
+    def close(self) -> None:
+        """Abort what no commit point committed (a restart re-processes those records), close."""
+        producer, self._producer = self._producer, None
+        try:
+            if producer is not None and self._in_transaction:
+                self._in_transaction = False
+                try:
+                    producer.abort_transaction(10.0)
+                except KafkaException as e:
+                    log.warning(
+                        "exactly-once outputs %s: abort at close: %s", self.transactional_id, _error_of(e)
+                    )
+        finally:
+            if self._group is not None:
+                self._group.close()
+                self._group = None
