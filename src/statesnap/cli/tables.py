@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 import click
 
 from statesnap.checkpoint import RetentionPolicy
+from statesnap.cli.dumping import (
+    SERDES,
+    StoreDumpRequest,
+    TableDigest,
+    check_dump_flags,
+    check_store_flags,
+    dump_store,
+    printed_field,
+)
 from statesnap.cli.interrupts import Interrupted, shutdown_timeout_option, stop_on_signals
 from statesnap.cli.options import (
     bootstrap_option,
@@ -38,12 +45,21 @@ from statesnap.materialize import Engine, FollowOptions, SparkOptions, Stage
 from statesnap.materialize import materialize as materialize_table
 from statesnap.materialize.python_run import Restorable, restore_with_progress
 from statesnap.python.follower import ReadOnlyTable
+from statesnap.serde import resolve_serde
 from statesnap.task.options import CheckpointOptions, GroupOptions, SnapshotOptions, StaticShare, StoreOptions
 from statesnap.task.restore import RestoreReport
 
 __all__ = ["TableDigest", "dump", "materialize", "start_with_progress"]
 
 log = logging.getLogger(__name__)
+
+DUMP_EXAMPLES = """
+\b
+Examples:
+  statesnap dump -b 127.0.0.1:9092 -t orders -c ./ckpt --digest --json
+  statesnap dump --table tally --store balances -c ./ckpt --value-serde json
+  statesnap dump --table tally --store balances -c ./ckpt --generation 7 --no-tail --digest --json
+"""
 
 
 def start_with_progress(table: Restorable, quiet: bool) -> RestoreReport:
@@ -305,9 +321,21 @@ def _cli_session(conf: dict[str, str], quiet: bool, stop: threading.Event | None
     return start
 
 
-@click.command()
-@bootstrap_option
-@topic_option
+@click.command(epilog=DUMP_EXAMPLES)
+@click.option(
+    "--bootstrap-servers",
+    "-b",
+    envvar="STATESNAP_BOOTSTRAP_SERVERS",
+    help="Kafka bootstrap address(es); needed for a table, optional with --store (picks the "
+    "cluster's checkpoints). [env: STATESNAP_BOOTSTRAP_SERVERS]",
+)
+@click.option(
+    "--topic",
+    "-t",
+    envvar="STATESNAP_TOPIC",
+    help="The changelog topic (a processor's input with --store: checked, not needed). "
+    "[env: STATESNAP_TOPIC]",
+)
 @table_option(required=False)
 @click.option(
     "--checkpoints",
@@ -333,8 +361,28 @@ def _cli_session(conf: dict[str, str], quiet: bool, stop: threading.Event | None
     help="With --generation: the table exactly as that snapshot holds it, without replaying later records.",
 )
 @click.option(
-    "--store", type=click.Choice(["auto", "memory", "columnar", "rocksdb"]), default="auto", show_default=True
+    "--store",
+    "store_name",
+    default=None,
+    metavar="STORE",
+    help="Print this store of processor --table instead of a table, as its checkpoint (--generation "
+    "G, else the newest) holds it: a store cannot be tailed without running the handler, so no "
+    "tail is ever replayed. The stores are listed if STORE is not one of them.",
 )
+@click.option(
+    "--state-store",
+    type=click.Choice(["auto", "memory", "columnar", "rocksdb"]),
+    default=None,
+    help="The local store a table is restored into [default: auto].",
+)
+@click.option(
+    "--key-serde",
+    type=click.Choice(SERDES),
+    default="bytes",
+    show_default=True,
+    help="How rows' keys print (bytes: UTF-8 text, else key_b64). The digest is over bytes.",
+)
+@click.option("--value-serde", type=click.Choice(SERDES), default="bytes", show_default=True)
 @click.option("--digest", is_flag=True, help="Print a SHA-256 digest of the table instead of its rows.")
 @storage_options
 @kafka_config_options
@@ -342,15 +390,18 @@ def _cli_session(conf: dict[str, str], quiet: bool, stop: threading.Event | None
 @json_option
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 def dump(
-    bootstrap_servers: str,
-    topic: str,
+    bootstrap_servers: str | None,
+    topic: str | None,
     table: str | None,
     checkpoints: str | None,
     no_checkpoint: bool,
     require_checkpoint: bool,
     generation: int | None,
     no_tail: bool,
-    store: str,
+    store_name: str | None,
+    state_store: str | None,
+    key_serde: str,
+    value_serde: str,
     digest: bool,
     storage_pairs: tuple[str, ...],
     kafka_pairs: tuple[str, ...],
@@ -367,8 +418,32 @@ def dump(
     order, each as len(key):u32be key len(value):u32be value — equal digests, equal tables.
     Rows print as {"key": ..., "value": ...} with UTF-8 text, or {"key_b64": ...} for binary.
     --generation G --no-tail shows the table as snapshot G holds it (a point in time).
+
+    \b
+    --store STORE --table PROCESSOR prints a processor's store as its checkpoint holds it (never
+    tailed), rows with "partition" (window stores: "window_start"/"window_end", epoch ms); the
+    digest covers the stored key bytes (a window store's: the 8-byte window start, then the key).
     """
-    _check_dump_flags(checkpoints, no_checkpoint, require_checkpoint, generation, no_tail)
+    if store_name is not None:
+        name, url = check_store_flags(
+            table=table, checkpoints=checkpoints, no_checkpoint=no_checkpoint, state_store=state_store
+        )
+        kafka = (
+            kafka_settings(bootstrap_servers, kafka_pairs, kafka_files, timeout)
+            if bootstrap_servers
+            else None
+        )
+        request = StoreDumpRequest(
+            name, store_name, url, pairs_to_dict(storage_pairs, "--storage-option"), generation, topic, kafka,
+            key_serde, value_serde,
+        )  # fmt: skip
+        dump_store(request, digest=digest, as_json=as_json)
+        return
+    if not bootstrap_servers:
+        raise click.UsageError("Missing option '--bootstrap-servers' / '-b'.")
+    if not topic:
+        raise click.UsageError("Missing option '--topic' / '-t'.")
+    check_dump_flags(checkpoints, no_checkpoint, require_checkpoint, generation, no_tail)
     settings = kafka_settings(bootstrap_servers, kafka_pairs, kafka_files, timeout)
     options = None
     if checkpoints and not no_checkpoint:
@@ -384,7 +459,7 @@ def dump(
         bootstrap_servers=settings.bootstrap_servers,
         checkpoints=options,
         name=table,
-        store=StoreOptions.of(store),
+        store=StoreOptions.of(state_store or "auto"),
         kafka_config=settings.config,
         timeout=settings.timeout,
         tail=not no_tail,
@@ -399,68 +474,10 @@ def dump(
             )
         else:
             out = sys.stdout
+            ks = None if key_serde == "bytes" else resolve_serde(key_serde)
+            vs = None if value_serde == "bytes" else resolve_serde(value_serde)
             for key, value in sorted(t.raw_items()):
-                out.write(json.dumps({**_field("key", key), **_field("value", value)}) + "\n")
+                row = {**printed_field("key", key, ks), **printed_field("value", value, vs)}
+                out.write(json.dumps(row, default=str) + "\n")
     finally:
         t.close(checkpoint=False)
-
-
-@dataclass(frozen=True, slots=True)
-class TableDigest:
-    """``dump --digest``: the table's key count and digest, and how it was restored."""
-
-    table: str
-    topic: str
-    keys: int
-    digest: str
-    report: RestoreReport
-    offsets: dict[int, int]
-    tail: bool
-
-    def to_json(self) -> dict[str, Any]:
-        report = self.report
-        return {
-            "table": self.table,
-            "topic": self.topic,
-            "keys": self.keys,
-            "digest": self.digest,
-            "checkpoint": report.checkpoint,
-            "replayed_records": report.replayed_records,
-            "restore_seconds": round(report.restore_seconds, 3),
-            "offsets": self.offsets,
-            "tail": self.tail,
-            "skipped": report.to_json()["skipped"],
-        }
-
-    def summary(self) -> str:
-        report = self.report
-        how = "as it is, no tail" if not self.tail else f"replayed {report.replayed_records} records"
-        return (
-            f"{self.keys} keys, digest {self.digest} (checkpoint {report.checkpoint}, "
-            f"{how} in {report.restore_seconds:.2f}s)"
-        )
-
-
-def _check_dump_flags(
-    checkpoints: str | None,
-    no_checkpoint: bool,
-    require_checkpoint: bool,
-    generation: int | None,
-    no_tail: bool,
-) -> None:
-    """Refuse flag combinations that cannot all be honoured, in one line, before any I/O."""
-    if generation is not None and no_checkpoint:
-        raise click.UsageError("--generation restores a checkpoint; it cannot go with --no-checkpoint")
-    if require_checkpoint and (no_checkpoint or not checkpoints):
-        raise click.UsageError("--require-checkpoint needs --checkpoints URL and no --no-checkpoint")
-    if no_tail and generation is None:
-        raise click.UsageError("--no-tail needs --generation G: it shows the table as snapshot G holds it")
-    if generation is not None and not checkpoints:
-        raise click.UsageError("--generation needs --checkpoints URL (the store that holds it)")
-
-
-def _field(name: str, data: bytes) -> dict[str, str]:
-    try:
-        return {name: data.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {f"{name}_b64": base64.b64encode(data).decode()}

@@ -1,0 +1,229 @@
+"""Reading one store of a processor back from its checkpoint: manifest + store name → rows.
+
+The one place that knows how a store's rows sit in a checkpoint's files, used by ``statesnap dump
+--store``, ``statesnap serve --store`` and ``read_table(spark, url, table, store=)``. A processor's
+data files hold every store of a task under one keyspace (:mod:`statesnap.processor.keyspace`);
+reading a store is keeping the rows of its key prefix and taking the prefix off. What a store *is*
+(key-value or window, and the window's size) comes from the manifest's ``writer.processor``, so a
+reader needs neither the processor's code nor a broker.
+
+A store is always read as a checkpoint holds it: unlike a table it cannot be brought up to date
+from the input topic's tail without running the processor's handler.
+
+Rows come as Arrow tables with the columns of :data:`STORE_SCHEMA` (window stores) or
+:data:`KV_SCHEMA`: ``key`` is the user's key bytes, ``stored_key`` what the digest covers (the same
+for a key-value store; the 8-byte window start followed by the key for a window store),
+``window_start``/``window_end`` epoch milliseconds (the window store API's units).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statesnap.blob import BlobStore
+from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, locate_table
+from statesnap.checkpoint.restore import CheckpointSelector, SkippedCheckpoint
+from statesnap.digest import table_digest
+from statesnap.errors import ConfigError
+from statesnap.processor.keyspace import WINDOW_BYTES, partition_prefix
+from statesnap.processor.stores import StoreKind
+
+__all__ = [
+    "KV_SCHEMA",
+    "WINDOW_SCHEMA",
+    "StoreCheckpoint",
+    "StoreInfo",
+    "processor_stores",
+    "read_store",
+    "store_digest",
+    "store_info",
+    "store_rows",
+]
+
+KV_SCHEMA = pa.schema(
+    [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("ms")),
+        ("partition", pa.int32()),
+        ("stored_key", pa.binary()),
+    ]
+)
+WINDOW_SCHEMA = pa.schema(
+    [
+        *KV_SCHEMA,
+        ("window_start", pa.int64()),
+        ("window_end", pa.int64()),
+    ]
+)
+_OFFSET_BINARY = np.uint64(1 << 63)
+
+
+@dataclass(frozen=True, slots=True)
+class StoreInfo:
+    """A store as a manifest describes it: its name, kind and (window stores) window size."""
+
+    name: str
+    kind: StoreKind
+    window_size_ms: int | None = None
+
+    @property
+    def schema(self) -> pa.Schema:
+        return WINDOW_SCHEMA if self.kind is StoreKind.WINDOW else KV_SCHEMA
+
+
+def processor_stores(manifest: CheckpointManifest) -> dict[str, StoreInfo]:
+    """The stores *manifest*'s writer declared (``writer.processor.stores``); a manifest that is
+    not a processor's raises :class:`ConfigError` saying so."""
+    described = manifest.writer.get("processor") if isinstance(manifest.writer, Mapping) else None
+    stores = described.get("stores") if isinstance(described, Mapping) else None
+    if not isinstance(stores, Mapping):
+        raise ConfigError(
+            f"{manifest.table!r} (generation {manifest.generation}) is a table, not a processor: it "
+            "has no stores; read it without --store/store="
+        )
+    out = {}
+    for name, described_store in stores.items():
+        spec = described_store if isinstance(described_store, Mapping) else {}
+        try:
+            kind = StoreKind(str(spec.get("kind", StoreKind.KEY_VALUE.value)))
+        except ValueError:
+            raise ConfigError(
+                f"store {name!r} of {manifest.table!r} is of kind {spec.get('kind')!r}, which this "
+                "version of statesnap cannot read"
+            ) from None
+        window = spec.get("window")
+        size = int(window["size_ms"]) if kind is StoreKind.WINDOW and isinstance(window, Mapping) else None
+        if kind is StoreKind.WINDOW and size is None:
+            raise ConfigError(
+                f"window store {name!r} of {manifest.table!r}: its manifest gives no window size"
+            )
+        out[str(name)] = StoreInfo(str(name), kind, size)
+    return out
+
+
+def store_info(manifest: CheckpointManifest, store: str) -> StoreInfo:
+    """*store* as *manifest* describes it; a name not there raises :class:`ConfigError` listing
+    the stores that are."""
+    stores = processor_stores(manifest)
+    info = stores.get(store)
+    if info is None:
+        shown = ", ".join(sorted(stores)) or "none"
+        raise ConfigError(
+            f"processor {manifest.table!r} has no store {store!r} at generation {manifest.generation} "
+            f"(its stores: {shown})"
+        )
+    return info
+
+
+@dataclass(frozen=True, slots=True)
+class StoreCheckpoint:
+    """One store at one checkpoint: the manifest chosen, the store as it describes it, and the
+    checkpoints skipped on the way (with their reasons)."""
+
+    repo: CheckpointRepository
+    manifest: CheckpointManifest
+    info: StoreInfo
+    skipped: tuple[SkippedCheckpoint, ...] = ()
+
+    @classmethod
+    def open(
+        cls,
+        blob_store: BlobStore,
+        table: str,
+        store: str,
+        *,
+        generation: int | None = None,
+        cluster_id: str | None = None,
+    ) -> StoreCheckpoint:
+        """*store* of processor *table* at *generation* or at the newest usable checkpoint,
+        verified as every reader verifies one (corrupt ones skipped with a warning; none usable →
+        :class:`~statesnap.errors.NoUsableCheckpointError`)."""
+        repo = locate_table(blob_store, table, cluster_id)
+        selector = CheckpointSelector(repo, table, generation, require_checkpoint=True)
+        manifest = selector.newest_verified(None, datetime.now(UTC))
+        assert manifest is not None  # require_checkpoint raises instead
+        return cls(repo, manifest, store_info(manifest, store), tuple(selector.skipped))
+
+    def partitions(self, partitions: Sequence[int] | None = None) -> Iterator[tuple[int, pa.Table]]:
+        """(partition, the store's rows) per partition, files checked as a restore checks them."""
+        return read_store(self.repo, self.manifest, self.info, partitions)
+
+    def skipped_json(self) -> list[dict[str, Any]]:
+        return [{"generation": s.generation, "reason": s.reason} for s in self.skipped]
+
+
+def store_rows(rows: pa.Table, partition: int, info: StoreInfo) -> pa.Table:
+    """The rows of *info*'s store among *rows* (one partition's merged checkpoint rows, columns
+    ``key, value, offset, timestamp``), in :attr:`StoreInfo.schema`. Rows are sorted by key, so
+    a store's rows of one partition are one contiguous range; a mask finds it without a loop."""
+    prefix = partition_prefix(info.name, partition)
+    keys = rows.column("key")
+    mask = pc.equal(pc.binary_slice(keys, 0, len(prefix)), pa.scalar(prefix, pa.binary()))
+    kept = rows.filter(mask)
+    stored = pc.binary_slice(kept.column("key"), len(prefix))
+    columns: dict[str, Any] = {
+        "key": stored,
+        "value": kept.column("value"),
+        "offset": kept.column("offset"),
+        "timestamp": kept.column("timestamp"),
+        "partition": pa.array(np.full(kept.num_rows, partition, np.int32)),
+        "stored_key": stored,
+    }
+    if info.kind is StoreKind.WINDOW:
+        assert info.window_size_ms is not None
+        starts = _window_starts(stored)
+        columns["key"] = pc.binary_slice(stored, WINDOW_BYTES)
+        columns["window_start"] = starts
+        columns["window_end"] = pc.add(starts, info.window_size_ms)
+    return pa.table(columns).cast(info.schema)
+
+
+def _window_starts(stored: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """The first 8 bytes of every stored key as the window start (offset-binary big-endian)."""
+    heads = pc.binary_slice(stored, 0, WINDOW_BYTES)
+    if isinstance(heads, pa.ChunkedArray):
+        heads = heads.combine_chunks() if heads.num_chunks else pa.array([], pa.binary())
+    if len(heads) and pc.min(pc.binary_length(heads)).as_py() < WINDOW_BYTES:
+        bad = next(k for k in heads.to_pylist() if len(k) < WINDOW_BYTES)
+        raise ValueError(f"not a window store key: {bad!r}")
+    fixed = heads.cast(pa.binary(WINDOW_BYTES))
+    if not len(fixed):
+        return pa.array([], pa.int64())
+    data = fixed.buffers()[1]
+    raw = np.frombuffer(data, dtype=">u8", count=len(fixed) + fixed.offset)[fixed.offset :]
+    return pa.array((raw.astype(np.uint64) - _OFFSET_BINARY).astype(np.int64))
+
+
+def read_store(
+    repo: CheckpointRepository,
+    manifest: CheckpointManifest,
+    info: StoreInfo,
+    partitions: Sequence[int] | None = None,
+) -> Iterator[tuple[int, pa.Table]]:
+    """(partition, the store's rows) for every partition of *manifest* (or *partitions*), files
+    verified against the manifest as a restore loads them."""
+    wanted = sorted(manifest.partitions) if partitions is None else list(partitions)
+    for partition, rows in repo.iter_partitions(manifest, wanted):
+        yield partition, store_rows(rows, partition, info)
+
+
+def store_digest(tables: Iterable[pa.Table]) -> tuple[str, int]:
+    """The README's digest (and row count) over the stored key and value bytes of a store's rows:
+    the user's key for a key-value store, window start + key for a window store."""
+
+    def pairs() -> Iterator[tuple[bytes, bytes]]:
+        for table in tables:
+            yield from zip(
+                table.column("stored_key").to_pylist(), table.column("value").to_pylist(), strict=True
+            )
+
+    return table_digest(pairs())
