@@ -47,10 +47,14 @@ import pytest
 
 from integration.conftest import KafkaTool, Rec
 from statesnap import RestoreReport, StaticShare, Table
+from statesnap.checkpoint.manifest import CheckpointManifest
+from statesnap.checkpoint.selection import resume_offsets
 from statesnap.devstack import ApacheKafkaBroker
 from statesnap.devstack.apache import apache_kafka_missing
 from statesnap.devstack.process import LoopbackService
-from statesnap.errors import BrokerUnavailableError, NoUsableCheckpointError
+from statesnap.errors import BrokerUnavailableError, NoUsableCheckpointError, OffsetOutOfRangeError
+from statesnap.kafka.config import KafkaSettings
+from statesnap.kafka.reader import ChangelogReader
 from statesnap.snapshot.api import SnapshotApi
 from statesnap.snapshot.model import SnapshotState
 from statesnap.task.options import CheckpointOptions, SnapshotOptions
@@ -454,74 +458,103 @@ def _torn_tail(broker: RestartableBroker, topic: str, cut: int) -> None:
     os.truncate(segment, segment.stat().st_size - cut)
 
 
-@pytest.mark.long  # two restarts; its refusal part is proven by default for offsets beyond the log
-# end in tests/integration/test_kafka_faults.py, its second part is an xfail
+@pytest.mark.long  # a restart; the epoch checks it proves on a truncated log are proven by default,
+# on a checkpoint whose epoch the log never had, in tests/integration/apache/test_leader_epochs.py
 def test_log_truncation_after_an_unclean_restart(broker: RestartableBroker, tmp_path: Path) -> None:
-    """Apache Kafka 4.1.1, one node: what it takes to truncate a log, and what a checkpoint beyond
-    the truncation does.
+    """Apache Kafka 4.1.1, one node: what it takes to truncate a log, and what checkpoints beyond
+    the truncation do.
 
     A SIGKILL right after acks=1 produces loses nothing (page cache survives a process kill;
     measured: 20 records acknowledged, killed, all 20 there after the restart), so the broker is
     made to truncate the way a power loss would: killed, the last bytes of the active segment
     cut, restarted. Its recovery truncates to the last whole batch and the log end goes back
-    (1,500 bytes of one-record batches: measured 120 → 100). A checkpoint taken at the old end:
+    (1,500 bytes of one-record batches: measured 120 → 100); the restarted leader writes in a new
+    leader epoch (measured 0 → 2). Generation 1 (offset 50) is below the cut, generation 2
+    (offset 120, after a record of epoch 0) beyond it:
 
-    - while the log end is below it, a restore of it fails in one typed line (offsets beyond the
-      partition's end; the reason guesses a recreated topic, truncation is the other cause);
-    - once new records carry the end past it, the offsets look valid again but name other
-      records: ``restore + tail`` should still equal a plain replay. It does not (an xfail
-      below): statesnap keeps no leader epoch with a checkpoint's offsets, so it cannot tell
-      (Kafka's own consumers detect this with OffsetForLeaderEpoch, KIP-320)."""
+    - while the log end is below generation 2, a restore pinned to it fails in one typed line
+      (past the partition's end); an unpinned one skips it as truncated (the topic ID is the
+      checkpoint's, so not another incarnation) and continues from generation 1;
+    - once new records carry the end past it, its offsets look valid again but name other
+      records: the leader epoch it kept says so (the broker holds epoch 0 only up to offset 100,
+      KIP-320): skipped, generation 1 used, ``restore + tail`` equals a plain replay; a reader
+      assigned at generation 2's position (a truncation after the checkpoint was chosen) fails
+      in one line naming the truncation instead of reading past it."""
     broker.ensure_running()
     kafka = KafkaTool(broker.bootstrap_servers)
     topic = kafka.create_topic(f"trunc-{uuid.uuid4().hex[:10]}", 1)
     url = (tmp_path / "cp").as_uri()
-    try:
-        for i in range(120):  # one record per batch: the cut lands on batch boundaries' neighbours
-            kafka.produce(topic, [(0, b"old%d" % i, b"v%d" % i)])
+
+    def checkpoint() -> CheckpointManifest:
         table = Table(topic, bootstrap_servers=broker.bootstrap_servers, checkpoints=url, background=False)
         table.start()
         cp = table.checkpoint()
         table.close(checkpoint=False)
         assert cp is not None
+        return cp
+
+    def restore(generation: int | None = None) -> tuple[RestoreReport, dict[bytes, bytes]]:
+        restored = Table(
+            topic,
+            bootstrap_servers=broker.bootstrap_servers,
+            checkpoints=CheckpointOptions(url, generation=generation),
+            background=False,
+            timeout=STALL,
+        )
+        try:
+            return restored.start(), dict(restored.raw_items())
+        finally:
+            restored.close(checkpoint=False)
+
+    try:
+        for i in range(120):  # one record per batch: the cut lands on batch boundaries' neighbours
+            kafka.produce(topic, [(0, b"old%d" % i, b"v%d" % i)])
+            if i == 49:
+                below = checkpoint()
+        cp = checkpoint()
+        assert below.offsets == {0: 50}
         assert cp.offsets == {0: 120}
+        assert cp.partitions[0].leader_epoch == 0
 
         broker.kill()
         _torn_tail(broker, topic, 1500)
         broker.restart()
         end = _ends(kafka.read_all(topic, [0]))[0]
-        assert end < 120, "the broker's recovery truncated nothing"
+        assert 50 < end < 120, f"the broker's recovery truncated to {end}"
 
-        beyond = Table(
-            topic,
-            bootstrap_servers=broker.bootstrap_servers,
-            checkpoints=CheckpointOptions(url, generation=cp.generation),
-            background=False,
-            timeout=STALL,
-        )
-        try:
-            with pytest.raises(NoUsableCheckpointError, match="past the partition's end"):
-                beyond.start()
-        finally:
-            beyond.close(checkpoint=False)
+        with pytest.raises(NoUsableCheckpointError, match="past the partition's end"):
+            restore(cp.generation)
+        report, got = restore()
+        assert report.checkpoint == below.generation
+        assert "truncated" in report.skipped[0].reason
+        assert got == kafka.truth(kafka.read_all(topic, [0]))
 
         kafka.produce(topic, [(0, b"new%d" % i, b"n%d" % i) for i in range(60)])
         records = kafka.read_all(topic, [0])
         assert _ends(records)[0] > 120  # past the checkpoint again: its offsets look valid
-        restored = Table(topic, bootstrap_servers=broker.bootstrap_servers, checkpoints=url, background=False)
-        try:
-            report = restored.start()
-            got = dict(restored.raw_items())
-        finally:
-            restored.close(checkpoint=False)
-        if report.checkpoint == cp.generation and got != kafka.truth(records):
-            pytest.xfail(
-                "a checkpoint beyond a truncation that new records made look valid is trusted: "
-                "statesnap keeps no leader epoch with its offsets (KIP-320)"
-            )
+        report, got = restore()
+        assert report.checkpoint == below.generation, report.skipped
+        assert [s.generation for s in report.skipped] == [cp.generation]
+        assert f"leader epoch 0 only up to offset {end}" in report.skipped[0].reason
         assert got == kafka.truth(records)
+
+        reader = ChangelogReader(
+            KafkaSettings(broker.bootstrap_servers, {}, STALL), topic, resume_offsets(cp, (0,))
+        )
+        try:
+            with pytest.raises(OffsetOutOfRangeError, match=f"leader epoch 0 ends at offset {end}") as cut:
+                _poll_for(reader, 20)
+            assert "\n" not in str(cut.value)
+        finally:
+            reader.close()
     finally:
         kafka.close()
+
+
+def _poll_for(reader: ChangelogReader, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        reader.poll(0.1)
 
 
 def test_a_restore_whose_broker_stays_down_fails_in_one_line_naming_it(broker: RestartableBroker) -> None:
