@@ -23,7 +23,7 @@ faults:  ## Fault-injection suite, long mode (more kills, S3 corruptions, Spark 
 	STATESNAP_FAULTS=long STATESNAP_LONG=1 $(VENV)/python -m pytest tests/faults
 
 lint:  ## ruff + mypy
-	$(VENV)/ruff check src tests benchmarks
+	$(VENV)/ruff check src tests benchmarks examples
 	$(VENV)/mypy
 
 bench:  ## Restore benchmark (prints a table)
