@@ -61,7 +61,8 @@ def test_running_tally(kafka: KafkaTool, tmp_path: Path) -> None:
     run_example("tally", kafka, tmp_path)
     produce(kafka, "payments", payments[30:])
     run_example("tally", kafka, tmp_path)  # restores the first run's checkpoint, then the tail
-    expected, balances = [], {}
+    expected: list[tuple[str, Any]] = []
+    balances: dict[str, int] = {}
     for key, value, _ in payments:
         balances[key] = balances.get(key, 0) + value["amount"]
         expected.append((key, balances[key]))
@@ -71,7 +72,7 @@ def test_running_tally(kafka: KafkaTool, tmp_path: Path) -> None:
 def test_operations_validator(kafka: KafkaTool, tmp_path: Path) -> None:
     for topic in ("operations", "operations-valid", "operations-rejected"):
         kafka.create_topic(topic, 1)
-    ops = [
+    ops: list[tuple[str, dict[str, Any]]] = [
         ("a", {"op": "deposit", "amount": 5}),  # not open
         ("a", {"op": "open"}),
         ("a", {"op": "deposit", "amount": 5}),
@@ -100,7 +101,9 @@ def test_windowed_count_with_retention(kafka: KafkaTool, tmp_path: Path) -> None
 
     kafka.create_topic("views", 1)
     minute = 60_000
-    views = [(f"/p{i % 3}", {}, BASE + i * 20_000) for i in range(60)]  # 20 minutes of views
+    views: list[tuple[str, dict[str, Any], int]] = [
+        (f"/p{i % 3}", {}, BASE + i * 20_000) for i in range(60)
+    ]  # 20 minutes of views
     views.append(("/p0", {}, BASE))  # late: its minute closed long ago
     produce(kafka, "views", views)
     run_example("windowed_count", kafka, tmp_path)
