@@ -21,6 +21,7 @@ from statesnap.spark.checkpoint_source import CheckpointDataSource
 from statesnap.spark.materialize import StreamMaterializer, materialize_stream
 from statesnap.spark.option_parsing import parse_options
 from statesnap.spark.options import KafkaSourceOptions, offsets_json, source_options
+from statesnap.spark.processor_bootstrap import CountPerKey, ProcessorBootstrapResult, bootstrap_processor
 from statesnap.spark.readback import count_keys, read_table
 from statesnap.spark.registration import register
 from statesnap.spark.session import spark_session
@@ -40,11 +41,14 @@ __all__ = [
     "SPARK_SCHEMA",
     "SPARK_SCHEMA_WITH_HEADERS",
     "CheckpointDataSource",
+    "CountPerKey",
     "KafkaDataSource",
     "KafkaRangesDataSource",
     "KafkaSourceOptions",
+    "ProcessorBootstrapResult",
     "StreamMaterializer",
     "bootstrap",
+    "bootstrap_processor",
     "check_workers",
     "count_keys",
     "materialize_stream",

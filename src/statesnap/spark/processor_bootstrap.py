@@ -1,0 +1,734 @@
+"""Run a processor over its input's history on Spark and commit the checkpoint Python resumes from.
+
+The processor's twin of :mod:`statesnap.spark.bootstrap` (one system, two engines). Steps, in this
+order (the manifest last, so a crash leaves only unreferenced files):
+
+1. Driver: open the processor's table through the task core (cluster facts, the true end of every
+   partition found by EOF, the newest usable checkpoint), join or start a snapshot.
+2. Tasks, one per input partition, in parallel (a handler must see a partition's records in offset
+   order, so partitions are never split): load the base checkpoint's rows of the partition into a
+   local store, build the handler with :meth:`Processor.handler_for`, run it over the records from
+   the checkpoint's offset (or the log start) up to the planned end, expire windows as a commit
+   point does, and write the store's export as the partition's ``base`` file in the generation's
+   data directory. The task returns the file to the driver, never the rows.
+3. Driver: report every partition through the same participant and orchestrator a Python task
+   commits through; a Python ``proc.run()`` then restores this checkpoint and processes the tail.
+
+A bootstrap over history emits nothing by default (``emit=False``): outputs of those records were
+produced when they were first processed, or belong to a backfill the caller runs on purpose
+(``emit=True`` produces them, at least once: a retried Spark task sends its partition's outputs
+again). Records a handler fails on go nowhere either way unless ``emit=True`` and the processor
+has a dead-letter topic; without one the run stops with :class:`~statesnap.errors.HandlerError`.
+
+Aggregations that combine may run as a Spark aggregation instead (:class:`CountPerKey`): a
+``groupBy(partition, key)`` over the ``statesnap-kafka`` source, written in the processor's
+keyspace (:mod:`statesnap.processor.keyspace`) with the same key and value bytes as the handler
+path.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickle
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, PartitionCheckpoint, datafile
+from statesnap.checkpoint.manifest import DataFile
+from statesnap.errors import CheckpointError, ConfigError, HandlerError
+from statesnap.kafka.config import KafkaSettings
+from statesnap.processor import Processor
+from statesnap.processor.keyspace import (
+    META_STORE,
+    partition_prefix,
+    store_prefix,
+    stream_time_key,
+    stream_time_of,
+    stream_time_value,
+)
+from statesnap.processor.outputs import Outputs
+from statesnap.serde import Serde
+from statesnap.spark.bootstrap import PROGRESS_INTERVAL_SECONDS, Progress
+from statesnap.spark.changes import write_data_file
+from statesnap.spark.kafka_io import iter_range
+from statesnap.spark.options import KafkaSourceOptions, offsets_json, source_options
+from statesnap.spark.source import SOURCE_NAME
+from statesnap.spark.workers import is_local
+from statesnap.spark.writer import SparkTableWriter
+from statesnap.stores import MemoryStore
+from statesnap.task.options import CheckpointOptions
+from statesnap.task.restore import RestoreReport
+
+__all__ = [
+    "BootstrapPath",
+    "CountPerKey",
+    "ProcessorBootstrapResult",
+    "bootstrap_processor",
+]
+
+log = logging.getLogger(__name__)
+
+#: Whole-task figures a task reports: seconds spent loading the base rows, processing, writing.
+_PHASES = ("load", "process", "write")
+
+
+class BootstrapPath(StrEnum):
+    """How the history was folded: the processor's handler, or a Spark aggregation by key."""
+
+    HANDLER = "handler"
+    AGGREGATION = "aggregation"
+
+
+@dataclass(frozen=True, slots=True)
+class CountPerKey:
+    """Declares that the processor counts records per input key into key-value store *store*.
+
+    That is, its only state is ``store[record.key] = store.get(record.key, 0) + 1`` for every
+    record with a key (records without one leave the store alone). Counting combines, so the
+    history can be folded by ``groupBy(partition, key).count()`` instead of running the handler
+    record by record. The driver checks the claim first: it runs the handler over the first
+    *sample* records of a partition and refuses (:class:`ConfigError`) when its rows differ from
+    the count's, byte for byte.
+    """
+
+    store: str
+    sample: int = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessorBootstrapResult:
+    """What one processor bootstrap did. ``manifest`` is the checkpoint it committed, or the
+    previous one when nothing was appended (``written`` False). ``restore`` is this run's: the
+    checkpoint it started from and the records it read after it. ``stores``: rows per store in the
+    checkpoint (None when nothing was written and nothing counted)."""
+
+    processor: str
+    topic: str
+    url: str
+    manifest: CheckpointManifest
+    written: bool
+    path: BootstrapPath
+    restore: RestoreReport
+    checkpoint_seconds: float
+    seconds: float
+    processed: int = 0
+    dead_lettered: int = 0
+    emitted: int = 0
+    stores: Mapping[str, int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.stores is not None:
+            object.__setattr__(self, "stores", MappingProxyType(dict(self.stores)))
+
+    @property
+    def keys(self) -> int:
+        """Rows of the checkpoint (every store, as a table's key count counts its rows)."""
+        return sum(pc.keys or 0 for pc in self.manifest.partitions.values())
+
+    def to_json(self) -> dict[str, Any]:
+        """The keys ``materialize --json`` prints, plus what is the processor's own."""
+        return {
+            "table": self.processor,
+            "topic": self.topic,
+            "engine": "spark",
+            "checkpoint": self.manifest.generation,
+            "written": self.written,
+            "keys": self.keys,
+            "offsets": dict(self.manifest.offsets),
+            "restore": {
+                "checkpoint": self.restore.checkpoint,
+                "replayed_records": self.restore.replayed_records,
+                "restore_seconds": round(self.restore.restore_seconds, 3),
+            },
+            "checkpoint_seconds": round(self.checkpoint_seconds, 3),
+            "seconds": round(self.seconds, 3),
+            "bytes": self.manifest.total_bytes,
+            "url": self.url,
+            "engine_reason": f"Spark bootstrap of the processor's history ({self.path.value} path)",
+            "path": self.path.value,
+            "processed": self.processed,
+            "emitted": self.emitted,
+            "dead_lettered": self.dead_lettered,
+            "stores": None if self.stores is None else dict(self.stores),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Work:
+    """One partition's task: records ``[start, end)`` on top of the base checkpoint's files."""
+
+    partition: int
+    start: int
+    end: int
+    previous: tuple[DataFile, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Done:
+    """What a task returns to the driver (its file as JSON, never rows)."""
+
+    partition: int
+    files: tuple[dict[str, Any], ...]
+    rows: int
+    stores: dict[str, int]
+    processed: int = 0
+    dead_lettered: int = 0
+    emitted: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+    #: A handler failed without a dead-letter topic: (message, offset).
+    failed: tuple[str, int] | None = None
+
+
+def bootstrap_processor(
+    spark: Any,
+    proc: Processor,
+    *,
+    checkpoints: str | CheckpointOptions | None = None,
+    bootstrap_servers: str | None = None,
+    kafka_config: Mapping[str, Any] | None = None,
+    timeout: float | None = None,
+    aggregation: CountPerKey | None = None,
+    emit: bool = False,
+    progress: Progress | None = None,
+) -> ProcessorBootstrapResult:
+    """Run *proc* over its input's history on Spark and commit one checkpoint of every store.
+
+    One Spark task per input partition runs the handler over the partition's records in offset
+    order, from the newest usable checkpoint's offsets (its rows loaded first) or the log start,
+    to the end found at plan time; the driver commits through the snapshot participant a Python
+    task uses, so ``proc.run()`` resumes from the result. Emits nothing unless *emit* (see the
+    module docstring). *aggregation* runs a declared count as a Spark ``groupBy`` instead.
+    The connection, checkpoint store and timeout default to what *proc* was built with; given
+    here, they override it. *progress* hears ``(records, tasks done, tasks)`` while the job runs.
+    """
+    started = time.monotonic()
+    options = _options_of(proc)
+    chosen = checkpoints if checkpoints is not None else options["checkpoints"]
+    if chosen is None:
+        raise ConfigError(
+            f"processor {proc.name!r} has no checkpoint store: a Spark bootstrap writes a "
+            "checkpoint (pass checkpoints=URL)"
+        )
+    ckpt = chosen if isinstance(chosen, CheckpointOptions) else CheckpointOptions(chosen)
+    if aggregation is not None:
+        _check_aggregation(proc, aggregation)
+    writer = SparkTableWriter.open(
+        bootstrap_servers=bootstrap_servers or options["bootstrap_servers"],
+        topic=proc.inputs[0],
+        table=proc.name,
+        checkpoints=ckpt,
+        kafka_config=kafka_config if kafka_config is not None else options["kafka_config"],
+        task_id=ckpt.snapshots.task_id or "spark-bootstrap",
+        timeout=timeout if timeout is not None else options["timeout"],
+        remote_executors=not is_local(spark),
+    )
+    writer.participant.describes = proc.describe()
+    try:
+        return _Run(spark, proc, writer, emit, progress, started).run(aggregation)
+    finally:
+        writer.close()
+
+
+def _options_of(proc: Processor) -> dict[str, Any]:
+    """The connection and checkpoint settings *proc* was built with. Reads the processor's
+    private option dict: Processor has no public accessor for them yet."""
+    return dict(proc._table_options)
+
+
+def _check_aggregation(proc: Processor, aggregation: CountPerKey) -> None:
+    specs = proc.stores
+    spec = specs.get(aggregation.store)
+    if spec is None or spec.window is not None:
+        raise ConfigError(
+            f"processor {proc.name!r}: CountPerKey needs a key-value store named {aggregation.store!r} "
+            f"(stores: {', '.join(specs) or 'none'})"
+        )
+    if len(specs) != 1:
+        raise ConfigError(
+            f"processor {proc.name!r}: CountPerKey folds only store {aggregation.store!r}, but the "
+            f"processor has {len(specs)} stores; bootstrap it with its handler (aggregation=None)"
+        )
+    if proc._punctuations:  # punctuators write state a count does not model
+        raise ConfigError(
+            f"processor {proc.name!r} has punctuators: a Spark count cannot run them; bootstrap it "
+            "with its handler (aggregation=None)"
+        )
+    if aggregation.sample < 0:
+        raise ConfigError(f"CountPerKey sample must not be negative, got {aggregation.sample}")
+
+
+class _Run:
+    """One bootstrap: the plan, the Spark job of either path, the commit."""
+
+    def __init__(
+        self,
+        spark: Any,
+        proc: Processor,
+        writer: SparkTableWriter,
+        emit: bool,
+        progress: Progress | None,
+        started: float,
+    ) -> None:
+        self.spark = spark
+        self.proc = proc
+        self.writer = writer
+        self.emit = emit
+        self.progress = progress
+        self.started = started
+        self.repo = writer.repo
+        self.previous = writer.previous
+        assert writer.state.log_end is not None
+        self.ends = dict(writer.state.log_end)
+        self.prior = dict(self.previous.partitions) if self.previous is not None else {}
+        self.starts = {
+            p: self.prior[p].next_offset if p in self.prior else writer.state.log_start[p]
+            for p in writer.partitions
+        }
+
+    def _result(
+        self, manifest: CheckpointManifest, written: bool, path: BootstrapPath, **kw: Any
+    ) -> ProcessorBootstrapResult:
+        return ProcessorBootstrapResult(
+            self.proc.name,
+            self.writer.topic,
+            self.repo.url,
+            manifest,
+            written,
+            path,
+            seconds=time.monotonic() - self.started,
+            **kw,
+        )
+
+    def run(self, aggregation: CountPerKey | None) -> ProcessorBootstrapResult:
+        partitions, previous, participant = self.writer.partitions, self.previous, self.writer.participant
+        path = BootstrapPath.HANDLER if aggregation is None else BootstrapPath.AGGREGATION
+        if (
+            previous is not None
+            and all(self.starts[p] == self.ends[p] for p in partitions)
+            and set(partitions) <= set(previous.partitions)
+        ):
+            restore = RestoreReport(
+                checkpoint=previous.generation, load_seconds=time.monotonic() - self.started
+            )
+            pending = participant.pending(block=True)
+            if pending is None:
+                log.info("%s: nothing appended since generation %d", self.repo.url, previous.generation)
+                return self._result(previous, False, path, restore=restore, checkpoint_seconds=0.0)
+            committing = time.monotonic()
+            joined = _completed(
+                participant.submit(pending.generation, dict(previous.partitions), previous.offsets),
+                pending.generation,
+                self.repo.url,
+            )
+            return self._result(
+                joined, True, path, restore=restore, checkpoint_seconds=time.monotonic() - committing
+            )
+
+        generation = participant.begin().generation
+        planned = time.monotonic()
+        work = [
+            _Work(p, self.starts[p], self.ends[p], self.prior[p].files if p in self.prior else ())
+            for p in partitions
+        ]
+        done: dict[int, _Done]
+        if aggregation is None:
+            done = self._handler_job(work, generation)
+        else:
+            rule = _CountRule.of(self.proc, aggregation)
+            rule.check_claim(self.proc, self.writer.opts, work)
+            fold = [w for w in work if w.end > w.start]
+            done = self._aggregation_job(rule, fold, generation)
+            done.update(self._handler_job([w for w in work if w.end <= w.start], generation))
+        ran = time.monotonic()
+        for d in done.values():
+            if d.failed is not None:
+                message, offset = d.failed
+                raise HandlerError(message, topic=self.writer.topic, partition=d.partition, offset=offset)
+        return self._commit(generation, path, done, planned, ran)
+
+    def _commit(
+        self, generation: int, path: BootstrapPath, done: Mapping[int, _Done], planned: float, ran: float
+    ) -> ProcessorBootstrapResult:
+        files = {p: tuple(DataFile.from_json(f) for f in d.files) for p, d in done.items()}
+        records = sum(d.processed for d in done.values())
+        stores: dict[str, int] = {}
+        for d in done.values():
+            for name, n in d.stores.items():
+                stores[name] = stores.get(name, 0) + n
+        written = [
+            f
+            for p, d in done.items()
+            for f in files[p]
+            if p not in self.prior or self.prior[p].files != files[p]
+        ]
+        spent = {k: round(sum(d.seconds.get(k, 0.0) for d in done.values()), 3) for k in _PHASES}
+        restore = RestoreReport(
+            checkpoint=self.previous.generation if self.previous is not None else None,
+            replayed_records=records,
+            load_seconds=planned - self.started,
+            replay_seconds=ran - planned,
+        )
+        committing = time.monotonic()
+        manifest = self.writer.participant.submit(
+            generation,
+            {
+                p: PartitionCheckpoint(p, self.ends[p], files[p], keys=done[p].rows if files[p] else 0)
+                for p in self.writer.partitions
+            },
+            {p: self.ends[p] for p in self.writer.partitions},
+            {
+                "mode": "incremental" if self.previous is not None else "full",
+                "base_generation": self.previous.generation if self.previous is not None else None,
+                "path": path.value,
+                "spark_tasks": len(done),
+                "files_written": len(written),
+                "bytes_written": sum(f.bytes for f in written),
+                "records_read": records,
+                "duration_seconds": round(time.monotonic() - self.started, 3),
+                "plan_seconds": round(planned - self.started, 3),
+                "job_seconds": round(ran - planned, 3),
+                "task_seconds": spent,
+                "spark_version": self.spark.version,
+            },
+        )
+        log.info(
+            "bootstrapped processor %s (%s) generation %d: %d records by %d tasks in %.1fs",
+            self.proc.name,
+            path.value,
+            generation,
+            records,
+            len(done),
+            time.monotonic() - self.started,
+        )
+        committed = _completed(manifest, generation, self.repo.url)
+        return self._result(
+            committed,
+            True,
+            path,
+            restore=restore,
+            checkpoint_seconds=time.monotonic() - committing,
+            processed=records,
+            dead_lettered=sum(d.dead_lettered for d in done.values()),
+            emitted=sum(d.emitted for d in done.values()),
+            stores=stores,
+        )
+
+    def _handler_job(self, work: list[_Work], generation: int) -> dict[int, _Done]:
+        """One task per partition running the handler (see the module docstring)."""
+        if not work:
+            return {}
+        sc = self.spark.sparkContext
+        records_acc, tasks_acc = sc.accumulator(0), sc.accumulator(0)
+        task = _partition_task(self.proc, self.writer.opts, self.repo, generation, self.emit)
+
+        def counted(w: _Work) -> _Done:
+            d = task(w)
+            records_acc.add(d.processed)
+            tasks_acc.add(1)
+            return d
+
+        with _Reporting(self.progress, records_acc, tasks_acc, len(work)):
+            out = sc.parallelize(work, len(work)).map(counted).collect()
+        if self.progress is not None:
+            self.progress(sum(d.processed for d in out), len(work), len(work))
+        return {d.partition: d for d in out}
+
+    def _aggregation_job(self, rule: _CountRule, work: list[_Work], generation: int) -> dict[int, _Done]:
+        """``groupBy(partition, key)`` over the ``statesnap-kafka`` source (ranges split over every
+        core, the counting in the JVM); then one Python function per Kafka partition adds the
+        groups to the base checkpoint's rows in the processor's keyspace and writes the file."""
+        if not work:
+            return {}
+        from pyspark.sql import functions as sf
+
+        opts, topic, repo = self.writer.opts, self.writer.topic, self.repo
+        sc = self.spark.sparkContext
+        options = source_options(
+            opts.bootstrap_servers,
+            topic,
+            opts.kafka_config,
+            startingOffsets=offsets_json(topic, {w.partition: w.start for w in work}),
+            endingOffsets=offsets_json(topic, {w.partition: w.end for w in work}),
+            minPartitions=sc.defaultParallelism,
+        )
+        del options["subscribe"]
+        options["assign"] = json.dumps({topic: sorted(w.partition for w in work)})
+        groups = (
+            self.spark.read.format(SOURCE_NAME)
+            .options(**options)
+            .load()
+            .groupBy("partition", "key")
+            .agg(
+                sf.count(sf.lit(1)).alias("n"),
+                sf.max("offset").alias("offset"),
+                sf.max_by("timestamp", "offset").alias("timestamp"),
+                sf.max("timestamp").alias("latest"),
+            )
+        )
+        by_partition = {w.partition: w for w in work}
+
+        def fold(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            got = [b for b in batches if b.num_rows]
+            if not got:
+                return
+            table = pa.Table.from_batches(got)
+            column = table.column("partition")
+            for p in pc.unique(column).to_pylist():
+                done = rule.fold(table.filter(pc.equal(column, p)), by_partition[p], repo, generation)
+                yield pa.RecordBatch.from_pydict({"partition": [p], "done": [pickle.dumps(done)]})
+
+        spread = min(len(work), sc.defaultParallelism)
+        if self.progress is not None:
+            self.progress(0, 0, len(work))
+        rows = (
+            groups.repartition(spread, "partition").mapInArrow(fold, "partition int, done binary").collect()
+        )
+        out = {int(r["partition"]): pickle.loads(r["done"]) for r in rows}  # our own tasks' results
+        if self.progress is not None:
+            self.progress(sum(d.processed for d in out.values()), len(work), len(work))
+        return out
+
+
+class _Reporting:
+    """While the job runs, a daemon thread reports the accumulators every half second."""
+
+    def __init__(self, progress: Progress | None, records: Any, tasks: Any, total: int) -> None:
+        self.progress, self.records, self.tasks, self.total = progress, records, tasks, total
+        self.done = threading.Event()
+
+    def _report(self) -> None:
+        while not self.done.wait(PROGRESS_INTERVAL_SECONDS):
+            assert self.progress is not None
+            self.progress(int(self.records.value), int(self.tasks.value), self.total)
+
+    def __enter__(self) -> None:
+        if self.progress is not None:
+            threading.Thread(target=self._report, name="statesnap-processor-progress", daemon=True).start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+
+
+def rows_per_store(rows: pa.Table, names: Iterable[str]) -> dict[str, int]:
+    """Rows of each named store in a partition's data-file rows (a vectorized prefix test)."""
+    keys = rows.column("key")
+    out = {}
+    for name in names:
+        prefix = store_prefix(name)
+        head = pc.binary_slice(keys, 0, len(prefix)) if len(keys) else keys
+        out[name] = int(pc.sum(pc.equal(head, pa.scalar(prefix, pa.binary()))).as_py() or 0)
+    return out
+
+
+def _partition_task(
+    proc: Processor, opts: KafkaSourceOptions, repo: CheckpointRepository, generation: int, emit: bool
+) -> Callable[[_Work], _Done]:
+    """The function a Spark task runs for one partition (a closure: it pickles with *proc*)."""
+    names = [*proc.stores, META_STORE]
+
+    def run(w: _Work) -> _Done:
+        clock = time.perf_counter
+        mark = clock()
+        p = w.partition
+        rows = repo.merge_files(w.previous) if w.previous else datafile.empty_table()
+        if w.end <= w.start:  # nothing new: the base checkpoint's files stand (or an empty base)
+            if w.previous:
+                return _Done(
+                    p, tuple(f.to_json() for f in w.previous), rows.num_rows, rows_per_store(rows, names)
+                )
+            if w.end == 0:
+                return _Done(p, (), 0, dict.fromkeys(names, 0))
+            empty = write_data_file(repo, generation, p, "base", 0, rows)
+            return _Done(p, (empty.to_json(),), 0, dict.fromkeys(names, 0))
+        store = MemoryStore()
+        store.load(p, rows)
+        store.forget_changes()  # no incremental checkpoint is taken of this store: keep no change set
+        outputs = Outputs(opts.settings(), proc.key_serde, proc.value_serde)
+        outputs.suppressed = not emit
+        handler = proc.handler_for(store, outputs)
+        seconds = {"load": clock() - mark}
+        mark = clock()
+        processed = 0
+        try:
+            for msgs in iter_range(opts, p, w.start, w.end):
+                handler.apply(p, msgs, None)
+                processed += len(msgs)
+                store.forget_changes()
+            handler.commit_point()  # windows past retention leave the file, as at a Python commit
+        except HandlerError as e:
+            return _Done(p, (), 0, {}, processed, failed=(str(e), e.offset))
+        finally:
+            outputs.close()
+        seconds["process"] = clock() - mark
+        mark = clock()
+        rows = store.export().get(p, datafile.empty_table())
+        written = write_data_file(repo, generation, p, "base", 0, rows)
+        seconds["write"] = clock() - mark
+        return _Done(
+            p,
+            (written.to_json(),),
+            rows.num_rows,
+            rows_per_store(rows, names),
+            processed,
+            handler.dead_lettered,
+            outputs.emitted,
+            seconds,
+        )
+
+    return run
+
+
+@dataclass(frozen=True, slots=True)
+class _CountRule:
+    """What a count per key writes, byte for byte as the handler path writes it: the stored key
+    is ``<store>\\0<partition><store key serde(input key serde⁻¹(raw key))>``, the value the
+    store's value serde of the count, the row's offset and timestamp the key's last record's; the
+    bookkeeping store holds the partition's stream time (the largest record timestamp)."""
+
+    store: str
+    sample: int
+    input_keys: Serde
+    keys: Serde
+    values: Serde
+
+    @classmethod
+    def of(cls, proc: Processor, aggregation: CountPerKey) -> _CountRule:
+        handler = proc.handler_for(
+            MemoryStore(), Outputs(KafkaSettings("unused:0"), proc.key_serde, proc.value_serde)
+        )
+        view = handler.context.stores[aggregation.store]  # the serdes the handler's view uses
+        return cls(aggregation.store, aggregation.sample, proc.key_serde, view.key_serde, view.value_serde)
+
+    def stored_key(self, prefix: bytes, raw: bytes) -> bytes:
+        return prefix + self.keys.serialize(self.input_keys.deserialize(raw))
+
+    def fold(self, groups: pa.Table, w: _Work, repo: CheckpointRepository, generation: int) -> _Done:
+        """One partition's groups ``(key, n, offset, timestamp, latest)`` added to its base rows."""
+        mark = time.perf_counter()
+        p = w.partition
+        base = repo.merge_files(w.previous) if w.previous else datafile.empty_table()
+        rows: dict[bytes, tuple[bytes, int, int | None]] = dict(
+            zip(
+                base.column("key").to_pylist(),
+                zip(
+                    base.column("value").to_pylist(),
+                    base.column("offset").to_pylist(),
+                    _millis(base.column("timestamp")),
+                    strict=True,
+                ),
+                strict=True,
+            )
+        )
+        loaded = time.perf_counter()
+        prefix = partition_prefix(self.store, p)
+        counted: dict[bytes, tuple[int, int, int | None]] = {}
+        records, latest = 0, -1
+        last: tuple[int, int | None] = (-1, None)
+        for raw, count, newest_offset, newest_ts, newest in zip(
+            groups.column("key").to_pylist(),
+            groups.column("n").to_pylist(),
+            groups.column("offset").to_pylist(),
+            _millis(groups.column("timestamp")),
+            _millis(groups.column("latest")),
+            strict=True,
+        ):
+            records += count
+            latest = max(latest, -1 if newest is None else newest)
+            if newest_offset > last[0]:
+                last = (newest_offset, newest_ts)
+            if raw is None:  # records without a key leave the count alone
+                continue
+            key = self.stored_key(prefix, raw)
+            seen = counted.get(key)
+            if seen is None:
+                counted[key] = (count, newest_offset, newest_ts)
+            else:  # two raw keys the serdes make one: their counts add up
+                newer = seen if seen[1] > newest_offset else (0, newest_offset, newest_ts)
+                counted[key] = (seen[0] + count, newer[1], newer[2])
+        for key, (n, offset, ts) in counted.items():
+            before = rows.get(key)
+            total = n + (0 if before is None else int(self.values.deserialize(before[0])))
+            rows[key] = (self.values.serialize(total), offset, ts)
+        meta = stream_time_key(p)
+        before_meta = rows.get(meta)
+        if latest > stream_time_of(None if before_meta is None else before_meta[0]):
+            # as the handler path: the row moves only when stream time does
+            rows[meta] = (stream_time_value(latest), last[0], last[1])
+        ordered = sorted(rows)
+        table = pa.Table.from_arrays(
+            [
+                pa.array(ordered, pa.binary()),
+                pa.array([rows[k][0] for k in ordered], pa.binary()),
+                pa.array([rows[k][1] for k in ordered], pa.int64()),
+                pa.array([rows[k][2] for k in ordered], pa.int64()).cast(datafile.TIMESTAMP),
+            ],
+            schema=datafile.SCHEMA,
+        )
+        folded = time.perf_counter()
+        written = write_data_file(repo, generation, p, "base", 0, table)
+        seconds = {"load": loaded - mark, "process": folded - loaded, "write": time.perf_counter() - folded}
+        names = [self.store, META_STORE]
+        return _Done(
+            p, (written.to_json(),), table.num_rows, rows_per_store(table, names), records, seconds=seconds
+        )
+
+    def check_claim(self, proc: Processor, opts: KafkaSourceOptions, work: list[_Work]) -> None:
+        """Run the handler over the first records of the first partition with new records and
+        compare its rows with the count's; :class:`ConfigError` when they differ."""
+        w = next((w for w in work if w.end > w.start), None)
+        if w is None or self.sample == 0:
+            return
+        end = min(w.end, w.start + self.sample)
+        store = MemoryStore()
+        outputs = Outputs(opts.settings(), proc.key_serde, proc.value_serde)
+        outputs.suppressed = True
+        handler = proc.handler_for(store, outputs)
+        records = []
+        for msgs in iter_range(opts, w.partition, w.start, end):
+            handler.apply(w.partition, msgs, None)
+            records += [(m.key(), m.offset()) for m in msgs]
+        prefix = partition_prefix(self.store, w.partition)
+        counts: dict[bytes, int] = {}
+        for raw, _offset in records:
+            if raw is not None:
+                key = self.stored_key(prefix, raw)
+                counts[key] = counts.get(key, 0) + 1
+        expected = {k: self.values.serialize(n) for k, n in counts.items()}
+        meta = store_prefix(META_STORE)
+        got = {k: v for k, v in store.items() if not k.startswith(meta)}
+        if got != expected:
+            wrong = sorted(set(got) ^ set(expected)) or sorted(k for k in got if got[k] != expected.get(k))
+            raise ConfigError(
+                f"processor {proc.name!r}: its handler does not count records per key into store "
+                f"{self.store!r} (on the first {len(records)} records of partition {w.partition}, "
+                f"{len(wrong)} stored keys differ, e.g. {wrong[0][:60]!r}); bootstrap it with its "
+                "handler (aggregation=None)"
+            )
+
+
+def _millis(column: Any) -> list[int | None]:
+    """Timestamps as epoch milliseconds (None where missing), whatever unit Arrow carries."""
+    unit = column.type.unit
+    ints: list[int | None] = pc.cast(column, pa.int64()).to_pylist()
+    div = {"s": 1 / 1000, "ms": 1, "us": 1000, "ns": 1_000_000}[unit]
+    if div == 1:
+        return ints
+    return [None if v is None else int(v // div) for v in ints]
+
+
+def _completed(manifest: CheckpointManifest | None, generation: int, url: str) -> CheckpointManifest:
+    if manifest is None:
+        raise CheckpointError(
+            f"{url}: snapshot {generation} did not complete with the Spark writer's report: a newer "
+            "generation fenced it, or other tasks own partitions of this processor"
+        )
+    return manifest
