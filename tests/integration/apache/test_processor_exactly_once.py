@@ -1,0 +1,424 @@
+"""``Processor(exactly_once=True)`` on Apache Kafka: a processor SIGKILLed between a transaction's
+commit and the checkpoint, or in the middle of a transaction, then restarted, leaves an output
+topic whose ``read_committed`` view is exactly one record per input record (no duplicate, no
+loss) and a state equal to a plain-consumer recomputation.
+
+Every broker-dependent case here ran on Apache Kafka 4.1 (the session's ``apache_kafka``): Tansu
+shows aborted records to ``read_committed`` readers, so it cannot prove this. The processor runs
+in a child process (the test module's :func:`child`) that kills itself with SIGKILL at the exact
+point under test, while the test keeps producing input; the restart runs in the test process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import KafkaError as RdKafkaError
+
+from integration.conftest import KafkaTool
+from statesnap import CheckpointOptions, Processor, ProcessorContext, Record
+from statesnap.errors import HandlerError
+from statesnap.kafka.config import KafkaSettings
+from statesnap.processor.outputs import Outputs
+from statesnap.processor.stores import StoreReader
+from statesnap.processor.transactions import TransactionalOutputs
+from statesnap.serde import resolve_serde
+from statesnap.stores import open_state_store
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 2
+ACCOUNTS = 17
+TESTS_DIR = Path(__file__).resolve().parents[2]
+
+#: One output record as the test compares it: (input partition, input offset, running total).
+Out = tuple[int, int, int]
+
+
+# --- the processor, in the child and in the test ---------------------------------------------
+
+
+def tally(cfg: dict[str, Any]) -> Processor:
+    """The running tally of the issue, emitting (input partition, input offset, total) per record."""
+    proc = Processor(
+        cfg["name"],
+        inputs=[cfg["topic"]],
+        bootstrap_servers=cfg["bootstrap"],
+        checkpoints=CheckpointOptions(cfg["url"], interval="1h", commit_interval=cfg["commit_interval"]),
+        stores=["balances"],
+        value_serde="json",
+        partitions=range(PARTITIONS),
+        exactly_once=True,
+    )
+    fail_at = cfg.get("fail_at")
+
+    @proc.handler
+    def on_payment(record: Record, ctx: ProcessorContext) -> None:
+        if fail_at is not None and record.value["amount"] == fail_at:
+            raise ValueError(f"cannot handle amount {fail_at}")
+        balances = ctx.stores["balances"]
+        total = balances.get(record.key, 0) + record.value["amount"]
+        balances[record.key] = total
+        ctx.emit(cfg["out"], record.key, {"p": record.partition, "o": record.offset, "total": total})
+
+    return proc
+
+
+def child(arg: str) -> None:
+    """The processor as a service: start, checkpoint, say so, keep processing — and SIGKILL itself
+    at ``cfg["kill"]``: ``after_commit`` (a transaction committed through ``at`` input records, no
+    checkpoint yet claims them) or ``mid`` (record ``at`` is being handled, the open transaction's
+    earlier records flushed to the broker)."""
+    cfg = json.loads(arg)
+    proc = tally(cfg)
+    kill, at = cfg["kill"], cfg["at"]
+    checkpointed = False
+
+    def die() -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    original = TransactionalOutputs.commit
+
+    def commit(self: TransactionalOutputs, positions: Any, timeout: float) -> None:
+        original(self, positions, timeout)
+        if kill == "after_commit" and checkpointed and sum(self._committed.values()) >= at:
+            die()
+
+    TransactionalOutputs.commit = commit  # type: ignore[method-assign]
+    seen = 0
+
+    @proc.handler
+    def watch(record: Record, ctx: ProcessorContext) -> None:
+        nonlocal seen
+        seen += 1
+        outputs = proc._outputs
+        if (
+            kill == "mid"
+            and checkpointed
+            and seen >= at
+            and isinstance(outputs, TransactionalOutputs)
+            and outputs._in_transaction
+            and outputs.producer.flush(10) == 0  # the open transaction's records are on the broker
+        ):
+            die()
+
+    report = proc.start()
+    manifest = proc.checkpoint()  # None when nothing changed since the restored one
+    checkpointed = True
+    print("started", manifest.generation if manifest is not None else report.checkpoint, flush=True)
+    while True:
+        time.sleep(0.5)
+
+
+def start_child(cfg: dict[str, Any], log: Path) -> subprocess.Popen[str]:
+    code = (
+        f"import sys; sys.path.insert(0, {str(TESTS_DIR)!r}); "
+        "from integration.apache.test_processor_exactly_once import child; child(sys.argv[1])"
+    )
+    with log.open("w") as err:
+        return subprocess.Popen(
+            [sys.executable, "-c", code, json.dumps(cfg)], stdout=subprocess.PIPE, stderr=err, text=True
+        )
+
+
+def wait_started(proc: subprocess.Popen[str], log: Path) -> int:
+    """The generation of the checkpoint the child took (or restored) once caught up."""
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # the child prints it within its start-up (or dies)
+    assert line.startswith("started"), (line, log.read_text()[-4000:])
+    return int(line.split()[1])
+
+
+def wait_killed(proc: subprocess.Popen[str], log: Path, timeout: float = 60) -> None:
+    try:
+        rc = proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+        raise AssertionError(
+            f"the child never reached its kill point; log:\n{log.read_text()[-4000:]}"
+        ) from None
+    finally:
+        if proc.stdout is not None:
+            proc.stdout.close()
+    assert rc == -signal.SIGKILL, (rc, log.read_text()[-4000:])
+
+
+# --- input, ground truth and the output topic ------------------------------------------------
+
+
+def payments(kafka: KafkaTool, topic: str, start: int, n: int) -> None:
+    """Amounts start..start+n-1; account i % 17, each account in one partition."""
+    kafka.produce(
+        topic,
+        (
+            (i % ACCOUNTS % PARTITIONS, f"acct-{i % ACCOUNTS}".encode(), json.dumps({"amount": i}).encode())
+            for i in range(start, start + n)
+        ),
+    )
+
+
+def produce_slowly(
+    kafka: KafkaTool, topic: str, start: int, n: int, batch: int = 40, pause: float = 0.4
+) -> None:
+    """Input arriving while the processor runs: batches between its commit points."""
+    for first in range(start, start + n, batch):
+        payments(kafka, topic, first, min(batch, start + n - first))
+        time.sleep(pause)
+
+
+def recompute(kafka: KafkaTool, topic: str) -> tuple[dict[bytes, int], list[Out]]:
+    """Ground truth from a plain consumer loop, not statesnap: the balances, and the one output
+    record each input record must have produced."""
+    balances: dict[bytes, int] = {}
+    outputs: list[Out] = []
+    for r in kafka.read_all(topic, range(PARTITIONS)):
+        assert r.key is not None
+        assert r.value is not None
+        balances[r.key] = balances.get(r.key, 0) + json.loads(r.value)["amount"]
+        outputs.append((r.partition, r.offset, balances[r.key]))
+    return balances, outputs
+
+
+def read_outputs(bootstrap: str, topic: str, isolation: str, timeout: float = 30) -> list[Out]:
+    """The output topic as a plain consumer with *isolation* sees it, to each partition's end."""
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"test-eos-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": 10,
+            "isolation.level": isolation,
+        }
+    )
+    try:
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        eof: set[int] = set()
+        out: list[Out] = []
+        deadline = time.monotonic() + timeout
+        while eof != set(range(PARTITIONS)):
+            assert time.monotonic() < deadline, f"reading {topic} timed out"
+            for m in c.consume(1000, 0.1):
+                err, partition = m.error(), m.partition()
+                if err is not None:
+                    if err.code() == RdKafkaError._PARTITION_EOF and partition is not None:
+                        eof.add(partition)
+                    continue
+                value = m.value()
+                assert value is not None
+                v = json.loads(value)
+                out.append((v["p"], v["o"], v["total"]))
+        return out
+    finally:
+        c.close()
+
+
+def setup(kafka: KafkaTool, tmp_path: Path, **extra: Any) -> dict[str, Any]:
+    tag = uuid.uuid4().hex[:10]
+    return {
+        "name": f"eos-{tag}",
+        "topic": kafka.create_topic(f"eos-in-{tag}", PARTITIONS),
+        "out": kafka.create_topic(f"eos-out-{tag}", PARTITIONS),
+        "bootstrap": kafka.bootstrap,
+        "url": (tmp_path / "cp").as_uri(),
+        "commit_interval": "100ms",
+        **extra,
+    }
+
+
+def restart_and_check(kafka: KafkaTool, cfg: dict[str, Any], checkpoint: int | None) -> int:
+    """Restart in this process: restored from *checkpoint*; the state equals the recomputation and
+    the committed outputs are exactly the expected records. Returns the records re-processed
+    with emission suppressed."""
+    proc = tally({**cfg, "fail_at": None})
+    report = proc.start()
+    try:
+        assert report.checkpoint == checkpoint
+        balances, expected = recompute(kafka, cfg["topic"])
+        assert dict(proc.store("balances").items()) == balances
+        assert proc._outputs is not None
+        suppressed = proc._outputs.suppressed_records
+    finally:
+        proc.close()
+    got = read_outputs(kafka.bootstrap, cfg["out"], "read_committed")
+    duplicates = [o for o, n in Counter(got).items() if n > 1]
+    missing = sorted(set(expected) - set(got))
+    assert not duplicates, f"{len(duplicates)} outputs duplicated: {duplicates[:5]}"
+    assert not missing, f"{len(missing)} outputs lost: {missing[:5]}"
+    assert sorted(got) == sorted(expected)
+    return int(suppressed)
+
+
+# --- the kill tests ----------------------------------------------------------------------------
+
+
+def test_killed_between_a_transaction_commit_and_the_checkpoint(kafka: KafkaTool, tmp_path: Path) -> None:
+    """Apache Kafka proved it: the child commits transactions past its checkpoint C (up to K) and is
+    SIGKILLed right after one commits; restarted, it restores C, re-processes [C, K) without
+    emitting and emits from K: read_committed outputs are exactly one per input record."""
+    cfg = setup(kafka, tmp_path, kill="after_commit", at=300)
+    payments(kafka, cfg["topic"], 0, 200)
+    log = tmp_path / "child.log"
+    child_proc = start_child(cfg, log)
+    checkpoint = wait_started(child_proc, log)
+    produce_slowly(kafka, cfg["topic"], 200, 160)  # the child dies once 300 are committed
+    wait_killed(child_proc, log)
+    payments(kafka, cfg["topic"], 360, 60)
+    suppressed = restart_and_check(kafka, cfg, checkpoint)
+    assert suppressed >= 100, f"only {suppressed} records were re-processed silently (K - C >= 100)"
+
+
+def test_killed_mid_transaction(kafka: KafkaTool, tmp_path: Path) -> None:
+    """Apache Kafka proved it: the child is SIGKILLed with a transaction open whose records are on
+    the broker (read_uncommitted sees them twice after the restart); the restart fences the dead
+    producer (its transaction aborts) and read_committed outputs are exactly one per input record."""
+    cfg = setup(kafka, tmp_path, kill="mid", at=330, commit_interval="300ms")
+    payments(kafka, cfg["topic"], 0, 200)
+    log = tmp_path / "child.log"
+    child_proc = start_child(cfg, log)
+    checkpoint = wait_started(child_proc, log)
+    produce_slowly(kafka, cfg["topic"], 200, 160)
+    wait_killed(child_proc, log)
+    payments(kafka, cfg["topic"], 360, 60)
+    suppressed = restart_and_check(kafka, cfg, checkpoint)
+    assert suppressed > 0, "the committed transactions past the checkpoint were not re-processed silently"
+    uncommitted = read_outputs(kafka.bootstrap, cfg["out"], "read_uncommitted")
+    assert len(uncommitted) > len(set(uncommitted)), "the killed transaction left no records on the broker"
+
+
+@pytest.mark.long
+def test_killed_at_random_moments_with_a_producer_running(kafka: KafkaTool, tmp_path: Path) -> None:
+    """Apache Kafka proved it: four SIGKILLs at random moments (the child's own kill point never
+    reached) while input keeps arriving; after the last restart the committed outputs are exactly
+    one per input record and the state equals the recomputation."""
+    cfg = setup(kafka, tmp_path, kill="none", at=0)
+    rng = random.Random(18)
+    produced = 0
+    for round_no in range(4):
+        log = tmp_path / f"child-{round_no}.log"
+        child_proc = start_child(cfg, log)
+        checkpoint = wait_started(child_proc, log)
+        kill_at = time.monotonic() + rng.uniform(0.3, 2.0)
+        while time.monotonic() < kill_at:
+            payments(kafka, cfg["topic"], produced, 25)
+            produced += 25
+            time.sleep(0.05)
+        child_proc.send_signal(signal.SIGKILL)
+        wait_killed(child_proc, log)
+    restart_and_check(kafka, cfg, checkpoint)
+
+
+def test_a_failing_handler_aborts_the_open_transaction(kafka: KafkaTool, tmp_path: Path) -> None:
+    """Apache Kafka proved it: a handler raising mid-transaction stops the processor
+    (HandlerError) and aborts what it had emitted since the last commit; the restart with a
+    fixed handler ends with exactly one committed output per input record."""
+    cfg = setup(kafka, tmp_path, commit_interval="1h")
+    payments(kafka, cfg["topic"], 0, 100)
+    first = tally(cfg)
+    first.run(follow=False)  # a checkpoint at 100, its outputs committed
+    assert first.last_checkpoint is not None
+    payments(kafka, cfg["topic"], 100, 50)
+    failing = tally({**cfg, "fail_at": 140})
+    with pytest.raises(HandlerError, match="cannot handle amount 140"):
+        failing.run(follow=False)
+    assert len(read_outputs(kafka.bootstrap, cfg["out"], "read_committed")) == 100
+    restart_and_check(kafka, cfg, first.last_checkpoint.generation)
+
+
+# --- the suppression window, unit level ----------------------------------------------------------
+
+
+class _Message:
+    """What the handler reads of a Kafka message."""
+
+    def __init__(self, partition: int, offset: int, key: bytes, value: bytes) -> None:
+        self._p, self._o, self._k, self._v = partition, offset, key, value
+
+    def partition(self) -> int:
+        return self._p
+
+    def offset(self) -> int:
+        return self._o
+
+    def key(self) -> bytes:
+        return self._k
+
+    def value(self) -> bytes:
+        return self._v
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1_000 + self._o)
+
+    def headers(self) -> None:
+        return None
+
+
+class _Producer:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes | None]] = []
+
+    def produce(self, topic: str, value: bytes | None, key: bytes | None, **_: Any) -> None:
+        self.sent.append((topic, value))
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+
+def test_records_below_the_committed_offsets_change_state_and_emit_nothing() -> None:
+    """No broker: the handler re-processes a partition's records below its committed offset K
+    (``replay_until``) for their state only — no output, no dead-letter copy — and emits from K
+    on; another partition's window is its own. (The kill tests prove it end to end on Apache Kafka.)"""
+    proc = Processor(
+        "unit",
+        inputs=["in"],
+        bootstrap_servers="127.0.0.1:1",
+        stores=["balances"],
+        value_serde="json",
+        dead_letter_topic="dlq",
+    )
+
+    @proc.handler
+    def on_payment(record: Record, ctx: ProcessorContext) -> None:
+        if record.value["amount"] < 0:
+            raise ValueError("negative")
+        balances = ctx.stores["balances"]
+        balances[record.key] = balances.get(record.key, 0) + record.value["amount"]
+        ctx.emit("out", record.key, record.offset)
+
+    json_serde = resolve_serde("json")
+    outputs = Outputs(KafkaSettings("127.0.0.1:1"), resolve_serde(None), json_serde)
+    producer = _Producer()
+    outputs._producer = producer
+    outputs.replay_until = {0: 3}
+    store = open_state_store("memory")
+    handler = proc.handler_for(store, outputs)
+    amounts = [5, -1, 7, 11, -2, 13]
+    handler.apply(
+        0, [_Message(0, o, b"a", json.dumps({"amount": a}).encode()) for o, a in enumerate(amounts)], None
+    )
+    handler.apply(1, [_Message(1, o, b"b", json.dumps({"amount": 1}).encode()) for o in range(2)], None)
+    assert [
+        (t, json_serde.deserialize(v) if t == "out" and v is not None else None) for t, v in producer.sent
+    ] == [
+        ("out", 3),
+        ("dlq", None),
+        ("out", 5),
+        ("out", 0),
+        ("out", 1),
+    ]
+    assert outputs.suppressed_records == 3
+    balances = StoreReader(proc.stores["balances"], resolve_serde(None), json_serde, store, (0, 1))
+    assert dict(balances.items()) == {b"a": 36, b"b": 2}
