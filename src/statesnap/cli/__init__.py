@@ -29,6 +29,7 @@ Quick start (embedded broker, local checkpoints):
   statesnap materialize    -b 127.0.0.1:9092 -t orders --checkpoints ./ckpt
   statesnap dump           -b 127.0.0.1:9092 -t orders --checkpoints ./ckpt --digest --json
   statesnap checkpoints list ./ckpt --table orders
+  statesnap run tally:proc --follow   # a Processor built in tally.py (see run --help)
   statesnap demo           # the whole story in one command
 """
 
@@ -111,12 +112,13 @@ def _log_handler() -> logging.Handler:
 
 
 def _register() -> None:
-    from statesnap.cli import broker, checkpoints, demo, sample, serve, snapshot, tables
+    from statesnap.cli import broker, checkpoints, demo, run, sample, serve, snapshot, tables
 
     cli.add_command(broker.broker)
     cli.add_command(sample.produce_sample_cmd)
     cli.add_command(tables.materialize)
     cli.add_command(tables.dump)
+    cli.add_command(run.run)
     cli.add_command(checkpoints.checkpoints)
     cli.add_command(snapshot.snapshot)
     cli.add_command(serve.serve)

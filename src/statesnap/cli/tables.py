@@ -49,7 +49,15 @@ from statesnap.serde import resolve_serde
 from statesnap.task.options import CheckpointOptions, GroupOptions, SnapshotOptions, StaticShare, StoreOptions
 from statesnap.task.restore import RestoreReport
 
-__all__ = ["TableDigest", "dump", "materialize", "start_with_progress"]
+__all__ = [
+    "FollowSignals",
+    "TableDigest",
+    "cli_session",
+    "dump",
+    "materialize",
+    "share_of",
+    "start_with_progress",
+]
 
 log = logging.getLogger(__name__)
 
@@ -195,13 +203,13 @@ def materialize(
         checkpoints, storage_pairs, checkpoint_interval, commit_interval, generation, snapshot_timeout,
         snapshot_store, min_count, min_age, orphan_grace,
     )  # fmt: skip
-    share = _share(instance, instances, group, follow, generation)
+    share = share_of(instance, instances, group, follow, generation)
     settings = kafka_settings(bootstrap_servers, kafka_pairs, kafka_files, timeout)
     out = Output(as_json, quiet)
     stop = threading.Event()
-    signals = _FollowSignals(stop) if follow else None
+    signals = FollowSignals(stop) if follow else None
     conf = pairs_to_dict(spark_conf, "--spark-conf")
-    session = _cli_session(conf, not out.shows_progress, stop if follow else None)
+    session = cli_session(conf, not out.shows_progress, stop if follow else None)
     with ConsoleProgress(not out.shows_progress, signals.on_stage if signals else None) as progress:
         try:
             result = materialize_table(
@@ -254,7 +262,7 @@ def _checkpoint_options(
     )
 
 
-def _share(
+def share_of(
     instance: int | None, instances: int | None, group: str | None, follow: bool, generation: int | None
 ) -> StaticShare | GroupOptions | None:
     """``--instance/--instances`` or ``--group`` as the bundle, refusing what cannot go together
@@ -281,7 +289,7 @@ def _share(
     return None
 
 
-class _FollowSignals:
+class FollowSignals:
     """A follow run's Ctrl-C: the first sets *stop* (a clean stop with a final checkpoint), a
     second exits at once saying what it interrupted. Handled from the moment there is something
     to stop cleanly (a Spark session starting, the Python engine following); before that a
@@ -309,7 +317,7 @@ class _FollowSignals:
             self.installed = True
 
 
-def _cli_session(conf: dict[str, str], quiet: bool, stop: threading.Event | None) -> Callable[[], Any]:
+def cli_session(conf: dict[str, str], quiet: bool, stop: threading.Event | None) -> Callable[[], Any]:
     """The Spark session as the CLI starts it: a display while it starts, Spark's logs only at
     debug, the CLI's signal handling (a follow run's *stop*, else cancelling the jobs)."""
 
