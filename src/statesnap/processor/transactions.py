@@ -24,6 +24,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
+from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka import KafkaException, TopicPartition
 
 from statesnap.errors import OutputError
@@ -41,6 +42,17 @@ TRANSACTION_TIMEOUT_MS = 60_000
 #: A transaction open this long is committed between batches, even during catch-up (where no
 #: commit point runs), well before the broker's timeout would abort it.
 MAX_OPEN_SECONDS = 10.0
+
+
+#: Answers of a group coordinator that is starting, moving or finishing a transaction: ask again.
+_COORDINATOR_BUSY = frozenset(
+    {
+        RdKafkaError.NOT_COORDINATOR,
+        RdKafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        RdKafkaError.COORDINATOR_NOT_AVAILABLE,
+        RdKafkaError.UNSTABLE_OFFSET_COMMIT,
+    }
+)
 
 
 def offsets_group_of(processor: str) -> str:
@@ -133,13 +145,20 @@ class TransactionalOutputs(Outputs):
         if described is None or described.error is not None:
             return {}
         wanted = [TopicPartition(self.topic, p) for p in sorted(described.partitions)]
-        try:
-            got = self._group.committed(wanted, timeout=timeout)
-        except KafkaException as e:
-            raise OutputError(
-                f"exactly-once outputs: reading group {self.group_id!r}'s committed offsets failed: "
-                f"{_error_of(e)}"
-            ) from None
+        deadline = time.monotonic() + timeout
+        while True:  # a coordinator still loading (or moving) answers with a retriable error
+            try:
+                got = self._group.committed(wanted, timeout=max(0.1, deadline - time.monotonic()))
+                break
+            except KafkaException as e:
+                error = _error_of(e)
+                again = error is not None and (error.retriable() or error.code() in _COORDINATOR_BUSY)
+                if not again or time.monotonic() >= deadline:
+                    raise OutputError(
+                        f"exactly-once outputs: reading group {self.group_id!r}'s committed offsets "
+                        f"failed: {error}"
+                    ) from None
+                time.sleep(0.1)
         return {tp.partition: tp.offset for tp in got if tp.error is None and tp.offset >= 0}
 
     def _produce(
