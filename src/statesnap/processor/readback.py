@@ -169,7 +169,7 @@ def store_rows(rows: pa.Table, partition: int, info: StoreInfo) -> pa.Table:
     keys = rows.column("key")
     mask = pc.equal(pc.binary_slice(keys, 0, len(prefix)), pa.scalar(prefix, pa.binary()))
     kept = rows.filter(mask)
-    stored = pc.binary_slice(kept.column("key"), len(prefix))
+    stored = _from(kept.column("key"), len(prefix))
     columns: dict[str, Any] = {
         "key": stored,
         "value": kept.column("value"),
@@ -181,10 +181,17 @@ def store_rows(rows: pa.Table, partition: int, info: StoreInfo) -> pa.Table:
     if info.kind is StoreKind.WINDOW:
         assert info.window_size_ms is not None
         starts = _window_starts(stored)
-        columns["key"] = pc.binary_slice(stored, WINDOW_BYTES)
+        columns["key"] = _from(stored, WINDOW_BYTES)
         columns["window_start"] = starts
         columns["window_end"] = pc.add(starts, info.window_size_ms)
     return pa.table(columns).cast(info.schema)
+
+
+def _from(keys: pa.ChunkedArray, start: int) -> pa.ChunkedArray:
+    """Every key from byte *start* on. The stop is explicit: pyarrow 26's ``binary_slice`` without
+    one fails with "Negative buffer resize" on some arrays (found on a 4-row partition)."""
+    longest = pc.max(pc.binary_length(keys)).as_py() if len(keys) else None
+    return pc.binary_slice(keys, start, max(start, longest or 0))
 
 
 def _window_starts(stored: pa.ChunkedArray | pa.Array) -> pa.Array:
