@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import logging
-import pickle
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -333,18 +332,19 @@ class _Run:
                 joined, True, path, restore=restore, checkpoint_seconds=time.monotonic() - committing
             )
 
-        generation = participant.begin().generation
-        planned = time.monotonic()
         work = [
             _Work(p, self.starts[p], self.ends[p], self.prior[p].files if p in self.prior else ())
             for p in partitions
         ]
+        rule = None if aggregation is None else _CountRule.of(self.proc, aggregation)
+        if rule is not None:  # before a generation is taken: a refused claim leaves nothing behind
+            rule.check_claim(self.proc, self.writer.opts, work)
+        generation = participant.begin().generation
+        planned = time.monotonic()
         done: dict[int, _Done]
-        if aggregation is None:
+        if rule is None:
             done = self._handler_job(work, generation)
         else:
-            rule = _CountRule.of(self.proc, aggregation)
-            rule.check_claim(self.proc, self.writer.opts, work)
             fold = [w for w in work if w.end > w.start]
             done = self._aggregation_job(rule, fold, generation)
             done.update(self._handler_job([w for w in work if w.end <= w.start], generation))
@@ -466,33 +466,32 @@ class _Run:
             self.spark.read.format(SOURCE_NAME)
             .options(**options)
             .load()
-            .groupBy("partition", "key")
+            .groupBy("partition", "key")  # records without a key: one group, for the stream time
             .agg(
                 sf.count(sf.lit(1)).alias("n"),
                 sf.max("offset").alias("offset"),
-                sf.max_by("timestamp", "offset").alias("timestamp"),
-                sf.max("timestamp").alias("latest"),
+                sf.max_by(sf.unix_millis("timestamp"), "offset").alias("timestamp"),
+                sf.max(sf.unix_millis("timestamp")).alias("latest"),
             )
         )
         by_partition = {w.partition: w for w in work}
 
-        def fold(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            got = [b for b in batches if b.num_rows]
-            if not got:
-                return
-            table = pa.Table.from_batches(got)
-            column = table.column("partition")
-            for p in pc.unique(column).to_pylist():
-                done = rule.fold(table.filter(pc.equal(column, p)), by_partition[p], repo, generation)
-                yield pa.RecordBatch.from_pydict({"partition": [p], "done": [pickle.dumps(done)]})
+        def fold(rows: Iterable[Any]) -> Iterator[_Done]:
+            grouped: dict[int, list[_Group]] = {}
+            for partition, key, n, offset, ts, latest in rows:
+                grouped.setdefault(partition, []).append(
+                    (None if key is None else bytes(key), n, offset, ts, latest)
+                )
+            for p, found in grouped.items():
+                yield rule.fold(found, by_partition[p], repo, generation)
 
         spread = min(len(work), sc.defaultParallelism)
         if self.progress is not None:
             self.progress(0, 0, len(work))
-        rows = (
-            groups.repartition(spread, "partition").mapInArrow(fold, "partition int, done binary").collect()
-        )
-        out = {int(r["partition"]): pickle.loads(r["done"]) for r in rows}  # our own tasks' results
+        # Rows, not mapInArrow: that needs pandas on every worker; one row per key is cheap next to
+        # the records the JVM counted.
+        folded: list[_Done] = groups.repartition(spread, "partition").rdd.mapPartitions(fold).collect()
+        out = {d.partition: d for d in folded}
         if self.progress is not None:
             self.progress(sum(d.processed for d in out.values()), len(work), len(work))
         return out
@@ -587,6 +586,10 @@ def _partition_task(
     return run
 
 
+#: One group of the Spark count: (key, records, last offset, its timestamp, largest timestamp).
+_Group = tuple[bytes | None, int, int, int | None, int | None]
+
+
 @dataclass(frozen=True, slots=True)
 class _CountRule:
     """What a count per key writes, byte for byte as the handler path writes it: the stored key
@@ -611,8 +614,8 @@ class _CountRule:
     def stored_key(self, prefix: bytes, raw: bytes) -> bytes:
         return prefix + self.keys.serialize(self.input_keys.deserialize(raw))
 
-    def fold(self, groups: pa.Table, w: _Work, repo: CheckpointRepository, generation: int) -> _Done:
-        """One partition's groups ``(key, n, offset, timestamp, latest)`` added to its base rows."""
+    def fold(self, groups: list[_Group], w: _Work, repo: CheckpointRepository, generation: int) -> _Done:
+        """One partition's groups added to its base checkpoint's rows, written as its base file."""
         mark = time.perf_counter()
         p = w.partition
         base = repo.merge_files(w.previous) if w.previous else datafile.empty_table()
@@ -633,14 +636,7 @@ class _CountRule:
         counted: dict[bytes, tuple[int, int, int | None]] = {}
         records, latest = 0, -1
         last: tuple[int, int | None] = (-1, None)
-        for raw, count, newest_offset, newest_ts, newest in zip(
-            groups.column("key").to_pylist(),
-            groups.column("n").to_pylist(),
-            groups.column("offset").to_pylist(),
-            _millis(groups.column("timestamp")),
-            _millis(groups.column("latest")),
-            strict=True,
-        ):
+        for raw, count, newest_offset, newest_ts, newest in groups:
             records += count
             latest = max(latest, -1 if newest is None else newest)
             if newest_offset > last[0]:

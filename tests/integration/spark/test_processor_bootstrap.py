@@ -1,0 +1,305 @@
+"""A processor run over its input's history on Spark, then resumed by ``proc.run()`` in Python.
+
+Invariant under test (DESIGN.md, processors): ``restore(checkpoint) + process(tail) ==
+process(everything)``, store for store and byte for byte, whichever engine wrote the checkpoint; a
+count folded by a Spark aggregation writes the very rows the handler writes. Ground truth is a plain
+consumer loop in the test. Proven on Tansu (the dev broker): ordered partitions, record timestamps as
+produced and partition EOF are all these tests rely on.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import Producer
+
+from integration.conftest import KafkaTool
+from statesnap import CheckpointOptions, Processor, ProcessorContext, Record, Windows
+from statesnap.blob import open_blob_store
+from statesnap.checkpoint import CheckpointManifest, CheckpointRepository
+from statesnap.errors import ConfigError, HandlerError
+from statesnap.processor.keyspace import META_STORE, window_start_of
+from statesnap.spark import CountPerKey, bootstrap_processor
+
+pytestmark = [pytest.mark.spark, pytest.mark.integration]
+
+BASE = 1_700_000_000_000  # a real epoch (ms): a zero timestamp means "now" to the producer
+#: The keys every result of the materialize family prints (statesnap materialize --json).
+MATERIALIZE_KEYS = {
+    "table",
+    "topic",
+    "engine",
+    "checkpoint",
+    "written",
+    "keys",
+    "offsets",
+    "restore",
+    "checkpoint_seconds",
+    "seconds",
+    "bytes",
+    "url",
+    "engine_reason",
+}
+
+
+def payments(n: int, *, seed: int, partitions: int = 3, keys: int = 40, start: int = BASE) -> list[Any]:
+    """(partition, key, value, timestamp): a key always in one partition; mostly rising event
+    time with some records out of order; every 50th record has no key."""
+    rng = random.Random(seed)
+    out = []
+    clock = start
+    for i in range(n):
+        clock += rng.randrange(0, 3_000)
+        ts = clock - (rng.randrange(0, 60_000) if rng.random() < 0.1 else 0)
+        k = rng.randrange(keys)
+        key = None if i % 50 == 7 else f"acct-{k}".encode()
+        out.append((k % partitions, key, json.dumps({"amount": i % 11}).encode(), ts))
+    return out
+
+
+def produce(bootstrap: str, topic: str, records: list[Any]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for partition, key, value, ts in records:
+        producer.produce(topic, value, key, partition=partition, timestamp=ts)
+    assert producer.flush(30) == 0
+
+
+def tally(name: str, topic: str, bootstrap: str, url: str | None, **options: Any) -> Processor:
+    """A handler of the user's (balances), an aggregation (counts) and a windowed count whose
+    windows expire: every kind of state a processor keeps. Built in a function, so Spark ships
+    the handlers by value."""
+    proc = Processor(
+        name,
+        inputs=[topic],
+        bootstrap_servers=bootstrap,
+        checkpoints=None if url is None else CheckpointOptions(url, interval="1h"),
+        stores=["balances"],
+        value_serde="json",
+        **options,
+    )
+
+    @proc.handler
+    def on_payment(record: Record, ctx: ProcessorContext) -> None:
+        if record.key is None:
+            return
+        balances = ctx.stores["balances"]
+        balances[record.key] = balances.get(record.key, 0) + record.value["amount"]
+        ctx.emit(f"{topic}-out", record.key, balances[record.key])
+
+    proc.count("counts")
+    proc.count("per-minute", window=Windows.tumbling("1m", grace="10s", retention="3m"))
+    return proc
+
+
+def counting(name: str, topic: str, bootstrap: str, url: str) -> Processor:
+    proc = Processor(
+        name, inputs=[topic], bootstrap_servers=bootstrap, checkpoints=CheckpointOptions(url, interval="1h")
+    )
+    proc.count("counts")
+    return proc
+
+
+def recompute(kafka: KafkaTool, topic: str, partitions: int = 3) -> tuple[dict[bytes, int], dict[bytes, int]]:
+    """Balances and counts per key by a plain consumer loop over the whole input (not statesnap)."""
+    balances: dict[bytes, int] = {}
+    counts: dict[bytes, int] = {}
+    for r in kafka.read_all(topic, range(partitions)):
+        if r.key is None:
+            continue
+        assert r.value is not None
+        balances[r.key] = balances.get(r.key, 0) + json.loads(r.value)["amount"]
+        counts[r.key] = counts.get(r.key, 0) + 1
+    return balances, counts
+
+
+def run_python(proc: Processor) -> tuple[Any, dict[str, dict[bytes, bytes]]]:
+    """``proc.run(follow=False)``-like, keeping the state to compare: the restore report and
+    every store's (stored key, value bytes)."""
+    report = proc.start()
+    try:
+        stores = {name: dict(proc.store(name).raw_items()) for name in proc.stores}
+    finally:
+        proc.close()
+    return report, stores
+
+
+def checkpoint_rows(url: str, manifest: CheckpointManifest) -> dict[int, pa.Table]:
+    repo = CheckpointRepository.for_table(open_blob_store(url), manifest.cluster_id, manifest.table)
+    return {p: repo.merge_files(pc.files) for p, pc in manifest.partitions.items()}
+
+
+def test_spark_bootstrap_of_a_processor_resumes_in_python(
+    spark: Any, kafka: KafkaTool, topic_name: str, tmp_path: Path
+) -> None:
+    """Spark runs the handler over the history (one task per partition, nothing emitted), a Python
+    ``proc.run()`` resumes from its checkpoint with only the tail, and every store equals a full
+    Python processing byte for byte and a plain consumer's recomputation."""
+    topic = kafka.create_topic(topic_name, 3)
+    kafka.create_topic(f"{topic}-out", 1)
+    url = str(tmp_path / "ckpt")
+    history = payments(1500, seed=1)
+    produce(kafka.bootstrap, topic, history)
+    heard: list[tuple[int, int, int]] = []
+
+    result = bootstrap_processor(
+        spark, tally("tally", topic, kafka.bootstrap, url), progress=lambda *a: heard.append(a)
+    )
+    manifest = result.manifest
+    assert result.written
+    assert result.path.value == "handler"
+    assert result.processed == len(history)
+    assert result.emitted == 0
+    assert manifest.writer["engine"] == "spark"
+    assert manifest.writer["processor"]["stores"]["per-minute"]["kind"] == "window"
+    assert manifest.writer["records_read"] == len(history)
+    assert manifest.writer["spark_tasks"] == 3
+    assert all(len(pc.files) == 1 and pc.files[0].kind == "base" for pc in manifest.partitions.values())
+    assert heard
+    assert heard[-1] == (len(history), 3, 3)
+    out = result.to_json()
+    assert set(out) >= MATERIALIZE_KEYS
+    assert out["restore"] == {
+        "checkpoint": None,
+        "replayed_records": len(history),
+        "restore_seconds": out["restore"]["restore_seconds"],
+    }
+    assert out["stores"]["counts"] == 40
+    assert out["checkpoint"] == manifest.generation
+    assert kafka.read_all(f"{topic}-out", [0], timeout=5) == []  # a bootstrap emits nothing
+
+    tail = payments(400, seed=2, start=history[-1][3])
+    produce(kafka.bootstrap, topic, tail)
+    report, resumed = run_python(tally("tally", topic, kafka.bootstrap, url))
+    assert (report.checkpoint, report.replayed_records) == (manifest.generation, len(tail))
+    _report, everything = run_python(tally("scratch", topic, kafka.bootstrap, None))
+    assert resumed == everything  # every store, stored key and value bytes
+    balances, counts = recompute(kafka, topic)
+    assert {k: json.loads(v) for k, v in resumed["balances"].items()} == balances
+    assert {k: json.loads(v) for k, v in resumed["counts"].items()} == counts
+    assert resumed["per-minute"]  # recent windows are kept, the oldest dropped at retention
+    starts = {window_start_of(k) for k in resumed["per-minute"]}
+    assert len(starts) <= 4
+
+
+def test_spark_bootstrap_continues_from_a_python_checkpoint(
+    spark: Any, kafka: KafkaTool, topic_name: str, tmp_path: Path
+) -> None:
+    """The other way round: Python checkpoints, more input, Spark continues from that checkpoint
+    (loading its rows, reading only the records after it), and Python resumes from Spark's."""
+    topic = kafka.create_topic(topic_name, 3)
+    kafka.create_topic(f"{topic}-out", 1)
+    url = str(tmp_path / "ckpt")
+    first = payments(600, seed=3)
+    produce(kafka.bootstrap, topic, first)
+    python = tally("tally", topic, kafka.bootstrap, url)
+    python.run(follow=False)
+    assert python.last_checkpoint is not None
+    more = payments(700, seed=4, start=first[-1][3])
+    produce(kafka.bootstrap, topic, more)
+
+    result = bootstrap_processor(spark, tally("tally", topic, kafka.bootstrap, url))
+    assert result.restore.checkpoint == python.last_checkpoint.generation
+    assert result.processed == len(more)
+    assert result.manifest.writer["mode"] == "incremental"
+    again = bootstrap_processor(spark, tally("tally", topic, kafka.bootstrap, url))
+    assert not again.written
+    assert again.manifest.generation == result.manifest.generation
+
+    report, resumed = run_python(tally("tally", topic, kafka.bootstrap, url))
+    assert (report.checkpoint, report.replayed_records) == (result.manifest.generation, 0)
+    _report, everything = run_python(tally("scratch", topic, kafka.bootstrap, None))
+    assert resumed == everything
+
+
+def test_a_spark_count_writes_the_handler_path_rows_byte_for_byte(
+    spark: Any, kafka: KafkaTool, topic_name: str, tmp_path: Path
+) -> None:
+    """``CountPerKey``: ``groupBy(partition, key).count()`` over the statesnap-kafka source gives
+    the handler path's data files row for row (key, value, offset and timestamp of every count;
+    the stream time's key and value), from scratch and on top of a checkpoint, and Python resumes
+    from it to the plain consumer's counts."""
+    topic = kafka.create_topic(topic_name, 3)
+    url = str(tmp_path / "ckpt")
+    produce(kafka.bootstrap, topic, payments(1200, seed=5))
+
+    def both(generation_of: dict[str, int]) -> tuple[dict[int, pa.Table], dict[int, pa.Table]]:
+        by_handler = bootstrap_processor(spark, counting("by-handler", topic, kafka.bootstrap, url))
+        by_count = bootstrap_processor(
+            spark, counting("by-count", topic, kafka.bootstrap, url), aggregation=CountPerKey("counts")
+        )
+        assert by_count.path.value == "aggregation"
+        assert by_count.manifest.writer["path"] == "aggregation"
+        assert by_count.processed == by_handler.processed
+        assert by_count.stores == by_handler.stores
+        assert by_count.manifest.offsets == by_handler.manifest.offsets
+        generation_of.update(handler=by_handler.manifest.generation, count=by_count.manifest.generation)
+        return checkpoint_rows(url, by_handler.manifest), checkpoint_rows(url, by_count.manifest)
+
+    def same(handler_rows: dict[int, pa.Table], count_rows: dict[int, pa.Table]) -> None:
+        assert set(handler_rows) == set(count_rows)
+        for p, rows in handler_rows.items():
+            other = count_rows[p]
+            assert rows.column("key").to_pylist() == other.column("key").to_pylist()
+            assert rows.column("value").to_pylist() == other.column("value").to_pylist()
+            counts = [
+                i
+                for i, k in enumerate(rows.column("key").to_pylist())
+                if not k.startswith(META_STORE.encode())
+            ]
+            for column in ("offset", "timestamp"):
+                mine, theirs = rows.column(column).to_pylist(), other.column(column).to_pylist()
+                assert [mine[i] for i in counts] == [theirs[i] for i in counts]
+
+    gens: dict[str, int] = {}
+    same(*both(gens))
+    produce(kafka.bootstrap, topic, payments(500, seed=6, start=BASE + 10**7))
+    first = dict(gens)
+    same(*both(gens))
+    assert gens["count"] > first["count"]
+
+    report, resumed = run_python(counting("by-count", topic, kafka.bootstrap, url))
+    assert report.checkpoint == gens["count"]
+    assert report.replayed_records == 0
+    _balances, counts = recompute(kafka, topic)
+    assert {k: json.loads(v) for k, v in resumed["counts"].items()} == counts
+
+
+def test_a_count_claim_the_handler_does_not_keep_is_refused(
+    spark: Any, kafka: KafkaTool, topic_name: str, tmp_path: Path
+) -> None:
+    """A processor declared ``CountPerKey`` whose handler sums instead is refused before any Spark
+    job, in one typed line; nothing is committed."""
+    topic = kafka.create_topic(topic_name, 3)
+    url = str(tmp_path / "ckpt")
+    produce(kafka.bootstrap, topic, payments(200, seed=7))
+    proc = Processor(
+        "sums", inputs=[topic], bootstrap_servers=kafka.bootstrap, checkpoints=url, value_serde="json"
+    )
+    proc.sum("counts", "amount")
+    with pytest.raises(ConfigError, match="does not count records per key into store 'counts'"):
+        bootstrap_processor(spark, proc, aggregation=CountPerKey("counts"))
+    with pytest.raises(ConfigError, match="needs a key-value store named 'missing'"):
+        bootstrap_processor(spark, proc, aggregation=CountPerKey("missing"))
+    assert not list((tmp_path / "ckpt").glob("*_sums/snapshots/*.json"))
+
+
+def test_a_failing_handler_stops_the_bootstrap_with_its_record(
+    spark: Any, kafka: KafkaTool, topic_name: str, tmp_path: Path
+) -> None:
+    """A handler raising on a record (no dead-letter topic) ends the bootstrap with
+    ``HandlerError`` naming the record, as the Python engine stops; no checkpoint is committed."""
+    topic = kafka.create_topic(topic_name, 2)
+    url = str(tmp_path / "ckpt")
+    kafka.produce(topic, [(0, b"a", b'{"amount": 1}'), (1, b"b", b"not json"), (1, b"b", b'{"amount": 2}')])
+    proc = tally("strict", topic, kafka.bootstrap, url)
+    with pytest.raises(HandlerError, match=rf"{topic}\[1\]@0") as failed:
+        bootstrap_processor(spark, proc)
+    assert (failed.value.partition, failed.value.offset) == (1, 0)
+    assert not list((tmp_path / "ckpt").glob("*_strict/snapshots/*.json"))
+    with pytest.raises(ConfigError, match="no checkpoint store"):
+        bootstrap_processor(spark, tally("none", topic, kafka.bootstrap, None))
