@@ -12,9 +12,11 @@ from statesnap.processor.stores import Cursor, KeyValueStore, WindowStore
 __all__ = ["ProcessorContext", "Record"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Record:
-    """One input record, deserialized with the processor's serdes (bytes when none were given)."""
+    """One input record, deserialized with the processor's serdes (bytes when none were given).
+
+    Not frozen: a frozen dataclass costs four times as much to build, once per record."""
 
     key: Any
     value: Any

@@ -9,7 +9,7 @@ promise that a restore plus the tail equals processing everything.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -75,18 +75,19 @@ class Cursor:
     timestamp: int = -1
     stream_time: int = -1
     active: bool = False
-    _prefixes: dict[tuple[str, int], bytes] = field(default_factory=dict)
-
-    def prefix(self, store: str) -> bytes:
-        key = (store, self.partition)
-        found = self._prefixes.get(key)
-        if found is None:
-            found = self._prefixes[key] = partition_prefix(store, self.partition)
-        return found
 
 
 class _View:
-    __slots__ = ("buffer", "cursor", "key_serde", "name", "value_serde")
+    __slots__ = (
+        "_key_bytes",
+        "_partition",
+        "_prefix_bytes",
+        "buffer",
+        "cursor",
+        "key_serde",
+        "name",
+        "value_serde",
+    )
 
     def __init__(
         self, name: str, key_serde: Serde, value_serde: Serde, buffer: WriteBuffer, cursor: Cursor
@@ -96,14 +97,22 @@ class _View:
         self.value_serde = value_serde
         self.buffer = buffer
         self.cursor = cursor
+        self._key_bytes = key_serde.serialize
+        self._partition = -1
+        self._prefix_bytes = b""
 
     def _prefix(self, action: str) -> bytes:
-        if not self.cursor.active:
+        """The key prefix of the current record's partition (per-record hot path: cached)."""
+        cursor = self.cursor
+        if not cursor.active:
             raise StoreAccessError(
                 f"store {self.name!r}: {action} outside a handler call; stores change only as records "
                 "are processed (read them from outside with Processor.store(name))"
             )
-        return self.cursor.prefix(self.name)
+        if cursor.partition != self._partition:
+            self._partition = cursor.partition
+            self._prefix_bytes = partition_prefix(self.name, cursor.partition)
+        return self._prefix_bytes
 
 
 class KeyValueStore(_View, MutableMapping[Any, Any]):
@@ -112,29 +121,28 @@ class KeyValueStore(_View, MutableMapping[Any, Any]):
     __slots__ = ()
 
     def __getitem__(self, key: Any) -> Any:
-        raw = self.buffer.get(self._prefix("read") + self.key_serde.serialize(key))
+        raw = self.buffer.get(self._prefix("read") + self._key_bytes(key))
         if raw is None:
             raise KeyError(key)
         return self.value_serde.deserialize(raw)
 
     def get(self, key: Any, default: Any = None) -> Any:
-        raw = self.buffer.get(self._prefix("read") + self.key_serde.serialize(key))
+        raw = self.buffer.get(self._prefix("read") + self._key_bytes(key))
         return default if raw is None else self.value_serde.deserialize(raw)
 
     def __contains__(self, key: object) -> bool:
-        return self.buffer.get(self._prefix("read") + self.key_serde.serialize(key)) is not None
+        return self.buffer.get(self._prefix("read") + self._key_bytes(key)) is not None
 
     def __setitem__(self, key: Any, value: Any) -> None:
         cursor = self.cursor
-        self.buffer.put(
-            self._prefix("write") + self.key_serde.serialize(key),
+        self.buffer.pending[self._prefix("write") + self._key_bytes(key)] = (
             self.value_serde.serialize(value),
             cursor.offset,
             cursor.timestamp,
         )
 
     def __delitem__(self, key: Any) -> None:
-        stored = self._prefix("delete") + self.key_serde.serialize(key)
+        stored = self._prefix("delete") + self._key_bytes(key)
         if self.buffer.get(stored) is None:
             raise KeyError(key)
         self.buffer.put(stored, None, self.cursor.offset, self.cursor.timestamp)

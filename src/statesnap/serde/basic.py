@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol, runtime_checkable
 
+import orjson
+
 from statesnap.errors import DeserializationError, SerializationError
 
 __all__ = ["BytesSerde", "JsonSerde", "Serde", "StringSerde"]
@@ -32,6 +34,8 @@ class BytesSerde:
     """The default: keys and values are the raw Kafka bytes."""
 
     def serialize(self, obj: Any) -> bytes:
+        if type(obj) is bytes:  # the common case, without a copy
+            return obj
         if isinstance(obj, bytes | bytearray | memoryview):
             return bytes(obj)
         raise TypeError(f"BytesSerde needs bytes, got {type(obj).__name__}")
@@ -59,15 +63,27 @@ class StringSerde:
 
 
 class JsonSerde:
-    """JSON documents; serialization is canonical (sorted keys) so equal objects give equal bytes."""
+    """JSON documents; serialization is canonical (sorted keys) so equal objects give equal bytes.
+
+    Hot paths (processors read and write a store value per record): decoding goes through orjson
+    (about 10x faster) and falls back to the standard library for what orjson refuses but JSON
+    allows (NaN, integers past 64 bits, lone surrogates), so both give the same objects; an int
+    encodes as its decimal digits, exactly what ``json.dumps`` writes.
+    """
 
     def serialize(self, obj: Any) -> bytes:
+        if type(obj) is int:
+            return str(obj).encode()
         try:
             return json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
         except (TypeError, ValueError) as e:
             raise SerializationError(f"cannot encode {type(obj).__name__} as JSON: {e}") from e
 
     def deserialize(self, data: bytes) -> Any:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
         try:
             return json.loads(data)
         except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
