@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from statesnap.checkpoint.repository import CheckpointRepository
 from statesnap.errors import BlobNotFoundError, SnapshotNotFoundError
+from statesnap.processor.keyspace import META_STORE, store_prefix
 
 __all__ = ["SAMPLE", "SnapshotDiff", "diff_snapshots", "load_rows"]
 
@@ -52,7 +53,11 @@ def load_rows(repo: CheckpointRepository, generation: int) -> pa.Table:
     parts = [rows.select(["key", "value"]) for _p, rows in repo.iter_partitions(manifest)]
     if not parts:
         return pa.table({"key": pa.array([], pa.binary()), "value": pa.array([], pa.binary())})
-    return pa.concat_tables(parts)
+    rows = pa.concat_tables(parts)
+    if "processor" in manifest.writer:  # a processor's own bookkeeping (stream time) is no state
+        bookkeeping = pc.starts_with(rows.column("key").cast(pa.binary()), store_prefix(META_STORE).decode())
+        rows = rows.filter(pc.invert(bookkeeping))
+    return rows
 
 
 def _keys(table: pa.Table, mask: pa.ChunkedArray, column: str, sample: int) -> list[str]:

@@ -322,11 +322,6 @@ def test_pin_diff_delete_gc_and_verify_act_on_a_processor_snapshot(
 
 
 @pytest.mark.parametrize("where", ["file"], indirect=True)  # the diff reads the files alike on S3
-@pytest.mark.xfail(
-    strict=True,
-    reason="snapshot diff counts a processor's internal _statesnap stream-time keys as changed keys and "
-    "shows store keys with their raw keyspace prefix (no per-store counts)",
-)
 def test_snapshot_diff_of_a_processor_counts_only_its_stores(
     kafka: KafkaTool, where: Where, app: tuple[str, Running]
 ) -> None:
