@@ -5,21 +5,24 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import click
 
 from statesnap.cli.options import (
-    bootstrap_option,
     kafka_config_options,
     kafka_settings,
     pairs_to_dict,
     storage_options,
     table_option,
     timeout_option,
-    topic_option,
 )
-from statesnap.errors import StatesnapError
+from statesnap.durations import parse_duration
+from statesnap.errors import InvalidDurationError, StatesnapError
 from statesnap.python.reads import StoreName
+
+if TYPE_CHECKING:  # the serve package imports FastAPI: not on every `statesnap` command
+    from statesnap.serve.waits import OwnedReplica
 
 __all__ = ["DEFAULT_WAIT_MS", "MAX_PENDING_WAITS", "MAX_WAIT_MS", "prefix_filter", "serve"]
 
@@ -40,8 +43,19 @@ def prefix_filter(prefixes: tuple[str, ...]) -> Callable[[bytes], bool] | None:
 
 
 @click.command()
-@bootstrap_option
-@topic_option
+@click.option(
+    "--bootstrap-servers",
+    "-b",
+    envvar="STATESNAP_BOOTSTRAP_SERVERS",
+    help="Kafka bootstrap address(es), e.g. 127.0.0.1:9092; with --store only to pick the cluster's "
+    "checkpoints. [env: STATESNAP_BOOTSTRAP_SERVERS]",
+)
+@click.option(
+    "--topic",
+    "-t",
+    envvar="STATESNAP_TOPIC",
+    help="The changelog topic (not with --store). [env: STATESNAP_TOPIC]",
+)
 @table_option(required=False)
 @click.option(
     "--checkpoints",
@@ -61,7 +75,27 @@ def prefix_filter(prefixes: tuple[str, ...]) -> Callable[[bytes], bool] | None:
     help="Port to listen on (0: any free port, printed at start).",
 )
 @click.option(
-    "--store", type=click.Choice(["auto", "memory", "columnar", "rocksdb"]), default="auto", show_default=True
+    "--store",
+    "store_name",
+    default=None,
+    metavar="STORE",
+    help="Serve this store of processor --table as its newest checkpoint holds it, loading each newer "
+    "generation as it appears (polled every --poll-interval): a store has no changelog to tail. "
+    "Served at /tables/STORE/…; a window store's keys are its stored keys (8-byte window start, "
+    "then the key).",
+)
+@click.option(
+    "--poll-interval",
+    default="5s",
+    show_default=True,
+    help="With --store: how often to look for a newer checkpoint.",
+)
+@click.option(
+    "--state-store",
+    type=click.Choice(["auto", "memory", "columnar", "rocksdb"]),
+    default="auto",
+    show_default=True,
+    help="The local store a table's replica is held in.",
 )
 @click.option(
     "--key-prefix",
@@ -95,13 +129,15 @@ def prefix_filter(prefixes: tuple[str, ...]) -> Callable[[bytes], bool] | None:
 @kafka_config_options
 @timeout_option
 def serve(
-    bootstrap_servers: str,
-    topic: str,
+    bootstrap_servers: str | None,
+    topic: str | None,
     table: str | None,
     checkpoints: str,
     host: str,
     port: int,
-    store: StoreName,
+    store_name: str | None,
+    poll_interval: str,
+    state_store: StoreName,
     key_prefixes: tuple[str, ...],
     require_checkpoint: bool,
     max_wait_ms: int,
@@ -127,12 +163,27 @@ def serve(
       GET /tables/TABLE                 status
       GET /health  /metrics  /docs      readiness, Prometheus metrics (replica and requests),
                                         Swagger UI (served locally, works offline)
+
+    --store STORE --table PROCESSOR serves a processor's store instead (no broker needed): as its
+    newest checkpoint holds it, refreshed when a newer generation appears, at /tables/STORE/….
     """
     from statesnap.python.follower import Follower
-    from statesnap.serve import HttpServer, create_app
     from statesnap.task.options import CheckpointOptions
     from statesnap.task.rowfilter import RowFilter
 
+    follower: OwnedReplica
+    if store_name is not None:
+        follower = _store_follower(
+            table, store_name, checkpoints, storage_pairs, poll_interval, key_prefixes, topic,
+            bootstrap_servers, kafka_pairs, kafka_files, timeout,
+        )  # fmt: skip
+        _serve(follower, f"store {store_name!r} of processor {table!r}", host, port, access_log, max_wait_ms,
+               max_pending_waits)  # fmt: skip
+        return
+    if not bootstrap_servers:
+        raise click.UsageError("Missing option '--bootstrap-servers' / '-b'.")
+    if not topic:
+        raise click.UsageError("Missing option '--topic' / '-t'.")
     settings = kafka_settings(bootstrap_servers, kafka_pairs, kafka_files, timeout)
     try:
         follower = Follower(
@@ -148,9 +199,67 @@ def serve(
             )
             if checkpoints
             else None,
-            store=store,
+            store=state_store,
             row_filter=RowFilter(key_filter=prefix_filter(key_prefixes)),
         )
+    except StatesnapError as e:
+        raise click.ClickException(f"{type(e).__name__}: {e}") from e
+    _serve(follower, f"table {follower.name!r} of topic {topic!r}", host, port, access_log, max_wait_ms,
+           max_pending_waits)  # fmt: skip
+
+
+def _store_follower(
+    table: str | None,
+    store: str,
+    checkpoints: str,
+    storage_pairs: tuple[str, ...],
+    poll_interval: str,
+    key_prefixes: tuple[str, ...],
+    topic: str | None,
+    bootstrap_servers: str | None,
+    kafka_pairs: tuple[str, ...],
+    kafka_files: tuple[str, ...],
+    timeout: float,
+) -> OwnedReplica:
+    """``--store``: a read-only replica of one processor store, refreshed from new checkpoints."""
+    from statesnap.blob import open_blob_store
+    from statesnap.kafka.admin import KafkaAdmin
+    from statesnap.processor.store_follower import StoreFollower
+
+    if not table:
+        raise click.UsageError("--store needs --table NAME: the processor whose store to serve")
+    if topic:
+        raise click.UsageError("--topic does not go with --store: a store is served from its checkpoints")
+    try:
+        poll = parse_duration(poll_interval).total_seconds()
+    except InvalidDurationError as e:
+        raise click.BadParameter(str(e), param_hint="--poll-interval") from e
+    if poll <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="--poll-interval")
+    cluster_id = None
+    if bootstrap_servers:
+        cluster_id = KafkaAdmin(
+            kafka_settings(bootstrap_servers, kafka_pairs, kafka_files, timeout)
+        ).cluster_id()
+    blobs = open_blob_store(checkpoints, **pairs_to_dict(storage_pairs, "--storage-option"))
+    return StoreFollower(
+        blobs, table, store, cluster_id=cluster_id, poll_seconds=poll, key_filter=prefix_filter(key_prefixes)
+    )
+
+
+def _serve(
+    follower: OwnedReplica,
+    what: str,
+    host: str,
+    port: int,
+    access_log: bool,
+    max_wait_ms: int,
+    max_pending_waits: int,
+) -> None:
+    """Serve *follower* over HTTP until SIGINT/SIGTERM, or until it fails."""
+    from statesnap.serve import HttpServer, create_app
+
+    try:
         app = create_app(
             follower,
             default_wait_ms=min(DEFAULT_WAIT_MS, max_wait_ms),
@@ -164,7 +273,7 @@ def serve(
     except StatesnapError as e:
         raise click.ClickException(f"{type(e).__name__}: {e}") from e
     click.echo(
-        f"serving table {follower.name!r} of topic {topic!r} on {server.url} "
+        f"serving {what} on {server.url} "
         f"(restoring; {server.url}/health turns 200 once caught up; docs at {server.url}/docs)",
         err=True,
     )

@@ -10,7 +10,7 @@ reader needs neither the processor's code nor a broker.
 A store is always read as a checkpoint holds it: unlike a table it cannot be brought up to date
 from the input topic's tail without running the processor's handler.
 
-Rows come as Arrow tables with the columns of :data:`STORE_SCHEMA` (window stores) or
+Rows come as Arrow tables with the columns of :data:`WINDOW_SCHEMA` (window stores) or
 :data:`KV_SCHEMA`: ``key`` is the user's key bytes, ``stored_key`` what the digest covers (the same
 for a key-value store; the 8-byte window start followed by the key for a window store),
 ``window_start``/``window_end`` epoch milliseconds (the window store API's units).
@@ -42,6 +42,8 @@ __all__ = [
     "StoreInfo",
     "processor_stores",
     "read_store",
+    "spark_columns",
+    "store_batches",
     "store_digest",
     "store_info",
     "store_rows",
@@ -184,7 +186,30 @@ def store_rows(rows: pa.Table, partition: int, info: StoreInfo) -> pa.Table:
         columns["key"] = _from(stored, WINDOW_BYTES)
         columns["window_start"] = starts
         columns["window_end"] = pc.add(starts, info.window_size_ms)
-    return pa.table(columns).cast(info.schema)
+    schema = info.schema
+    at = schema.get_field_index("timestamp")
+    schema = schema.set(at, pa.field("timestamp", rows.schema.field("timestamp").type))  # as read
+    return pa.table(columns).cast(schema)
+
+
+def store_batches(info: StoreInfo, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The store's rows among checkpoint rows that carry their ``partition`` (what Spark's
+    ``mapInArrow`` hands a task reading a checkpoint), in :func:`spark_columns` order."""
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        table = pa.Table.from_batches([batch])
+        for partition in pc.unique(batch.column("partition")).to_pylist():
+            rows = table.filter(pc.equal(table.column("partition"), partition))
+            kept = store_rows(rows.select(["key", "value", "offset", "timestamp"]), partition, info)
+            yield from kept.select(spark_columns(info)).to_batches()
+
+
+def spark_columns(info: StoreInfo) -> list[str]:
+    """A store's columns in a DataFrame: the user's key, the value, (window stores) the window,
+    then where the row came from."""
+    window = ["window_start", "window_end"] if info.kind is StoreKind.WINDOW else []
+    return ["key", "value", *window, "offset", "timestamp", "partition"]
 
 
 def _from(keys: pa.ChunkedArray, start: int) -> pa.ChunkedArray:
@@ -199,7 +224,7 @@ def _window_starts(stored: pa.ChunkedArray | pa.Array) -> pa.Array:
     heads = pc.binary_slice(stored, 0, WINDOW_BYTES)
     if isinstance(heads, pa.ChunkedArray):
         heads = heads.combine_chunks() if heads.num_chunks else pa.array([], pa.binary())
-    if len(heads) and pc.min(pc.binary_length(heads)).as_py() < WINDOW_BYTES:
+    if len(heads) and pc.min(pc.binary_length(heads)).as_py() < WINDOW_BYTES:  # not a window store's
         bad = next(k for k in heads.to_pylist() if len(k) < WINDOW_BYTES)
         raise ValueError(f"not a window store key: {bad!r}")
     fixed = heads.cast(pa.binary(WINDOW_BYTES))

@@ -1,4 +1,5 @@
-"""The HTTP API of a follower: a thin FastAPI layer over :class:`~statesnap.python.follower.Follower`.
+"""The HTTP API of a follower: a thin FastAPI layer over :class:`~statesnap.python.follower.Follower`
+(or a processor store's :class:`~statesnap.processor.store_follower.StoreFollower`).
 
 Every answer carries staleness headers, taken just before the read it describes (so the answer
 reflects at least those offsets):
@@ -42,12 +43,11 @@ from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, Field
 
 from statesnap.errors import ConfigError, StatesnapError, TableStateError
-from statesnap.python.follower import Follower
 from statesnap.redaction import scrub
 from statesnap.serve.docs import mount_docs
 from statesnap.serve.metrics import CONTENT_TYPE, FollowerCollector, HttpMetrics, MetricsMiddleware, render
 from statesnap.serve.params import ParameterError, parse_min_offsets
-from statesnap.serve.waits import DEFAULT_MAX_PENDING, FreshnessWaits
+from statesnap.serve.waits import DEFAULT_MAX_PENDING, FreshnessWaits, ServedReplica
 from statesnap.version import __version__
 
 __all__ = [
@@ -95,7 +95,7 @@ class Freshness:
     newest_record_age: float | None
 
     @classmethod
-    def of(cls, follower: Follower) -> "Freshness":
+    def of(cls, follower: ServedReplica) -> "Freshness":
         # Offsets first: the answer that follows reflects at least these.
         offsets = follower.offsets
         return cls(
@@ -123,7 +123,7 @@ class _FreshnessHeaders:
     """Pure ASGI middleware adding the staleness headers to every answer: the snapshot a handler
     took before its read, or a fresh one for answers without a read (errors, health, metrics)."""
 
-    def __init__(self, app: ASGIApp, follower: Follower) -> None:
+    def __init__(self, app: ASGIApp, follower: ServedReplica) -> None:
         self.app = app
         self.follower = follower
 
@@ -227,7 +227,7 @@ def _one_of(text: str | None, b64: str | None, name: str) -> bytes | None:
 
 
 def _page(
-    follower: Follower, after: bytes | None, prefix: bytes | None, limit: int
+    follower: ServedReplica, after: bytes | None, prefix: bytes | None, limit: int
 ) -> tuple[list[tuple[bytes, bytes]], bool]:
     """One page of the scan, and whether another may follow.
 
@@ -286,7 +286,7 @@ def _without_422(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def create_app(
-    follower: Follower,
+    follower: ServedReplica,
     *,
     default_wait_ms: int = DEFAULT_WAIT_MS,
     max_wait_ms: int = MAX_WAIT_MS,

@@ -16,8 +16,17 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from statesnap.errors import TableStateError
+from statesnap.python.status import FollowerStatus
 
-__all__ = ["DEFAULT_MAX_PENDING", "DEFAULT_TICK_SECONDS", "FreshnessWaits", "Replica", "TooManyWaitsError"]
+__all__ = [
+    "DEFAULT_MAX_PENDING",
+    "DEFAULT_TICK_SECONDS",
+    "FreshnessWaits",
+    "OwnedReplica",
+    "Replica",
+    "ServedReplica",
+    "TooManyWaitsError",
+]
 
 #: Sampling period while requests wait. The replica applies records in batches of a consume call,
 #: so a few milliseconds add little to read-your-writes latency and cost ~500 samples/s at most.
@@ -41,6 +50,38 @@ class Replica(Protocol):
     def wait_for(self, offsets: Mapping[int, int], *, timeout: float) -> bool: ...
 
     def wait_caught_up(self, timeout: float) -> bool: ...
+
+
+class ServedReplica(Replica, Protocol):
+    """What the HTTP API reads from a replica: a table's :class:`~statesnap.python.follower.Follower`
+    or a processor store's :class:`~statesnap.processor.store_follower.StoreFollower`."""
+
+    @property
+    def name(self) -> str: ...
+
+    def lag(self) -> dict[int, int]: ...
+
+    def newest_record_age(self) -> float | None: ...
+
+    def status(self) -> FollowerStatus: ...
+
+    def get_raw(self, key: bytes) -> bytes | None: ...
+
+    def scan(self, after: bytes | None, limit: int) -> list[tuple[bytes, bytes]]: ...
+
+    def keeps(self, key: bytes) -> bool: ...
+
+
+class OwnedReplica(ServedReplica, Protocol):
+    """A replica as ``statesnap serve`` runs it: started in the background, closed at the end,
+    failed with an error it can report."""
+
+    @property
+    def error(self) -> BaseException | None: ...
+
+    def start_in_background(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class TooManyWaitsError(TableStateError):

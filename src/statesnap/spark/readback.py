@@ -16,6 +16,7 @@ A key lives in one partition, so no shuffle is needed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 from collections.abc import Mapping
@@ -27,6 +28,7 @@ from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, locat
 from statesnap.checkpoint.restore import CheckpointSelector
 from statesnap.errors import ConfigError
 from statesnap.kafka.admin import KafkaAdmin
+from statesnap.processor.readback import StoreInfo, spark_columns, store_batches, store_info
 from statesnap.spark.checkpoint_source import (
     CHECKPOINT_SOURCE_NAME,
     KAFKA_OPTION,
@@ -90,8 +92,16 @@ def read_table(
     kafka_config: Mapping[str, Any] | None = None,
     topic: str | None = None,
     timeout: float = 15.0,
+    store: str | None = None,
 ) -> Any:
     """The table as a DataFrame (``key, value, offset, timestamp, partition``), one row per key.
+
+    ``store=NAME`` reads store NAME of the processor *table* instead: its rows as the checkpoint
+    holds them (``key, value, offset, timestamp, partition``; a window store adds
+    ``window_start, window_end`` after ``value``, epoch milliseconds), ``key`` being the user's key
+    bytes. Always ``as_of="checkpoint"``: a store cannot be brought past its checkpoint without
+    running the processor's handler. A name not among the manifest's stores raises
+    :class:`ConfigError` listing them.
 
     ``as_of="checkpoint"`` (the default): the table at a checkpoint, read without Kafka. Any
     writer's checkpoints work (Python ``Table``, Spark bootstrap or streaming). Without
@@ -111,6 +121,11 @@ def read_table(
     """
     if as_of not in AS_OF:
         raise ConfigError(f"as_of={as_of!r}: use 'checkpoint' (the default) or 'now'")
+    if store is not None and as_of != "checkpoint":
+        raise ConfigError(
+            f"store={store!r} is read as its checkpoint holds it (as_of='checkpoint'): a store cannot be "
+            "brought up to date from the topic without running the processor's handler"
+        )
     if as_of == "now" and generation is not None:
         raise ConfigError(
             "as_of='now' reads the newest usable checkpoint plus the topic's tail; "
@@ -120,15 +135,18 @@ def read_table(
         raise ConfigError("as_of='now' reads the topic's tail: bootstrap_servers is required")
     if as_of == "checkpoint" and (bootstrap_servers or kafka_config or topic):
         raise ConfigError("bootstrap_servers, kafka_config and topic apply to as_of='now' only")
-    store = open_blob_store(url, **dict(storage_options or {}))
-    store.check(writable=False)
+    blobs = open_blob_store(url, **dict(storage_options or {}))
+    blobs.check(writable=False)
+    info: StoreInfo | None = None
     if as_of == "now":
         assert bootstrap_servers is not None
         kafka = {"bootstrap_servers": bootstrap_servers, "kafka_config": dict(kafka_config or {})}
-        options = _as_of_now(store, url, table, cluster_id, topic, timeout, kafka)
+        options = _as_of_now(blobs, url, table, cluster_id, topic, timeout, kafka)
     else:
-        repo = locate_table(store, table, cluster_id)
+        repo = locate_table(blobs, table, cluster_id)
         manifest = choose_manifest(repo, table, generation)
+        if store is not None:  # on the driver: a typo'd store fails before any Spark job
+            info = store_info(manifest, store)
         options = {"url": url, "directory": repo.directory, "generation": str(manifest.generation)}
         log.info(
             "reading %s generation %d (%s)",
@@ -139,10 +157,28 @@ def read_table(
     register(spark)
     storage = {k: str(v) for k, v in (storage_options or {}).items() if v is not None}
     if not is_local(spark):  # executors elsewhere do not share the driver's environment
-        storage = executor_storage_options(store, storage)
+        storage = executor_storage_options(blobs, storage)
     if storage and "url" in options:
         options[STORAGE_OPTION] = json.dumps(storage)
-    return spark.read.format(CHECKPOINT_SOURCE_NAME).options(**options).load()
+    rows = spark.read.format(CHECKPOINT_SOURCE_NAME).options(**options).load()
+    if info is None:
+        return rows
+    return rows.mapInArrow(functools.partial(store_batches, info), _store_schema(info))
+
+
+def _store_schema(info: StoreInfo) -> str:
+    """A store's DataFrame schema (DDL), in :func:`~statesnap.processor.readback.spark_columns`
+    order."""
+    types = {
+        "key": "binary",
+        "value": "binary",
+        "window_start": "bigint",
+        "window_end": "bigint",
+        "offset": "bigint",
+        "timestamp": "timestamp",
+        "partition": "int",
+    }
+    return ", ".join(f"`{name}` {types[name]}" for name in spark_columns(info))
 
 
 def _as_of_now(
