@@ -27,7 +27,14 @@ from statesnap.processor.keyspace import (
     window_start_of,
 )
 from statesnap.processor.outputs import Outputs
-from statesnap.processor.stores import Cursor, KeyValueStore, StoreSpec, WindowStore
+from statesnap.processor.stores import (
+    Cursor,
+    KeyValueStore,
+    StoreSpec,
+    TtlKeyValueStore,
+    WindowStore,
+    unstamped,
+)
 from statesnap.processor.windows import Windows
 from statesnap.python.hooks import Change
 from statesnap.serde import Serde
@@ -85,9 +92,16 @@ class ProcessorHandler:
         views: dict[str, KeyValueStore] = {}
         window_views: dict[str, WindowStore] = {}
         self.windowed: list[tuple[str, Windows]] = []
+        #: TTL stores: (name, ttl ms); and per (store, partition) the stream time of the last sweep.
+        self.expiring: list[tuple[str, int]] = []
+        self._swept: dict[tuple[str, int], int] = {}
         for spec in specs:
             ks, vs = serdes[spec.name]
-            if spec.window is None:
+            ttl = spec.ttl_ms
+            if ttl is not None:
+                views[spec.name] = TtlKeyValueStore(spec.name, ks, vs, self.buffer, self.cursor, ttl)
+                self.expiring.append((spec.name, ttl))
+            elif spec.window is None:
                 views[spec.name] = KeyValueStore(spec.name, ks, vs, self.buffer, self.cursor)
             else:
                 window_views[spec.name] = WindowStore(
@@ -223,6 +237,7 @@ class ProcessorHandler:
 
     def commit_point(self) -> None:
         self._expire_windows()
+        self._expire_entries()
         self.commit_outputs()
 
     def commit_outputs(self) -> None:
@@ -242,6 +257,25 @@ class ProcessorHandler:
                     if len(rest) < WINDOW_BYTES or not windows.expired(window_start_of(rest), stream_time):
                         break
                     gone.append((stored, None, offset, ts))
+                if gone:
+                    self.store.apply(partition, gone)
+                    self._expired.add(partition)
+
+    def _expire_entries(self) -> None:
+        """Delete TTL stores' expired entries: a pass over a partition's entries, so at most once
+        per quarter TTL of stream time (reads hide expired entries meanwhile)."""
+        for partition, (offset, ts) in self._last.items():
+            stream_time = self.stream_time(partition)
+            for store, ttl in self.expiring:
+                swept = self._swept.get((store, partition))
+                if swept is not None and stream_time - swept < ttl // 4:
+                    continue
+                self._swept[(store, partition)] = stream_time
+                gone = [
+                    (stored, None, offset, ts)
+                    for stored, raw in self.store.scan(prefix=partition_prefix(store, partition))
+                    if unstamped(raw, ttl, stream_time) is None
+                ]
                 if gone:
                     self.store.apply(partition, gone)
                     self._expired.add(partition)

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
-from statesnap.errors import StoreAccessError
+from statesnap.durations import parse_duration
+from statesnap.errors import ConfigError, StoreAccessError
 from statesnap.processor.buffer import WriteBuffer
 from statesnap.processor.keyspace import (
     WINDOW_BYTES,
@@ -28,7 +30,17 @@ from statesnap.processor.windows import Windows
 from statesnap.serde import Serde
 from statesnap.stores import StateStore
 
-__all__ = ["Cursor", "KeyValueStore", "StoreKind", "StoreReader", "StoreSpec", "WindowStore"]
+__all__ = [
+    "Cursor",
+    "KeyValueStore",
+    "StoreKind",
+    "StoreReader",
+    "StoreSpec",
+    "TtlKeyValueStore",
+    "WindowStore",
+    "stamped",
+    "unstamped",
+]
 
 
 class StoreKind(StrEnum):
@@ -45,9 +57,23 @@ class StoreSpec:
     key_serde: Serde | str | None = None
     value_serde: Serde | str | None = None
     window: Windows | None = None
+    #: A key-value store's entries expire this long after their last write, in stream time.
+    ttl: str | float | timedelta | None = None
 
     def __post_init__(self) -> None:
         check_store_name(self.name)
+        ttl_ms = self.ttl_ms
+        if ttl_ms is not None:
+            if self.window is not None:
+                raise ConfigError(f"store {self.name!r}: a window store expires by its retention, not a ttl")
+            if ttl_ms <= 0:
+                raise ConfigError(f"store {self.name!r}: ttl must be positive, got {self.ttl!r}")
+
+    @property
+    def ttl_ms(self) -> int | None:
+        if self.ttl is None:
+            return None
+        return round(parse_duration(self.ttl) / timedelta(milliseconds=1))
 
     @property
     def kind(self) -> StoreKind:
@@ -62,6 +88,8 @@ class StoreSpec:
         out: dict[str, Any] = {"kind": self.kind.value}
         if self.window is not None:
             out["window"] = self.window.to_json()
+        if self.ttl_ms is not None:
+            out["ttl_ms"] = self.ttl_ms
         return out
 
 
@@ -120,40 +148,88 @@ class KeyValueStore(_View, MutableMapping[Any, Any]):
 
     __slots__ = ()
 
+    def _load(self, stored: bytes) -> bytes | None:
+        """The value bytes of a stored key, None when absent."""
+        return self.buffer.get(stored)
+
+    def _dump(self, value: bytes) -> bytes:
+        """What a value's bytes are stored as."""
+        return value
+
     def __getitem__(self, key: Any) -> Any:
-        raw = self.buffer.get(self._prefix("read") + self._key_bytes(key))
+        raw = self._load(self._prefix("read") + self._key_bytes(key))
         if raw is None:
             raise KeyError(key)
         return self.value_serde.deserialize(raw)
 
     def get(self, key: Any, default: Any = None) -> Any:
-        raw = self.buffer.get(self._prefix("read") + self._key_bytes(key))
+        raw = self._load(self._prefix("read") + self._key_bytes(key))
         return default if raw is None else self.value_serde.deserialize(raw)
 
     def __contains__(self, key: object) -> bool:
-        return self.buffer.get(self._prefix("read") + self._key_bytes(key)) is not None
+        return self._load(self._prefix("read") + self._key_bytes(key)) is not None
 
     def __setitem__(self, key: Any, value: Any) -> None:
         cursor = self.cursor
         self.buffer.pending[self._prefix("write") + self._key_bytes(key)] = (
-            self.value_serde.serialize(value),
+            self._dump(self.value_serde.serialize(value)),
             cursor.offset,
             cursor.timestamp,
         )
 
     def __delitem__(self, key: Any) -> None:
         stored = self._prefix("delete") + self._key_bytes(key)
-        if self.buffer.get(stored) is None:
+        if self._load(stored) is None:
             raise KeyError(key)
         self.buffer.put(stored, None, self.cursor.offset, self.cursor.timestamp)
 
     def __iter__(self) -> Iterator[Any]:
         prefix = self._prefix("iterate")
         for stored in self.buffer.keys(prefix):
-            yield self.key_serde.deserialize(stored[len(prefix) :])
+            if self._load(stored) is not None:
+                yield self.key_serde.deserialize(stored[len(prefix) :])
 
     def __len__(self) -> int:
-        return sum(1 for _ in self.buffer.keys(self._prefix("count")))
+        return sum(1 for _ in self)
+
+
+class TtlKeyValueStore(KeyValueStore):
+    """A key-value store whose entries expire *ttl* after their last write, in stream time: the
+    record timestamp of each write is kept before the value, an entry reads as absent once stream
+    time reaches it plus the TTL, and commit points delete what expired (and so the next
+    checkpoint holds it no more)."""
+
+    __slots__ = ("ttl_ms",)
+
+    def __init__(
+        self,
+        name: str,
+        key_serde: Serde,
+        value_serde: Serde,
+        buffer: WriteBuffer,
+        cursor: Cursor,
+        ttl_ms: int,
+    ) -> None:
+        super().__init__(name, key_serde, value_serde, buffer, cursor)
+        self.ttl_ms = ttl_ms
+
+    def _load(self, stored: bytes) -> bytes | None:
+        return unstamped(self.buffer.get(stored), self.ttl_ms, self.cursor.stream_time)
+
+    def _dump(self, value: bytes) -> bytes:
+        return stamped(value, self.cursor.timestamp)
+
+
+def stamped(value: bytes, timestamp: int) -> bytes:
+    """A TTL store's stored form of *value*: the write's timestamp, then the value."""
+    return window_bytes(timestamp) + value
+
+
+def unstamped(raw: bytes | None, ttl_ms: int, stream_time: int) -> bytes | None:
+    """The value of a TTL store's stored bytes, or None when absent or expired at *stream_time*."""
+    if raw is None or window_start_of(raw) + ttl_ms <= stream_time:
+        return None
+    return raw[WINDOW_BYTES:]
 
 
 class WindowStore(_View):
@@ -251,12 +327,12 @@ class StoreReader(Mapping[Any, Any]):
 
     def get_raw(self, key: Any) -> bytes | None:
         """The stored value bytes of *key* (None when absent)."""
-        window = self.spec.window
+        window, ttl = self.spec.window, self.spec.ttl_ms
         for prefix, raw in zip(self._prefixes, self._store.get_many(self._raw_keys(key)), strict=True):
             if raw is not None:
                 if window is not None and window.expired(int(key[1]), self._stream_time(prefix)):
                     return None
-                return raw
+                return raw if ttl is None else unstamped(raw, ttl, self._stream_time(prefix))
         return None
 
     def __getitem__(self, key: Any) -> Any:
@@ -268,14 +344,16 @@ class StoreReader(Mapping[Any, Any]):
     def raw_items(self) -> Iterator[tuple[bytes, bytes]]:
         """(stored key, value bytes) in key order per partition: a window store's stored key is
         the 8-byte window start followed by the key."""
-        window = self.spec.window
+        window, ttl = self.spec.window, self.spec.ttl_ms
         for prefix in self._prefixes:
             stream_time = self._stream_time(prefix)
-            for stored, value in self._store.scan(prefix=prefix):
+            for stored, raw in self._store.scan(prefix=prefix):
                 rest = stored[len(prefix) :]
                 if window is not None and window.expired(window_start_of(rest), stream_time):
                     continue
-                yield rest, value
+                value = raw if ttl is None else unstamped(raw, ttl, stream_time)
+                if value is not None:
+                    yield rest, value
 
     def _decode_key(self, stored: bytes) -> Any:
         if self.spec.window is not None:
