@@ -1,0 +1,196 @@
+"""Crash equivalence of windowed aggregations: restore + tail == full re-processing, with
+out-of-order timestamps and late records (issue #18, point 3).
+
+Hypothesis draws the records (keys, event times jumping back and forth around a moving clock, so
+some land in windows still open within grace and some are late) and two cut points. The split run
+processes the first part and checkpoints, processes the second part and crashes (closed without a
+checkpoint: its work since the checkpoint is lost), then a restart restores that checkpoint and
+re-processes everything after it. Its final checkpoint must equal, byte for byte and key for key
+(every store, and the stream time statesnap keeps per partition), the final checkpoint of one run
+over everything; both must equal a plain-loop model of the window rules (a record counts in a
+window while stream time is below end + grace; a window is gone at start + retention), so windows
+past retention are absent from the checkpoint files. Checkpoints are read from their Parquet
+files, not through statesnap.
+
+Proven on Tansu (the dev broker): it needs ordered partitions, EOF and record timestamps as
+produced (CreateTime), which it keeps.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import struct
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from integration.conftest import KafkaTool
+from statesnap import CheckpointOptions, Processor, Windows
+from statesnap.blob import open_blob_store
+from statesnap.checkpoint import layout
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 2
+#: Event times are this plus the drawn milliseconds (2023-11-14: in the past, which brokers accept).
+EPOCH = 1_700_000_000_000
+TUMBLING = Windows.tumbling("1s", grace="300ms", retention="3s")
+HOPPING = Windows.hopping("2s", advance="1s", grace="0s", retention="4s")
+EXAMPLES = 25 if os.environ.get("STATESNAP_LONG", "") in {"1", "true", "yes"} else 5
+
+
+@dataclass(frozen=True)
+class Event:
+    partition: int
+    key: bytes
+    timestamp: int
+    amount: int
+
+
+def events() -> st.SearchStrategy[list[Event]]:
+    """A moving clock with jumps back (out of order: still open, or late past grace) and ahead
+    (past retention of the oldest windows)."""
+    step = st.tuples(
+        st.integers(0, PARTITIONS - 1),
+        st.sampled_from([b"a", b"b", b"c"]),
+        st.one_of(st.integers(0, 400), st.integers(-2500, -1), st.integers(2000, 6000)),
+        st.integers(1, 9),
+    )
+
+    def build(steps: list[tuple[int, bytes, int, int]]) -> list[Event]:
+        clock = 10_000
+        out = []
+        for partition, key, jump, amount in steps:
+            ts = max(0, clock + jump)
+            clock = max(clock, ts)
+            out.append(Event(partition, key, EPOCH + ts, amount))
+        return out
+
+    return st.lists(step, min_size=1, max_size=60).map(build)
+
+
+def model(records: Sequence[Event]) -> dict[bytes, bytes]:
+    """The keyspace the final checkpoint must hold (every store, the stream time), by the window
+    rules of DESIGN.md / processor/windows.py, in the layout of processor/keyspace.py."""
+    stream: dict[int, int] = {}
+    counts: dict[tuple[int, int, bytes], int] = {}
+    sums: dict[tuple[int, int, bytes], int] = {}
+    for e in records:  # partition order is what a task sees; keys never cross partitions here
+        now = stream[e.partition] = max(stream.get(e.partition, -1), e.timestamp)
+        for windows, into, add in ((TUMBLING, counts, 1), (HOPPING, sums, e.amount)):
+            first = (e.timestamp - windows.size_ms) // windows.advance_ms + 1
+            for k in range(first, e.timestamp // windows.advance_ms + 1):
+                start = k * windows.advance_ms
+                if now < start + windows.size_ms + windows.grace_ms:  # still open
+                    into[(e.partition, start, e.key)] = into.get((e.partition, start, e.key), 0) + add
+    out: dict[bytes, bytes] = {}
+    for store, windows, values in (("counts", TUMBLING, counts), ("sums", HOPPING, sums)):
+        for (p, start, key), value in values.items():
+            if stream[p] >= start + windows.retention_ms:
+                continue  # past retention: absent from the checkpoint
+            stored = store.encode() + b"\x00" + struct.pack(">I", p) + struct.pack(">Q", start + (1 << 63))
+            out[stored + key] = str(value).encode()
+    for p, now in stream.items():
+        out[b"_statesnap\x00" + struct.pack(">I", p) + b"stream_time"] = struct.pack(">q", now)
+    return out
+
+
+def windowed(name: str, topic: str, bootstrap: str, url: str) -> Processor:
+    proc = Processor(
+        name,
+        inputs=[topic],
+        bootstrap_servers=bootstrap,
+        checkpoints=CheckpointOptions(url, interval="1h", commit_interval="50ms"),
+        value_serde="json",
+    )
+    proc.count("counts", window=TUMBLING)
+    proc.sum("sums", "amount", window=HOPPING)
+    return proc
+
+
+def produce(kafka: KafkaTool, topic: str, records: Sequence[Event]) -> None:
+    producer = kafka.producer
+    for e in records:
+        value = json.dumps({"amount": e.amount}).encode()
+        producer.produce(topic, value, e.key, partition=e.partition, timestamp=e.timestamp)
+    assert producer.flush(30) == 0
+
+
+def newest_checkpoint(url: str) -> tuple[int, dict[int, int], dict[bytes, bytes]]:
+    """(generation, offsets, every stored key -> value) of the newest checkpoint, from its files."""
+    store = open_blob_store(url)
+    (directory,) = store.list_dirs("")
+    gens = [
+        g
+        for b in store.list(f"{directory}/snapshots/")
+        if (g := layout.manifest_generation(b.key[len(directory) + 1 :]))
+    ]
+    gen = max(gens)
+    manifest = json.loads(store.read(f"{directory}/{layout.manifest_key(gen)}"))
+    offsets: dict[int, int] = {}
+    rows: dict[bytes, bytes] = {}
+    for partition, entry in manifest["partitions"].items():
+        offsets[int(partition)] = int(entry["next_offset"])
+        for f in entry["files"]:
+            table = pq.read_table(io.BytesIO(store.read(f"{directory}/{f['path']}"))).to_pydict()
+            for key, value in zip(table["key"], table["value"], strict=True):
+                if value is None:
+                    rows.pop(key, None)
+                else:
+                    rows[key] = value
+    return gen, offsets, rows
+
+
+def run_once(proc: Processor) -> Any:
+    return proc.run(follow=False)
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(records=events(), cuts=st.tuples(st.floats(0, 1), st.floats(0, 1)))
+def test_restore_plus_tail_equals_full_processing_of_windows(
+    kafka: KafkaTool, tmp_path: Path, records: list[Event], cuts: tuple[float, float]
+) -> None:
+    """Tansu (see the module docstring)."""
+    first, second = sorted(round(c * len(records)) for c in cuts)
+    first = max(first, 1)  # the first run checkpoints something
+    second = max(second, first)
+    topic = kafka.create_topic(f"win-{uuid.uuid4().hex[:12]}", PARTITIONS)
+    case = tmp_path / uuid.uuid4().hex[:8]
+    split_url, full_url = (case / "split").as_uri(), (case / "full").as_uri()
+    ordered = sorted(records, key=lambda e: e.partition)  # what each task sees, in offset order
+
+    produce(kafka, topic, records[:first])
+    run_once(windowed("win", topic, kafka.bootstrap, split_url))
+    checkpointed, _, _ = newest_checkpoint(split_url)
+
+    produce(kafka, topic, records[first:second])
+    crashed = windowed("win", topic, kafka.bootstrap, split_url)
+    crashed.start()  # processes the second part ...
+    crashed.close(checkpoint=False)  # ... and dies without a checkpoint: that work is lost
+    assert newest_checkpoint(split_url)[0] == checkpointed
+
+    produce(kafka, topic, records[second:])
+    restarted = windowed("win", topic, kafka.bootstrap, split_url)
+    report = run_once(restarted)
+    assert report.checkpoint == checkpointed
+    assert report.replayed_records == len(records) - first
+
+    run_once(windowed("win", topic, kafka.bootstrap, full_url))
+    _, split_offsets, split = newest_checkpoint(split_url)
+    _, full_offsets, full = newest_checkpoint(full_url)
+    assert split_offsets == full_offsets
+    assert split == full, "restore + tail differs from processing everything"
+    assert full == model(ordered), "the checkpoint differs from the window rules"
