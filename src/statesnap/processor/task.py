@@ -7,6 +7,7 @@ checkpoints, snapshots, GC, consumer groups — a processor task does through th
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
@@ -21,6 +22,8 @@ from statesnap.task.opening import OpenedTask
 from statesnap.task.restore import ProgressCallback, RestoreReport
 
 __all__ = ["ProcessorTask"]
+
+log = logging.getLogger(__name__)
 
 
 class ProcessorTask(Table[bytes, bytes]):
@@ -53,9 +56,28 @@ class ProcessorTask(Table[bytes, bytes]):
         return {} if self._reader is None else self._reader.positions
 
     def start(self, *, progress: ProgressCallback | None = None) -> RestoreReport:
-        if self._on_start is not None and self._state is TaskPhase.NEW:
-            self._on_start(self)
-        return super().start(progress=progress)
+        if self._on_start is None or self._state is not TaskPhase.NEW:
+            return super().start(progress=progress)
+        self._on_start(self)
+        report = super().start(progress=progress)
+        handler, restored = self._handler, self._restored
+        if isinstance(handler, ProcessorHandler) and restored is not None:
+            committed = handler.outputs.replay_until
+            behind = {
+                p: (committed.get(p), c)
+                for p, c in restored.offsets.items()
+                if p in self.partitions and c > committed.get(p, 0)
+            }
+            if behind:  # outputs committed must cover what a checkpoint claims: not so here
+                log.warning(
+                    "processor %s: the committed output offsets are behind checkpoint %d (partition: "
+                    "(committed, checkpoint) %s): outputs of those records may be missing (the "
+                    "group's offsets expired or were reset?)",
+                    self.name,
+                    restored.generation,
+                    behind,
+                )
+        return report
 
     def _maybe_commit(self) -> None:
         """A commit point's failed checkpoint is retried later, but outputs that failed to commit

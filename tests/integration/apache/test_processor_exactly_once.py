@@ -12,6 +12,7 @@ point under test, while the test keeps producing input; the restart runs in the 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import signal
@@ -33,7 +34,7 @@ from statesnap.errors import HandlerError
 from statesnap.kafka.config import KafkaSettings
 from statesnap.processor.outputs import Outputs
 from statesnap.processor.stores import StoreReader
-from statesnap.processor.transactions import TransactionalOutputs
+from statesnap.processor.transactions import TransactionalOutputs, offsets_group_of
 from statesnap.serde import resolve_serde
 from statesnap.stores import open_state_store
 
@@ -346,6 +347,24 @@ def test_a_failing_handler_aborts_the_open_transaction(kafka: KafkaTool, tmp_pat
         failing.run(follow=False)
     assert len(read_outputs(kafka.bootstrap, cfg["out"], "read_committed")) == 100
     restart_and_check(kafka, cfg, first.last_checkpoint.generation)
+
+
+def test_committed_offsets_behind_the_checkpoint_are_reported(
+    kafka: KafkaTool, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Apache Kafka proved it: with the processor's group deleted (offsets expired or reset), the
+    restore cannot know which outputs committed past its checkpoint and says so."""
+    cfg = setup(kafka, tmp_path)
+    payments(kafka, cfg["topic"], 0, 40)
+    first = tally(cfg)
+    first.run(follow=False)
+    kafka.admin.delete_consumer_groups([offsets_group_of(cfg["name"])])[offsets_group_of(cfg["name"])].result(
+        15
+    )
+    again = tally(cfg)
+    with caplog.at_level(logging.WARNING, logger="statesnap.processor.task"):
+        again.run(follow=False)
+    assert "committed output offsets are behind checkpoint" in caplog.text
 
 
 # --- the suppression window, unit level ----------------------------------------------------------
