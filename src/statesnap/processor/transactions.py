@@ -174,7 +174,10 @@ class TransactionalOutputs(Outputs):
             raise self.failure
         if not self._in_transaction:
             self._begin(producer)
-        super()._produce(producer, topic, key, value, headers, ts)
+        try:
+            super()._produce(producer, topic, key, value, headers, ts)
+        except KafkaException as e:  # fatal, most often: fenced by a newer instance of this task
+            self._abort(f"producing to {topic} failed: {_error_of(e)}")
 
     def _begin(self, producer: Any) -> None:
         try:
@@ -224,12 +227,14 @@ class TransactionalOutputs(Outputs):
         self.transactions += 1
 
     def _abort(self, reason: str) -> NoReturn:
-        """Abort the open transaction (its records never reach read_committed readers) and fail."""
+        """Abort the open transaction (its records never reach read_committed readers) and fail.
+        A producer in a fatal state cannot abort (the broker aborts it: by timeout, or when the
+        task's next incarnation fences it); its own error says why, e.g. fenced."""
+        self._in_transaction = False
         try:
             self._producer.abort_transaction(10.0)
         except KafkaException as e:
-            log.warning("exactly-once outputs %s: abort failed too: %s", self.transactional_id, _error_of(e))
-        self._in_transaction = False
+            self._fail(f"{reason}; {_error_of(e)}")
         self._fail(f"{reason}; the transaction was aborted")
 
     def _fail(self, reason: str) -> NoReturn:

@@ -30,7 +30,7 @@ from confluent_kafka import KafkaError as RdKafkaError
 
 from integration.conftest import KafkaTool
 from statesnap import CheckpointOptions, Processor, ProcessorContext, Record
-from statesnap.errors import HandlerError
+from statesnap.errors import HandlerError, OutputError
 from statesnap.kafka.config import KafkaSettings
 from statesnap.processor.outputs import Outputs
 from statesnap.processor.stores import StoreReader
@@ -347,6 +347,32 @@ def test_a_failing_handler_aborts_the_open_transaction(kafka: KafkaTool, tmp_pat
         failing.run(follow=False)
     assert len(read_outputs(kafka.bootstrap, cfg["out"], "read_committed")) == 100
     restart_and_check(kafka, cfg, first.last_checkpoint.generation)
+
+
+def test_a_restarted_instance_fences_its_zombie(kafka: KafkaTool, tmp_path: Path) -> None:
+    """Apache Kafka proved it: a second instance of the same task (same transactional.id) started
+    while the first still runs fences it — the first stops with OutputError at its next commit,
+    its open transaction aborted — and the committed outputs are exactly one per input record."""
+    cfg = setup(kafka, tmp_path)
+    payments(kafka, cfg["topic"], 0, 50)
+    zombie = tally(cfg)
+    zombie.start()
+    successor = tally(cfg)
+    successor.start()
+    try:
+        payments(kafka, cfg["topic"], 50, 50)
+        KafkaTool.wait_for(lambda: zombie.task._thread_error is not None, what="the zombie to stop")
+        error = zombie.task._thread_error
+        assert isinstance(error, OutputError), error
+        assert "fenced" in str(error), error
+        zombie.close()
+        ends = KafkaTool.end_offsets(kafka.read_all(cfg["topic"], range(PARTITIONS)), range(PARTITIONS))
+        KafkaTool.wait_for(lambda: all(successor.task.offsets.get(p, 0) >= e for p, e in ends.items()))
+    finally:
+        zombie.close()
+        successor.close()
+    assert successor.last_checkpoint is not None
+    restart_and_check(kafka, cfg, successor.last_checkpoint.generation)
 
 
 def test_committed_offsets_behind_the_checkpoint_are_reported(
