@@ -30,7 +30,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from integration.conftest import KafkaTool
@@ -62,7 +62,7 @@ def events() -> st.SearchStrategy[list[Event]]:
     step = st.tuples(
         st.integers(0, PARTITIONS - 1),
         st.sampled_from([b"a", b"b", b"c"]),
-        st.one_of(st.integers(0, 400), st.integers(-2500, -1), st.integers(2000, 6000)),
+        st.one_of(st.integers(0, 400), st.integers(-1500, -1), st.integers(2000, 6000)),
         st.integers(1, 9),
     )
 
@@ -76,6 +76,11 @@ def events() -> st.SearchStrategy[list[Event]]:
         return out
 
     return st.lists(step, min_size=1, max_size=60).map(build)
+
+
+def _at(*events: tuple[int, bytes, int]) -> list[Event]:
+    """Hand-written cases: (partition, key, ms after the epoch), amount 1."""
+    return [Event(p, key, EPOCH + ms, 1) for p, key, ms in events]
 
 
 def model(records: Sequence[Event]) -> dict[bytes, bytes]:
@@ -160,6 +165,11 @@ def run_once(proc: Processor) -> Any:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(records=events(), cuts=st.tuples(st.floats(0, 1), st.floats(0, 1)))
+@example(records=_at((0, b"a", 10_000), (0, b"a", 11_100), (0, b"a", 10_500)), cuts=(0.4, 0.7))  # in grace
+@example(records=_at((0, b"a", 10_000), (0, b"a", 11_400), (0, b"a", 10_500)), cuts=(0.4, 0.7))  # late
+@example(  # past retention in partition 0 only (stream time is per partition)
+    records=_at((0, b"a", 10_000), (1, b"a", 10_000), (0, b"b", 20_000), (1, b"a", 10_100)), cuts=(0.3, 0.6)
+)
 def test_restore_plus_tail_equals_full_processing_of_windows(
     kafka: KafkaTool, tmp_path: Path, records: list[Event], cuts: tuple[float, float]
 ) -> None:
