@@ -32,7 +32,7 @@ from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, locat
 from statesnap.checkpoint.restore import CheckpointSelector, SkippedCheckpoint
 from statesnap.digest import table_digest
 from statesnap.errors import ConfigError
-from statesnap.processor.keyspace import WINDOW_BYTES, partition_prefix
+from statesnap.processor.keyspace import PARTITION_BYTES, WINDOW_BYTES, partition_prefix, store_prefix
 from statesnap.processor.stores import StoreKind
 
 __all__ = [
@@ -43,7 +43,7 @@ __all__ = [
     "processor_stores",
     "read_store",
     "spark_columns",
-    "store_batches",
+    "spark_sql",
     "store_digest",
     "store_info",
     "store_rows",
@@ -192,17 +192,30 @@ def store_rows(rows: pa.Table, partition: int, info: StoreInfo) -> pa.Table:
     return pa.table(columns).cast(schema)
 
 
-def store_batches(info: StoreInfo, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """The store's rows among checkpoint rows that carry their ``partition`` (what Spark's
-    ``mapInArrow`` hands a task reading a checkpoint), in :func:`spark_columns` order."""
-    for batch in batches:
-        if not batch.num_rows:
-            continue
-        table = pa.Table.from_batches([batch])
-        for partition in pc.unique(batch.column("partition")).to_pylist():
-            rows = table.filter(pc.equal(table.column("partition"), partition))
-            kept = store_rows(rows.select(["key", "value", "offset", "timestamp"]), partition, info)
-            yield from kept.select(spark_columns(info)).to_batches()
+def spark_sql(info: StoreInfo) -> tuple[str, list[str]]:
+    """(filter, select list) in Spark SQL that turn checkpoint rows (``key, value, offset,
+    timestamp, partition``) into the store's rows, in :func:`spark_columns` order — the keyspace
+    layout spelled for Spark, so a read needs no Python worker (nor pandas) per row. A row belongs
+    to the store when its key starts with the store's name, a NUL and its own partition (4 bytes
+    big-endian); a window start is 8 bytes, big-endian offset-binary."""
+    name = store_prefix(info.name)
+    after = len(name) + PARTITION_BYTES  # 0-based start of the user's (or window's) bytes
+    where = (
+        f"substring(key, 1, {len(name)}) = X'{name.hex()}' AND "
+        f"hex(substring(key, {len(name) + 1}, {PARTITION_BYTES})) = lpad(hex(partition), 8, '0')"
+    )
+    rest = f"substring(key, {after + 1})"
+    columns = {"key": f"{rest} AS key", "value": "value"}
+    if info.kind is StoreKind.WINDOW:
+        start = (
+            f"CAST(CAST(conv(hex(substring(key, {after + 1}, {WINDOW_BYTES})), 16, 10) AS DECIMAL(20, 0)) "
+            f"- {1 << 63} AS BIGINT)"
+        )
+        columns["key"] = f"substring(key, {after + WINDOW_BYTES + 1}) AS key"
+        columns["window_start"] = f"{start} AS window_start"
+        columns["window_end"] = f"{start} + {info.window_size_ms} AS window_end"
+    columns.update(offset="offset", timestamp="timestamp", partition="partition")
+    return where, [columns[c] for c in spark_columns(info)]
 
 
 def spark_columns(info: StoreInfo) -> list[str]:

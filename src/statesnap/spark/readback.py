@@ -16,7 +16,6 @@ A key lives in one partition, so no shuffle is needed.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 from collections.abc import Mapping
@@ -28,7 +27,7 @@ from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, locat
 from statesnap.checkpoint.restore import CheckpointSelector
 from statesnap.errors import ConfigError
 from statesnap.kafka.admin import KafkaAdmin
-from statesnap.processor.readback import StoreInfo, spark_columns, store_batches, store_info
+from statesnap.processor.readback import StoreInfo, spark_sql, store_info
 from statesnap.spark.checkpoint_source import (
     CHECKPOINT_SOURCE_NAME,
     KAFKA_OPTION,
@@ -163,22 +162,8 @@ def read_table(
     rows = spark.read.format(CHECKPOINT_SOURCE_NAME).options(**options).load()
     if info is None:
         return rows
-    return rows.mapInArrow(functools.partial(store_batches, info), _store_schema(info))
-
-
-def _store_schema(info: StoreInfo) -> str:
-    """A store's DataFrame schema (DDL), in :func:`~statesnap.processor.readback.spark_columns`
-    order."""
-    types = {
-        "key": "binary",
-        "value": "binary",
-        "window_start": "bigint",
-        "window_end": "bigint",
-        "offset": "bigint",
-        "timestamp": "timestamp",
-        "partition": "int",
-    }
-    return ", ".join(f"`{name}` {types[name]}" for name in spark_columns(info))
+    where, columns = spark_sql(info)
+    return rows.where(where).selectExpr(*columns)
 
 
 def _as_of_now(
