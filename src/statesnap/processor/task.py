@@ -69,10 +69,13 @@ class ProcessorTask(Table[bytes, bytes]):
                 if p in self.partitions and c > committed.get(p, 0)
             }
             if behind:  # outputs committed must cover what a checkpoint claims: not so here
-                log.warning(
+                log.log(
+                    # None committed: a checkpoint Spark or an at-least-once run wrote, most often.
+                    logging.WARNING if committed else logging.INFO,
                     "processor %s: the committed output offsets are behind checkpoint %d (partition: "
-                    "(committed, checkpoint) %s): outputs of those records may be missing (the "
-                    "group's offsets expired or were reset?)",
+                    "(committed, checkpoint) %s): outputs of the records between were not committed "
+                    "here (written by an at-least-once run or Spark, or the group's offsets expired "
+                    "or were reset)",
                     self.name,
                     restored.generation,
                     behind,
