@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from statesnap.blob.base import BlobInfo, BlobStore, key_parts
+from statesnap.blob.base import BlobInfo, BlobStore, CopyingBlobStore, key_parts
 from statesnap.blob.file import FileBlobStore
 from statesnap.errors import InvalidStoreUrlError, UnknownSchemeError
 from statesnap.redaction import (
@@ -19,7 +19,15 @@ from statesnap.redaction import (
     register_url_secrets,
 )
 
-__all__ = ["BlobInfo", "BlobStore", "FileBlobStore", "key_parts", "open_blob_store"]
+__all__ = [
+    "BlobInfo",
+    "BlobStore",
+    "CopyingBlobStore",
+    "FileBlobStore",
+    "copy_blob",
+    "key_parts",
+    "open_blob_store",
+]
 
 # botocore logs request headers (x-amz-security-token, Authorization) at DEBUG: scrub them.
 install_record_redaction()
@@ -80,6 +88,20 @@ def open_blob_store(url: str, **storage_options: Any) -> BlobStore:
         f"unknown checkpoint URL scheme {scheme!r} in {redact_url(url)!r}; "
         "use file:///path, a path, or s3://bucket/prefix"
     )
+
+
+def copy_blob(source: BlobStore, source_key: str, target: BlobStore, key: str) -> str:
+    """Copy one object between (or within) stores; returns how: ``"link"`` (a hard link on one
+    filesystem), ``"server"`` (S3 ``CopyObject``, the bytes never leave the service), ``"copy"``
+    (a file copy) or ``"bytes"`` (read here, written there: stores that cannot copy between each
+    other). The target is a separate object either way: deleting one side never touches the other.
+    """
+    if isinstance(target, CopyingBlobStore):
+        how = target.copy_from(source, source_key, key)
+        if how is not None:
+            return how
+    target.write(key, source.read(source_key))
+    return "bytes"
 
 
 def _refuse_credentials_in(netloc: str, scheme: str) -> None:

@@ -16,7 +16,7 @@ from typing import Protocol, runtime_checkable
 from statesnap.errors import InvalidBlobKeyError
 from statesnap.redaction import scrub
 
-__all__ = ["BlobInfo", "BlobStore", "key_parts"]
+__all__ = ["BlobInfo", "BlobStore", "CopyingBlobStore", "key_parts"]
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 #: Keys are shown in errors up to this length; a garbled manifest may hold a huge one.
@@ -106,4 +106,21 @@ class BlobStore(Protocol):
 
     def abort_stale_uploads(self, prefix: str, older_than: datetime, *, dry_run: bool = False) -> int:
         """Abort unfinished uploads (S3 multipart, leftover temp files) started before *older_than*."""
+        ...
+
+
+@runtime_checkable
+class CopyingBlobStore(BlobStore, Protocol):
+    """A store that can copy an object without the bytes passing through this process.
+
+    Optional: :func:`~statesnap.blob.copy_blob` falls back to ``read`` + ``write`` for a store
+    without it, or when the two stores cannot copy between each other (another endpoint, other
+    credentials, another filesystem).
+    """
+
+    def copy_from(self, source: BlobStore, source_key: str, key: str) -> str | None:
+        """Copy *source_key* of *source* to *key* here, overwriting it; how it copied
+        (``"link"``, ``"copy"``, ``"server"``) or None when this store cannot copy from *source*
+        (the caller then reads and writes). A missing source is
+        :class:`~statesnap.errors.BlobNotFoundError`."""
         ...

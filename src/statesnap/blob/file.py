@@ -11,6 +11,7 @@ import builtins
 import contextlib
 import errno
 import os
+import shutil
 import stat
 import uuid
 from collections.abc import Iterable, Iterator
@@ -18,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from statesnap.blob.base import BlobInfo, key_parts
+from statesnap.blob.base import BlobInfo, BlobStore, key_parts
 from statesnap.errors import (
     BlobExistsError,
     BlobNotFoundError,
@@ -100,6 +101,42 @@ class FileBlobStore:
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
+
+    def copy_from(self, source: BlobStore, source_key: str, key: str) -> str | None:
+        """A hard link when both are on one filesystem (no bytes copied; objects are never
+        modified in place, every write replaces, so the two names stay independent: deleting one
+        leaves the other), else a file copy; None for a store that is not a directory."""
+        if not isinstance(source, FileBlobStore):
+            return None
+        origin, target = source._path(source_key), self._path(key)
+        if not origin.is_file():
+            raise BlobNotFoundError(f"{source.url}/{source_key} does not exist")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f"{target.name}{_TMP_MARK}{uuid.uuid4().hex}")
+            try:
+                try:
+                    os.link(origin, tmp)
+                    how = "link"
+                except OSError as e:
+                    if e.errno not in {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP}:
+                        raise
+                    with open(origin, "rb") as src, open(tmp, "xb") as dst:
+                        shutil.copyfileobj(src, dst)
+                        dst.flush()
+                        os.fsync(dst.fileno())
+                    how = "copy"
+                os.replace(tmp, target)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+            _fsync_dir(target.parent)
+        except FileNotFoundError as e:
+            raise BlobNotFoundError(f"{source.url}/{source_key} does not exist") from e
+        except OSError as e:
+            reason = e.strerror or errno.errorcode.get(e.errno or 0, str(e))
+            raise StoreNotWritableError(f"cannot copy to {self.url}/{key}: {reason}") from e
+        return how
 
     def list(self, prefix: str = "") -> builtins.list[BlobInfo]:
         """Tolerates concurrent deletes: GC may remove files and whole directories mid-walk."""

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
-from statesnap.blob.base import BlobInfo, key_parts
+from statesnap.blob.base import BlobInfo, BlobStore, key_parts
 from statesnap.errors import (
     BlobExistsError,
     BlobNotFoundError,
@@ -338,6 +338,30 @@ class S3BlobStore:
             self.client.put_object(Bucket=self._bucket, Key=full, Body=data, **extra)
         except Exception as e:
             raise self._translate(e, key) from e
+
+    def copy_from(self, source: BlobStore, source_key: str, key: str) -> str | None:
+        """S3's server-side copy (``CopyObject``; multipart copy past 5 GiB through boto3's
+        managed ``copy``), the bytes never leaving the service; None (read + write instead) for a
+        source on another endpoint or with other credentials, which this client may not read."""
+        if not isinstance(source, S3BlobStore) or not self._same_service(source):
+            return None
+        extra: dict[str, Any] = {}
+        if "sse" in self._options:
+            extra["ServerSideEncryption"] = self._options["sse"]
+        if "sse_kms_key_id" in self._options:
+            extra["SSEKMSKeyId"] = self._options["sse_kms_key_id"]
+        origin = {"Bucket": source._bucket, "Key": source._key(source_key)}
+        full = self._key(key)  # InvalidBlobKeyError before any request
+        try:
+            self.client.copy(origin, self._bucket, full, ExtraArgs=extra or None)
+        except Exception as e:
+            raise self._translate(e, key) from e
+        return "server"
+
+    def _same_service(self, other: S3BlobStore) -> bool:
+        """Same endpoint, profile and credentials: one client can read the other's objects."""
+        keys = ("endpoint_url", "profile", "aws_access_key_id", "aws_secret_access_key", "aws_session_token")
+        return all(self._options.get(k) == other._options.get(k) for k in keys)
 
     def exists(self, key: str) -> bool:
         full = self._key(key)  # InvalidBlobKeyError before any request

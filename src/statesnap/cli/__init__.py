@@ -113,6 +113,7 @@ def _log_handler() -> logging.Handler:
 
 def _register() -> None:
     from statesnap.cli import broker, checkpoints, demo, run, sample, serve, snapshot, tables
+    from statesnap.cli.sql import sql
 
     cli.add_command(broker.broker)
     cli.add_command(sample.produce_sample_cmd)
@@ -123,6 +124,7 @@ def _register() -> None:
     cli.add_command(snapshot.snapshot)
     cli.add_command(serve.serve)
     cli.add_command(demo.demo)
+    cli.add_command(sql)
 
 
 _register()

@@ -16,10 +16,23 @@ from statesnap.cli.options import (
 )
 from statesnap.cli.output import Output
 from statesnap.snapshot.api import SnapshotApi, snapshot_json
+from statesnap.snapshot.clone import clone_generation
 from statesnap.snapshot.diff import diff_snapshots
 from statesnap.snapshot.model import Snapshot, SnapshotState
 
-__all__ = ["common", "create", "current", "delete", "diff", "list_cmd", "pin", "show", "snapshot", "unpin"]
+__all__ = [
+    "clone",
+    "common",
+    "create",
+    "current",
+    "delete",
+    "diff",
+    "list_cmd",
+    "pin",
+    "show",
+    "snapshot",
+    "unpin",
+]
 
 
 @click.group()
@@ -191,3 +204,62 @@ def diff(
         f"{old} → {new}: +{result.added} added, -{result.removed} removed, ~{result.changed} changed, "
         f"{result.unchanged} unchanged ({result.old} → {result.new} keys)",
     )
+
+
+@snapshot.command()
+@common
+@click.argument("generation", type=int)
+@click.option("--to-table", required=True, help="The new table's name (must not exist yet).")
+@click.option(
+    "--to",
+    "to_url",
+    default=None,
+    help="Checkpoint store of the clone (default: the same as the source's), e.g. s3://bucket/prefix.",
+)
+@click.option(
+    "--to-storage-option",
+    "to_storage_pairs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Blob-store option for --to (default: the --storage-option values); repeatable.",
+)
+@click.option("--pin", is_flag=True, help="Pin the clone (kept through GC until unpinned); default: not.")
+@click.option("--label", default=None, help="The clone's snapshot label (default: 'clone of TABLE@GEN').")
+def clone(
+    url: str,
+    table: str,
+    storage_pairs: tuple[str, ...],
+    as_json: bool,
+    generation: int,
+    to_table: str,
+    to_url: str | None,
+    to_storage_pairs: tuple[str, ...],
+    pin: bool,
+    label: str | None,
+) -> None:
+    """Copy snapshot GENERATION into a new table TO_TABLE (blue/green: start the new version of
+    an application with the new name while the old one keeps running).
+
+    \b
+    Files are copied server-side on S3 and hard-linked (or copied) on a filesystem; the clone has
+    its own descriptor, manifest and COMPLETED snapshot record (same generation number), and GC
+    of either table never deletes the other's files. Refused: an existing target, a missing
+    generation, a FAILED or unfinished one.
+    """
+    where = snapshot_store_args()
+    options = pairs_to_dict(storage_pairs, "--storage-option")
+    to_options = pairs_to_dict(to_storage_pairs, "--to-storage-option") if to_storage_pairs else None
+    result = clone_generation(
+        url,
+        table,
+        generation,
+        to_table,
+        to=to_url,
+        storage_options=options,
+        to_storage_options=to_options,
+        snapshot_store=where["snapshot_store"],
+        kafka=where["kafka"],
+        pin=pin,
+        label=label,
+    )
+    Output(as_json).result(result)
