@@ -67,13 +67,17 @@ def tally(cfg: dict[str, Any]) -> Processor:
         value_serde="json",
         partitions=range(PARTITIONS),
         exactly_once=True,
+        dead_letter_topic=cfg.get("dlq"),
     )
     fail_at = cfg.get("fail_at")
+    refuses = cfg.get("dlq") is not None
 
     @proc.handler
     def on_payment(record: Record, ctx: ProcessorContext) -> None:
         if fail_at is not None and record.value["amount"] == fail_at:
             raise ValueError(f"cannot handle amount {fail_at}")
+        if refuses and refused(record.value["amount"]):
+            raise ValueError("refused")  # to the dead-letter topic, in the transaction
         balances = ctx.stores["balances"]
         total = balances.get(record.key, 0) + record.value["amount"]
         balances[record.key] = total
@@ -185,21 +189,38 @@ def produce_slowly(
         time.sleep(pause)
 
 
-def recompute(kafka: KafkaTool, topic: str) -> tuple[dict[bytes, int], list[Out]]:
-    """Ground truth from a plain consumer loop, not statesnap: the balances, and the one output
-    record each input record must have produced."""
+def refused(amount: int) -> bool:
+    """The records a processor with a dead-letter topic refuses."""
+    return amount % 50 == 7
+
+
+def recompute(
+    kafka: KafkaTool, topic: str, refusing: bool = False
+) -> tuple[dict[bytes, int], list[Out], list[int]]:
+    """Ground truth from a plain consumer loop, not statesnap: the balances, the one output record
+    each input record must have produced and the amounts of the records refused (*refusing*)."""
     balances: dict[bytes, int] = {}
     outputs: list[Out] = []
+    dead: list[int] = []
     for r in kafka.read_all(topic, range(PARTITIONS)):
         assert r.key is not None
         assert r.value is not None
-        balances[r.key] = balances.get(r.key, 0) + json.loads(r.value)["amount"]
+        amount = json.loads(r.value)["amount"]
+        if refusing and refused(amount):
+            dead.append(amount)
+            continue
+        balances[r.key] = balances.get(r.key, 0) + amount
         outputs.append((r.partition, r.offset, balances[r.key]))
-    return balances, outputs
+    return balances, outputs, dead
 
 
 def read_outputs(bootstrap: str, topic: str, isolation: str, timeout: float = 30) -> list[Out]:
-    """The output topic as a plain consumer with *isolation* sees it, to each partition's end."""
+    """The output topic as a plain consumer with *isolation* sees it."""
+    return [(v["p"], v["o"], v["total"]) for v in read_values(bootstrap, topic, isolation, timeout)]
+
+
+def read_values(bootstrap: str, topic: str, isolation: str, timeout: float = 30) -> list[Any]:
+    """A topic's JSON values as a plain consumer with *isolation* sees them, to each partition's end."""
     c = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -213,7 +234,7 @@ def read_outputs(bootstrap: str, topic: str, isolation: str, timeout: float = 30
     try:
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
         eof: set[int] = set()
-        out: list[Out] = []
+        out: list[Any] = []
         deadline = time.monotonic() + timeout
         while eof != set(range(PARTITIONS)):
             assert time.monotonic() < deadline, f"reading {topic} timed out"
@@ -225,8 +246,7 @@ def read_outputs(bootstrap: str, topic: str, isolation: str, timeout: float = 30
                     continue
                 value = m.value()
                 assert value is not None
-                v = json.loads(value)
-                out.append((v["p"], v["o"], v["total"]))
+                out.append(json.loads(value))
         return out
     finally:
         c.close()
@@ -238,6 +258,7 @@ def setup(kafka: KafkaTool, tmp_path: Path, **extra: Any) -> dict[str, Any]:
         "name": f"eos-{tag}",
         "topic": kafka.create_topic(f"eos-in-{tag}", PARTITIONS),
         "out": kafka.create_topic(f"eos-out-{tag}", PARTITIONS),
+        "dlq": kafka.create_topic(f"eos-dlq-{tag}", PARTITIONS),
         "bootstrap": kafka.bootstrap,
         "url": (tmp_path / "cp").as_uri(),
         "commit_interval": "100ms",
@@ -253,7 +274,7 @@ def restart_and_check(kafka: KafkaTool, cfg: dict[str, Any], checkpoint: int | N
     report = proc.start()
     try:
         assert report.checkpoint == checkpoint if checkpoint is not None else report.checkpoint is not None
-        balances, expected = recompute(kafka, cfg["topic"])
+        balances, expected, dead = recompute(kafka, cfg["topic"], refusing=cfg.get("dlq") is not None)
         assert dict(proc.store("balances").items()) == balances
         assert proc._outputs is not None
         suppressed = proc._outputs.suppressed_records
@@ -265,6 +286,10 @@ def restart_and_check(kafka: KafkaTool, cfg: dict[str, Any], checkpoint: int | N
     assert not duplicates, f"{len(duplicates)} outputs duplicated: {duplicates[:5]}"
     assert not missing, f"{len(missing)} outputs lost: {missing[:5]}"
     assert sorted(got) == sorted(expected)
+    if cfg.get("dlq") is not None:  # the dead-letter copies were in the transactions too
+        assert sorted(
+            v["amount"] for v in read_values(kafka.bootstrap, cfg["dlq"], "read_committed")
+        ) == sorted(dead)
     return int(suppressed)
 
 
@@ -336,7 +361,7 @@ def test_a_failing_handler_aborts_the_open_transaction(kafka: KafkaTool, tmp_pat
     """Apache Kafka proved it: a handler raising mid-transaction stops the processor
     (HandlerError) and aborts what it had emitted since the last commit; the restart with a
     fixed handler ends with exactly one committed output per input record."""
-    cfg = setup(kafka, tmp_path, commit_interval="1h")
+    cfg = setup(kafka, tmp_path, commit_interval="1h", dlq=None)  # the failure stops it
     payments(kafka, cfg["topic"], 0, 100)
     first = tally(cfg)
     first.run(follow=False)  # a checkpoint at 100, its outputs committed
