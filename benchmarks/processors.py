@@ -18,10 +18,15 @@ Issue #18's benchmark. Same broker, same data for every contender: ``--events`` 
 - statesnap ``Processor(stores=["counts"], value_serde="json")``: full processing without a
   checkpoint, a checkpointed run, restore (checkpoint + tail) start to complete, the same restore
   over a history 10x shorter (same keys: the growth), the cost of a checkpoint after 1 % of the keys
-  changed (time and bytes of the files it wrote), changelog bytes (no topic is written: 0).
+  changed (time and bytes of the files it wrote), changelog bytes (no topic is written: 0);
+- with ``--window``, the same contenders (no growth, no 1 % change) over a 1-minute tumbling count
+  per key (Quix: ``tumbling_window(1 min).count().final()``; statesnap: a window store, retention =
+  size), checked against the plain loop's count of each partition's live window. It runs after the
+  count, over the topic as it is then, with its own 1 % tail.
 
     .venv/bin/python benchmarks/processors.py                       # 5 M events, 500 k keys, ~10 min
     .venv/bin/python benchmarks/processors.py --quick --skip-peers  # the smoke run (tests run it)
+    .venv/bin/python benchmarks/processors.py --window --events 500000 --keys 50000   # the window count
 
 Not a test: it prints figures for the record (``--json`` the same as JSON). The Quix venv is made
 under ``~/.cache/statesnap/peers/quix-venv`` on first use (its wheel from ``benchmarks/peers/quix/``
@@ -43,6 +48,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +80,8 @@ LOOP_TIMEOUT_S = 900.0
 T_BASE_MS = 1_700_000_000_000
 #: 1,000 events per minute: a 1-minute tumbling window closes every 1,000 events.
 MS_PER_EVENT = 60
+WINDOW_MS = 60_000
+STORE = "counts"
 _CHUNK = 50_000
 
 #: The fetch settings statesnap's reader uses (peers.py's floor read says why: librdkafka's defaults
@@ -284,7 +292,7 @@ def quix_python() -> Path:
 
 
 def run_quix(
-    py: Path, mode: str, bs: str, topic: str, group: str, state_dir: Path, expect: int
+    py: Path, mode: str, bs: str, topic: str, group: str, state_dir: Path, expect: int, *, windowed: bool
 ) -> dict[str, Any]:
     """One run of the Quix app; its result plus the process's wall time (interpreter start included)."""
     result = state_dir.parent / f"quix-{mode}.json"
@@ -295,6 +303,7 @@ def run_quix(
         *("--mode", mode, "--bootstrap", bs, "--topic", topic, "--group", group),
         *("--state-dir", str(state_dir), "--expect", str(expect), "--result", str(result)),
         *("--consumer-config", json.dumps(QUIX_CONSUMER_CONFIG), "--timeout", str(QUIX_TIMEOUT_S)),
+        *(["--windowed"] if windowed else []),
     ]
     t0 = time.monotonic()
     with log.open("w") as out:
@@ -311,14 +320,16 @@ def run_quix(
 
 
 def quix_side(
-    bs: str, args: argparse.Namespace, topic: str, work: Path
+    bs: str, args: argparse.Namespace, topic: str, work: Path, *, expect: int, windowed: bool = False
 ) -> Callable[[int, dict[bytes, int]], dict[str, Any]]:
     """Quix processes the history now; the returned call recovers it later (after the tail arrived)."""
     py = quix_python()
-    group = f"quix-count-{uuid.uuid4().hex[:8]}"
+    what = "window count" if windowed else "count"
+    group = f"quix-{'window' if windowed else 'count'}-{uuid.uuid4().hex[:8]}"
+    work.mkdir(exist_ok=True)
     state_dir = work / "quix-state"
-    console.print("Quix Streams: processing the history")
-    proc = run_quix(py, "process", bs, topic, group, state_dir, args.events)
+    console.print(f"Quix Streams {what}: processing the history")
+    proc = run_quix(py, "process", bs, topic, group, state_dir, expect, windowed=windowed)
     rec, size = 0, 0
     for name in proc["changelog_topics"]:
         r, b = topic_bytes(bs, name)
@@ -326,18 +337,18 @@ def quix_side(
     out: dict[str, Any] = {
         "process_join_s": proc["seconds_to_first"],
         "process_complete_s": proc["seconds_to_last"],
-        "process_rps": (args.events - 1) / max(proc["seconds_to_last"] - proc["seconds_to_first"], 1e-9),
+        "process_rps": (expect - 1) / max(proc["seconds_to_last"] - proc["seconds_to_first"], 1e-9),
         "changelog_records": rec,
         "changelog_bytes": size,
     }
     console.print(
-        f"  Quix processed {args.events:,} in {proc['seconds_to_last']:.1f}s; changelog {size / 1e6:.1f} MB"
+        f"  Quix processed {expect:,} in {proc['seconds_to_last']:.1f}s; changelog {size / 1e6:.1f} MB"
     )
 
     def recover(tail: int, truth: dict[bytes, int]) -> dict[str, Any]:
         shutil.rmtree(state_dir)
-        console.print("Quix Streams: recovering from the changelog (state dir deleted)")
-        res = run_quix(py, "recover", bs, topic, group, state_dir, tail)
+        console.print(f"Quix Streams {what}: recovering from the changelog (state dir deleted)")
+        res = run_quix(py, "recover", bs, topic, group, state_dir, tail, windowed=windowed)
         wrong = sum(1 for k, c in res["counts"].items() if truth.get(k.encode()) != c)
         out.update(
             recover_first_s=res["seconds_to_first"],
@@ -381,10 +392,20 @@ class Run:
 
 
 def run_processor(
-    processor: Any, name: str, topic: str, bs: str, root: Path | None, *, checkpoint: bool
+    processor: Any,
+    name: str,
+    topic: str,
+    bs: str,
+    root: Path | None,
+    *,
+    checkpoint: bool,
+    window: bool = False,
 ) -> Run:
     """Construct, restore and catch up (start to complete), then optionally checkpoint (timed, the
-    bytes of the files it wrote); the counts store read back for the check."""
+    bytes of the files it wrote); the store read back for the check. *window*: the 1-minute
+    tumbling count in a window store instead of the count per key."""
+    from statesnap.processor import StoreSpec, Windows
+
     gc.collect()
     t0 = time.monotonic()
     proc = processor(
@@ -392,17 +413,29 @@ def run_processor(
         inputs=[topic],
         bootstrap_servers=bs,
         checkpoints=str(root) if root is not None else None,
-        stores=["counts"],
+        stores=[StoreSpec(STORE, window=Windows.tumbling(timedelta(milliseconds=WINDOW_MS)))]
+        if window
+        else [STORE],
         value_serde="json",
     )
 
-    @proc.handler  # type: ignore[untyped-decorator,unused-ignore]
-    def count(record: Any, ctx: Any) -> None:
-        c = ctx.stores["counts"]
-        c[record.key] = c.get(record.key, 0) + 1
+    if window:
 
-    proc.start()
-    run = Run(time.monotonic() - t0, {})
+        @proc.handler  # type: ignore[untyped-decorator,unused-ignore]
+        def window_count(record: Any, ctx: Any) -> None:
+            w = ctx.window_stores[STORE]  # window stores apart from key-value ones (typed views)
+            for start in w.windows_for(record.timestamp):
+                w.put(record.key, start, w.get(record.key, start, 0) + 1)
+
+    else:
+
+        @proc.handler  # type: ignore[untyped-decorator,unused-ignore]
+        def count(record: Any, ctx: Any) -> None:
+            c = ctx.stores[STORE]
+            c[record.key] = c.get(record.key, 0) + 1
+
+    report = proc.start()
+    run = Run(time.monotonic() - t0, {}, extra=report.to_json())
     try:
         if checkpoint and root is not None:
             before = files_of(root)
@@ -410,16 +443,13 @@ def run_processor(
             proc.checkpoint()
             run.checkpoint_s = time.monotonic() - t1
             run.checkpoint_bytes = sum(s for p, s in files_of(root).items() if before.get(p) != s)
-        run.counts = read_counts(proc)
+        run.counts = {
+            (bytes(k[0]) + b"@%d" % k[1]) if window else bytes(k): int(v)
+            for k, v in proc.store(STORE).items()
+        }
     finally:
         proc.close(checkpoint=False)
     return run
-
-
-def read_counts(proc: Any) -> dict[bytes, int]:
-    """Every partition's counts store as one dict (keys bytes: no key serde)."""
-    store = proc.store("counts")
-    return {bytes(k): int(v) for k, v in store.items()}
 
 
 def check(what: str, got: dict[bytes, int], truth: dict[bytes, int]) -> bool:
@@ -441,6 +471,7 @@ def statesnap_side(processor: Any, bs: str, names: dict[str, str], root: Path) -
     big = run_processor(processor, "count10x", names["main"], bs, root, checkpoint=True)
     out.update(
         ckpt_run_s=big.seconds,
+        ckpt_run_rps=big.extra["replayed_records"] / big.seconds,
         first_checkpoint_s=big.checkpoint_s,
         first_checkpoint_bytes=big.checkpoint_bytes,
     )
@@ -473,7 +504,7 @@ def run(bs: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     parquet = work / "counts.parquet"
     write_counts(parquet, truth_h)
 
-    recover = None if args.skip_peers else quix_side(bs, args, names["main"], work)
+    recover = None if args.skip_peers else quix_side(bs, args, names["main"], work / "quix", expect=h)
     processor = processor_class()
     if processor is None:
         console.print("[yellow]statesnap.Processor is not importable yet: its rows are skipped[/]")
@@ -495,6 +526,8 @@ def run(bs: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
         console.print("statesnap: restore (checkpoint + tail), then the same over the 1x history")
         rest = run_processor(processor, "count10x", names["main"], bs, root, checkpoint=True)
         r["restore_s"] = rest.seconds
+        r["restore_load_s"], r["restore_tail_s"] = rest.extra["load_seconds"], rest.extra["replay_seconds"]
+        r["restore_tail_records"] = rest.extra["replayed_records"]
         r["checked"]["restore"] = check("statesnap restore", rest.counts, truth)
         truth_small: dict[bytes, int] = {}
         count_loop(bs, names["small"], p, truth_small)
@@ -527,7 +560,64 @@ def run(bs: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
         written = sorted(set(list_topics(bs)) - known - quix_topics - {"__consumer_offsets"})
         r["statesnap_topics"] = written
         r["statesnap_changelog_bytes"] = sum(topic_bytes(bs, t)[1] for t in written)
+    if args.window:
+        r.update(window_phase(processor, bs, args, names["main"], work))
     return r
+
+
+def window_truth(bs: str, topic: str, partitions: int) -> dict[bytes, int]:
+    """The live 1-minute windows' counts by the plain loop: timestamps rise within a partition, so
+    only the window holding each partition's stream time is live (retention = size, no grace);
+    keys as the statesnap side spells them, ``key@window start``."""
+    live: dict[int, tuple[int, dict[bytes, int]]] = {}
+
+    def on(m: Any) -> None:
+        ts = m.timestamp()[1]
+        start = ts - ts % WINDOW_MS
+        p = m.partition()
+        if p not in live or live[p][0] != start:
+            live[p] = (start, {})
+        counts = live[p][1]
+        counts[m.key()] = counts.get(m.key(), 0) + 1
+
+    count_loop(bs, topic, partitions, {}, on_record=on)
+    return {k + b"@%d" % start: c for start, counts in live.values() for k, c in counts.items()}
+
+
+def window_phase(processor: Any, bs: str, args: argparse.Namespace, topic: str, work: Path) -> dict[str, Any]:
+    """The 1-minute tumbling count over the same topic as it is now (history, tail and the 1 %
+    change): the same steps as the count's, a new tail of 1 % appended for the restores."""
+    settings = KafkaSettings(bs)
+    p, tail = args.partitions, max(args.events // 100, 1)
+    _s, history, _o = count_loop(bs, topic, p, {})
+    out: dict[str, Any] = {"window_history": history}
+    root = work / "window-checkpoints"
+    root.mkdir()
+    recover = None
+    if not args.skip_peers:
+        recover = quix_side(bs, args, topic, work / "quix-window", expect=history, windowed=True)
+    if processor is not None:
+        console.print("statesnap window count: checkpointed run over the history")
+        ck = run_processor(processor, "window10x", topic, bs, root, checkpoint=True, window=True)
+        out.update(window_ckpt_run_s=ck.seconds, window_first_checkpoint_s=ck.checkpoint_s)
+    # the tail continues the timeline where the history ended
+    produce(settings, topic, p, Events(args.keys, history, tail, 4))
+    truth = window_truth(bs, topic, p)
+    if processor is not None:
+        rest = run_processor(processor, "window10x", topic, bs, root, checkpoint=False, window=True)
+        out["window_restore_s"] = rest.seconds
+        out["window_checked_restore"] = check("statesnap window restore", rest.counts, truth)
+        console.print(f"  window restore {rest.seconds:.2f}s")
+    if recover is not None:
+        out["quix_window"] = recover(tail, {})
+    if processor is not None:
+        console.print("statesnap window count: full processing (no checkpoint)")
+        full = run_processor(
+            processor, f"window-full-{uuid.uuid4().hex[:6]}", topic, bs, None, checkpoint=False, window=True
+        )
+        out["window_full_s"], out["window_full_rps"] = full.seconds, (history + tail) / full.seconds
+        out["window_checked_full"] = check("statesnap window full processing", full.counts, truth)
+    return out
 
 
 def list_topics(bs: str) -> list[str]:
@@ -580,9 +670,13 @@ def figures(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     add("statesnap full processing s (history + tail, no checkpoint)", r.get("full_s"))
     add("statesnap processing records/s", r.get("full_rps"), "{:,.0f}")
     add("statesnap checkpointed run s (history)", r.get("ckpt_run_s"))
+    add("statesnap checkpointed run records/s", r.get("ckpt_run_rps"), "{:,.0f}")
     add("statesnap first checkpoint s", r.get("first_checkpoint_s"))
     add("statesnap first checkpoint bytes", r.get("first_checkpoint_bytes"), "{:,}")
     add("statesnap restore s (checkpoint + tail), 10x history", r.get("restore_s"))
+    add("  of which loading the checkpoint s", r.get("restore_load_s"))
+    add("  of which processing the tail s", r.get("restore_tail_s"))
+    add("  tail records processed", r.get("restore_tail_records"), "{:,}")
     add("statesnap restore s (checkpoint + tail), 1x history", r.get("restore_1x_s"))
     add(
         f"statesnap checkpoint s after {r.get('delta_keys', 0):,} keys (1 %) changed",
@@ -594,13 +688,47 @@ def figures(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         "state equals the plain loop's counts",
         ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in r["checked"].items()),
     )
+    if "window_history" in r:
+        w: dict[str, Any] = r.get("quix_window", {})
+        add("window count (1-minute tumbling): history records", r["window_history"], "{:,}")
+        add("window: Quix process records/s (after the join)", w.get("process_rps"), "{:,.0f}")
+        add("window: Quix changelog bytes", w.get("changelog_bytes"), "{:,}")
+        add("window: Quix recovery start to complete s", w.get("recover_complete_s"))
+        add("window: statesnap full processing s", r.get("window_full_s"))
+        add("window: statesnap processing records/s", r.get("window_full_rps"), "{:,.0f}")
+        add("window: statesnap restore s (checkpoint + tail)", r.get("window_restore_s"))
+        add(
+            "window: state equals the plain loop's live windows",
+            ", ".join(
+                f"{k} {'yes' if r[f'window_checked_{k}'] else 'NO'}"
+                for k in ("restore", "full")
+                if f"window_checked_{k}" in r
+            ),
+        )
     restore = r.get("restore_s")
     target("Quix recovery / statesnap restore", ratio(q.get("recover_complete_s"), restore), ">=", 50)
     target("statesnap restore / floor", ratio(restore, r["floor_s"]), "<=", 2)
     target("statesnap full processing / restore (10x history)", ratio(r.get("full_s"), restore), ">=", 30)
     target("restore growth, 10x history vs 1x", ratio(restore, r.get("restore_1x_s")), "<=", 1.2)
     target("statesnap / Quix processing throughput", ratio(r.get("full_rps"), q.get("process_rps")), ">=", 3)
+    target(
+        "statesnap / Quix throughput (checkpointed run)",
+        ratio(r.get("ckpt_run_rps"), q.get("process_rps")),
+        ">=",
+        3,
+    )
     add("plain loop recompute / statesnap restore", ratio(r["plain_s"], restore), "{:.2f}x")
+    if "window_history" in r:
+        w = r.get("quix_window", {})
+        wr = r.get("window_restore_s")
+        target("window: Quix recovery / statesnap restore", ratio(w.get("recover_complete_s"), wr), ">=", 50)
+        target("window: statesnap full processing / restore", ratio(r.get("window_full_s"), wr), ">=", 30)
+        target(
+            "window: statesnap / Quix throughput",
+            ratio(r.get("window_full_rps"), w.get("process_rps")),
+            ">=",
+            3,
+        )
     return rows
 
 
@@ -648,6 +776,11 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--quick", action="store_true", help="200 k events over 20 k keys (a smoke run)")
     ap.add_argument("--skip-peers", action="store_true", help="no Quix Streams (no venv is made)")
+    ap.add_argument(
+        "--window",
+        action="store_true",
+        help="also a 1-minute tumbling-window count (Quix ran it at ~3 k records/s here: minutes per 1 M)",
+    )
     ap.add_argument("--broker", choices=["tansu", "apache"], default="tansu")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
