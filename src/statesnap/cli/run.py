@@ -187,7 +187,7 @@ def run(
     )
     from statesnap.task.options import StoreOptions
 
-    share = share_of(instance, instances, group, follow, generation)
+    share = share_of(instance, instances, group, follow, generation, run="run")
     config = config_from_env()
     config.update(parse_properties(list(kafka_pairs), list(kafka_files)))
     if bootstrap_servers is not None:

@@ -263,7 +263,12 @@ def _checkpoint_options(
 
 
 def share_of(
-    instance: int | None, instances: int | None, group: str | None, follow: bool, generation: int | None
+    instance: int | None,
+    instances: int | None,
+    group: str | None,
+    follow: bool,
+    generation: int | None,
+    run: str = "materialize",
 ) -> StaticShare | GroupOptions | None:
     """``--instance/--instances`` or ``--group`` as the bundle, refusing what cannot go together
     in the flags' own words (the library refuses the same in its own)."""
@@ -274,7 +279,7 @@ def share_of(
     if group is not None and not follow:
         raise click.UsageError(
             "--group needs --follow: a group member holds only the partitions it is assigned, so a "
-            "one-shot materialize could not checkpoint the whole table"
+            f"one-shot {run} could not checkpoint every partition"
         )
     if group is not None and generation is not None:
         raise click.UsageError(
