@@ -28,10 +28,12 @@ from statesnap import (
     SnapshotOptions,
 )
 
-__all__ = ["NAME", "STORES", "build", "tally_options"]
+__all__ = ["NAME", "SNAPSHOT_TIMEOUT", "STORES", "build", "tally_options"]
 
 NAME = "tally"
 STORES = ("balances", "payments")
+#: Seconds until a killed writer's snapshot in progress reads as FAILED.
+SNAPSHOT_TIMEOUT = 3.0
 
 
 def tally_options(
@@ -40,16 +42,17 @@ def tally_options(
     *,
     interval: str | float = 0,
     generation: int | None = None,
+    keep: int = 3,
 ) -> CheckpointOptions:
-    """Checkpoint at every commit point (by default); keep three; a killed writer's snapshot fails
-    in 3 s (GC may then collect it)."""
+    """Checkpoint at every commit point (by default); GC keeps *keep* checkpoints; a killed
+    writer's snapshot fails in :data:`SNAPSHOT_TIMEOUT` seconds (GC may then collect it)."""
     return CheckpointOptions(
         url,
         storage_options=storage_options,
         interval=interval,
         commit_interval="20ms",
-        retention=RetentionPolicy(min_count=3, min_age=timedelta(0)),
-        snapshots=SnapshotOptions(timeout="3s"),
+        retention=RetentionPolicy(min_count=keep, min_age=timedelta(0)),
+        snapshots=SnapshotOptions(timeout=SNAPSHOT_TIMEOUT),
         generation=generation,
     )
 

@@ -46,7 +46,7 @@ from faults.harness import (
     repo_of,
 )
 from faults.ledger import CaseLedger
-from faults.processor_child import STORES, build, tally_options
+from faults.processor_child import SNAPSHOT_TIMEOUT, STORES, build, tally_options
 from statesnap.checkpoint import layout
 from statesnap.devstack import ApacheKafkaBroker
 
@@ -235,9 +235,10 @@ def _child(
 def _restore(
     bootstrap: str, topic: str, scratch_output: str, loc: Location, generation: int | None
 ) -> tuple[dict[str, dict[bytes, bytes]], int | None, int]:
-    """Point-in-time restore in-process (no periodic checkpoint, none at close): (stores as
-    ``raw_items`` yields them, the generation restored, records re-processed)."""
-    options = tally_options(loc.url, dict(loc.options), interval="1h", generation=generation)
+    """Point-in-time restore in-process (no periodic checkpoint, none at close, a GC that would
+    keep everything): (stores as ``raw_items`` yields them, the generation restored, records
+    re-processed)."""
+    options = tally_options(loc.url, dict(loc.options), interval="1h", generation=generation, keep=10_000)
     proc = build(bootstrap, topic, scratch_output, options)
     report = proc.start()
     try:
@@ -331,6 +332,9 @@ def test_sigkill_processor_restores_its_stores_and_outputs(
     want = recompute(records)
 
     # What the crashes left, point in time: each retained checkpoint's files, then + the tail.
+    # A restore is a writer: it would complete (and GC after) a killed writer's snapshot still in
+    # progress, so the deadline of the last one passes first.
+    time.sleep(SNAPSHOT_TIMEOUT + 0.5)
     repo = repo_of(loc)
     generations = repo.generations()
     assert len(generations) >= 2, generations
