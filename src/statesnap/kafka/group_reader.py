@@ -22,7 +22,11 @@ being handed over.
 
 "Caught up" is partition EOF, as in :mod:`statesnap.kafka.reader`; positions carry leader epochs
 as there (KIP-320): a gained partition whose checkpoint the log was truncated below is restored
-again, judged against the log as it is now.
+again, judged against the log as it is now. An assignment made in a rebalance callback is not
+checked against the leader's epochs (librdkafka 2.16 on Apache Kafka 4.1.1: it fetched from a
+position of an epoch the log never had), a seek is: so a gained partition resuming at a position
+with an epoch is assigned paused, and the next :meth:`GroupReader.poll` seeks it there with its
+epoch, then resumes it.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka import KafkaException, TopicPartition
 
-from statesnap.checkpoint.manifest import NextOffset
+from statesnap.checkpoint.manifest import NextOffset, leader_epoch_of
 from statesnap.errors import KafkaError
 from statesnap.kafka.clients import new_consumer
 from statesnap.kafka.config import KafkaSettings
@@ -106,6 +110,9 @@ class GroupReader:
         self.assigned = False
         self.rebalances = 0
         self._eof_offset: dict[int, int] = {}
+        #: Gained partitions assigned paused at a position with a leader epoch, to be sought there
+        #: (which has the leader check the epoch) and resumed by the next poll().
+        self._unchecked: set[int] = set()
         #: Per partition, (next offset, leader epoch) after the last batch poll() returned.
         self._batch_end: dict[int, tuple[int, int | None]] = {}
         self._high: dict[int, int] = {}
@@ -185,6 +192,7 @@ class GroupReader:
             consumer.incremental_assign(tps)
         else:
             consumer.assign(tps)
+        self._hold_for_epoch_check(gained)
         self.assigned = True
         self.rebalances += 1
         log.info(
@@ -196,6 +204,33 @@ class GroupReader:
             kept,
             gone,
         )
+
+    def _hold_for_epoch_check(self, partitions: list[int]) -> None:
+        """Pause those of *partitions* whose position carries a leader epoch until poll() seeks
+        them (see the module docstring): nothing is fetched from a position before it is checked."""
+        held = [p for p in partitions if leader_epoch_of(self.positions[p]) is not None]
+        if not held:
+            return
+        try:
+            self._consumer.pause([TopicPartition(self.topic, p) for p in held])
+        except KafkaException as e:
+            log.debug("pause %s %s for the epoch check: %s", self.topic, held, e)
+            return
+        self._unchecked.update(held)
+
+    def _check_epochs(self) -> None:
+        """Seek every held partition to its position with its epoch, then resume it: the leader
+        answers a log truncated below the position with an offset reset (see
+        :meth:`_offset_not_available`) before any record is fetched."""
+        held = sorted(self._unchecked & set(self.positions))
+        self._unchecked.clear()
+        for p in held:
+            try:
+                self._consumer.seek(self._start(p))
+            except KafkaException as e:  # fetching unchecked beats not fetching at all
+                log.debug("seek %s [%d] to %s for the epoch check: %s", self.topic, p, self.positions[p], e)
+        if held:
+            self._consumer.resume([TopicPartition(self.topic, p) for p in held])
 
     def _start(self, p: int) -> TopicPartition:
         """Where *p* is fetched from: its position, with the leader epoch it carries."""
@@ -254,6 +289,8 @@ class GroupReader:
         rebalance callbacks run in here."""
         self._revoked_in_call = set()
         try:
+            if self._unchecked:
+                self._check_epochs()
             messages: list[Any] = self._consumer.consume(BATCH_SIZE, timeout)
         except KafkaException as e:
             raise KafkaError(f"consuming {self.topic!r} from {self.settings.bootstrap_servers}: {e}") from e
@@ -323,18 +360,22 @@ class GroupReader:
             low, _high = watermarks(self._consumer, self.settings, self.topic, p)
             truncated = position >= low and "truncation" in detail.lower()
             if position < low or truncated:
-                log.warning(
-                    "group %s: %s %r partition %d before its restore read them; restoring it again",
-                    self.group,
-                    f"the log was truncated below offset {position} ({detail}) of"
+                what = (
+                    f"the log was truncated below offset {position} (an unclean leader election: {detail})"
                     if truncated
-                    else f"retention deleted offsets {position}..{low - 1} of",
+                    else f"retention deleted offsets {position}..{low - 1} before its restore read them"
+                )
+                log.warning(
+                    "group %s: %r partition %d: %s; restoring the partition again",
+                    self.group,
                     self.topic,
                     p,
+                    what,
                 )
                 self.listener.partitions_dropped([p])
                 again = self.listener.partitions_gained([p])[p]
-                if truncated and again == position:  # chosen again: no older checkpoint escapes it
+                if truncated and (again, leader_epoch_of(again)) == (position, leader_epoch_of(position)):
+                    # the same position chosen again: nothing older escapes the truncation
                     raise log_truncated(self.topic, p, position, detail, self.settings.bootstrap_servers)
                 self.positions[p] = again
                 self.at_eof.discard(p)
@@ -348,7 +389,8 @@ class GroupReader:
     def _refetch(self, p: int) -> None:
         """Fetch *p* again from its position after an offset-reset error. librdkafka refuses to
         seek such a partition ("Erroneous state": the member then waited forever, proven on
-        Apache Kafka); assigning it again restarts its fetcher."""
+        Apache Kafka); assigning it again restarts its fetcher (held for the epoch check as a
+        gained partition is)."""
         try:
             if self.cooperative:
                 self._consumer.incremental_unassign([TopicPartition(self.topic, p)])
@@ -360,6 +402,7 @@ class GroupReader:
                 f"cannot resume {self.topic!r} partition {p} in group {self.group!r} at "
                 f"{self.positions[p]} on {self.settings.bootstrap_servers}: {e}"
             ) from e
+        self._hold_for_epoch_check([p])
 
     def _on_client_error(self, err: Any) -> None:
         level = logging.WARNING if err.code() in _CLUSTER_DOWN else logging.DEBUG

@@ -18,11 +18,13 @@ from pathlib import Path
 
 import pytest
 
+import statesnap.checkpoint.selection
 from integration.conftest import KafkaTool
 from statesnap import CheckpointOptions, Table
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointRepository
-from statesnap.checkpoint.manifest import NextOffset
+from statesnap.checkpoint.manifest import CheckpointManifest, NextOffset
+from statesnap.checkpoint.selection import TopicState
 from statesnap.checkpoint.writer import PartitionUpdate
 from statesnap.errors import NoUsableCheckpointError, OffsetOutOfRangeError
 from statesnap.kafka.config import KafkaSettings
@@ -150,3 +152,55 @@ def test_a_reader_at_a_position_the_log_does_not_lead_to_fails_in_one_line(kafka
         assert "\n" not in text
     finally:
         reader.close()
+
+
+def test_a_group_member_restores_a_partition_again_when_the_log_turns_out_truncated_under_it(
+    kafka: KafkaTool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Apache Kafka 4.1.1: the race a selector cannot close — the log is truncated after the
+    checkpoint was chosen — stood for by a first choice that asks nothing about epochs (so a
+    member of a consumer group restores generation 2, epoch 999, the log never had). The group
+    reader, assigned there with the epoch, is told the log does not lead to it, drops the
+    partitions' rows and restores them again: the second choice asks, skips generation 2 for
+    generation 1, and the table equals a replay."""
+    topic, truth = _topic_with_records(kafka)
+    url = (tmp_path / "cp").as_uri()
+    writer = Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False)
+    writer.start()
+    cp = writer.checkpoint()
+    cluster_id = writer.cluster_id
+    writer.close(checkpoint=False)
+    assert cp is not None
+    assert cluster_id is not None
+    repo = CheckpointRepository.for_table(open_blob_store(url), cluster_id, topic)
+    write_checkpoint(
+        repo,
+        table=topic,
+        topic=topic,
+        cluster_id=cluster_id,
+        updates={p: PartitionUpdate(p, NextOffset(off, UNSEEN_EPOCH)) for p, off in cp.offsets.items()},
+        previous=cp,
+    )
+    asked: list[int] = []
+    real_diverged = statesnap.checkpoint.selection.diverged
+
+    def blind_first(manifest: CheckpointManifest, state: TopicState | None) -> str | None:
+        asked.append(manifest.generation)
+        return None if len(asked) == 1 else real_diverged(manifest, state)
+
+    kafka.produce(topic, [(i % 2, b"k%d" % (i % 30), b"w%d" % i) for i in range(40)])  # a tail to read
+    truth = kafka.truth(kafka.read_all(topic, [0, 1]))
+    monkeypatch.setattr("statesnap.checkpoint.restore.diverged", blind_first)
+    member = Table(
+        topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, group=f"g-{uuid.uuid4().hex[:8]}"
+    )
+    try:
+        member.start()
+        deadline = time.monotonic() + 30
+        while dict(member.raw_items()) != truth:
+            assert time.monotonic() < deadline, f"{len(dict(member.raw_items()))} of {len(truth)} keys"
+            time.sleep(0.1)
+        assert asked[0] == cp.generation + 1  # restored blind first, then asked again
+        assert len(asked) >= 2
+    finally:
+        member.close(checkpoint=False)
