@@ -31,13 +31,13 @@ MINUTE = 60_000
 PARTITIONS = 3
 
 
-def tally(topic: str, bootstrap: str, url: str) -> Processor:
+def tally(topic: str, bootstrap: str, url: str, storage: dict[str, str] | None = None) -> Processor:
     """A running tally per account and a per-minute count (a window store kept a day)."""
     proc = Processor(
         "tally",
         inputs=[topic],
         bootstrap_servers=bootstrap,
-        checkpoints=CheckpointOptions(url, interval="1h"),
+        checkpoints=CheckpointOptions(url, interval="1h", storage_options=storage),
         stores=["balances", StoreSpec("per_minute", window=Windows.tumbling("1m", retention="1d"))],
         value_serde="json",
     )
@@ -73,7 +73,9 @@ def produce_payments(bootstrap: str, topic: str, start: int, n: int) -> None:
     assert not errors, errors
 
 
-def write_history(kafka: KafkaTool, topic: str, url: str, batches: tuple[int, ...]) -> None:
+def write_history(
+    kafka: KafkaTool, topic: str, url: str, batches: tuple[int, ...], storage: dict[str, str] | None = None
+) -> None:
     """Produce *batches* of payments, running the processor once after each: one checkpoint
     generation per batch."""
     kafka.create_topic(topic, PARTITIONS)
@@ -81,7 +83,7 @@ def write_history(kafka: KafkaTool, topic: str, url: str, batches: tuple[int, ..
     for n in batches:
         produce_payments(kafka.bootstrap, topic, produced, n)
         produced += n
-        tally(topic, kafka.bootstrap, url).run(follow=False)
+        tally(topic, kafka.bootstrap, url, storage).run(follow=False)
 
 
 def recompute(
@@ -104,9 +106,20 @@ def recompute(
     return balances, minutes
 
 
-def dump_rows(url: str, store: str, *extra: str) -> list[dict[str, Any]]:
-    result = statesnap("dump", "--table", "tally", "--store", store, "-c", url, *extra)
+def storage_args(storage: dict[str, str] | None) -> list[str]:
+    return [a for k, v in sorted((storage or {}).items()) for a in ("--storage-option", f"{k}={v}")]
+
+
+def dump_rows(
+    url: str, store: str, *extra: str, storage: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    result = statesnap(
+        "dump", "--table", "tally", "--store", store, "-c", url, *storage_args(storage), *extra
+    )
     assert result.returncode == 0, result.stderr[-2000:]
+    for secret in (storage or {}).values():
+        if "secret" in secret.lower() or len(secret) > 30:
+            assert secret not in result.stdout + result.stderr
     return [json.loads(line) for line in result.stdout.splitlines()]
 
 
@@ -117,20 +130,21 @@ def window_key(start: int, key: str) -> bytes:
 
 
 def test_dump_store_prints_and_digests_each_store_as_its_checkpoint_holds_it(
-    kafka: KafkaTool, topic_name: str, tmp_path: Path
+    kafka: KafkaTool, topic_name: str, checkpoint_location: Any
 ) -> None:
     """Both stores of the newest checkpoint, rows and digest, equal a plain consumer's
     recomputation: the key-value store by the user's key, the window store with its window's
-    bounds and a digest over window start + key."""
-    url = str(tmp_path / "ckpt")
-    write_history(kafka, topic_name, url, (400, 250))
+    bounds and a digest over window start + key. On both blob stores (a directory, moto S3)."""
+    url, storage = checkpoint_location.url, checkpoint_location.options
+    write_history(kafka, topic_name, url, (400, 250), storage)
     balances, minutes = recompute(kafka, topic_name)
+    more = storage_args(storage)
 
-    rows = dump_rows(url, "balances")
+    rows = dump_rows(url, "balances", storage=storage)
     assert {r["key"]: json.loads(r["value"]) for r in rows} == balances
     assert all(r["partition"] == int(r["key"].split("-")[1]) % PARTITIONS for r in rows)
     summary = ok(
-        statesnap("dump", "--table", "tally", "--store", "balances", "-c", url, "--digest", "--json")
+        statesnap("dump", "--table", "tally", "--store", "balances", "-c", url, *more, "--digest", "--json")
     )
     assert summary["digest"] == digest({r["key"].encode(): r["value"].encode() for r in rows})
     assert summary["keys"] == len(balances)
@@ -138,14 +152,14 @@ def test_dump_store_prints_and_digests_each_store_as_its_checkpoint_holds_it(
     assert summary["tail"] is False
     assert summary["replayed_records"] == 0
     assert summary["kind"] == "key_value"
-    typed = dump_rows(url, "balances", "--value-serde", "json", "--key-serde", "string")
+    typed = dump_rows(url, "balances", "--value-serde", "json", "--key-serde", "string", storage=storage)
     assert {r["key"]: r["value"] for r in typed} == balances
 
-    windows = dump_rows(url, "per_minute")
+    windows = dump_rows(url, "per_minute", storage=storage)
     assert {(r["key"], r["window_start"]): json.loads(r["value"]) for r in windows} == minutes
     assert all(r["window_end"] == r["window_start"] + MINUTE for r in windows)
     summary = ok(
-        statesnap("dump", "--table", "tally", "--store", "per_minute", "-c", url, "--digest", "--json")
+        statesnap("dump", "--table", "tally", "--store", "per_minute", "-c", url, *more, "--digest", "--json")
     )
     assert summary["kind"] == "window"
     assert summary["digest"] == digest(
