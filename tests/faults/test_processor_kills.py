@@ -44,9 +44,11 @@ from faults.harness import (
     cli_env,
     kill_group,
     repo_of,
+    run_cli,
+    table_digest_of,
 )
 from faults.ledger import CaseLedger
-from faults.processor_child import SNAPSHOT_TIMEOUT, STORES, build, tally_options
+from faults.processor_child import NAME, SNAPSHOT_TIMEOUT, STORES, build, tally_options
 from statesnap.checkpoint import layout
 from statesnap.devstack import ApacheKafkaBroker
 
@@ -361,6 +363,18 @@ def test_sigkill_processor_restores_its_stores_and_outputs(
     assert restored == repo_of(loc).generations()[0]
     assert replayed == 0
     judge_stores(ledger, f"restore after {rounds} kills on {kind}", got, want)
+    newest = repo_of(loc).generations()[0]
+    for store in STORES:  # as an operator reads it: the CLI, over the stored bytes
+        args = ["dump", "--table", NAME, "--store", store, "-c", loc.cli_url, "--digest", "--json"]
+        dumped = run_cli(ledger, [*args, "-b", kafka.bootstrap], timeout=60, env=loc.cli_env)
+        assert dumped.returncode == 0, dumped.output[-2000:]
+        shown = dumped.json()
+        ledger.check(
+            (shown["checkpoint"], shown["keys"], shown["digest"])
+            == (newest, len(want.stores[store]), table_digest_of(want.stores[store])),
+            "wrong_tables",
+            f"dump --store {store} on {kind}: {shown}",
+        )
 
     judge_outputs(ledger, kafka.read_all(output, range(PARTITIONS)), want)
     print(json.dumps({"kills": rounds, "mid_write": mid_write_kills, "records": len(records), "seed": seed}))
