@@ -77,6 +77,8 @@ PIP_TIMEOUT_S = 900
 #: Generous: Quix processed 5 M records in 108 s on this machine (issue #18).
 QUIX_TIMEOUT_S = 1800
 LOOP_TIMEOUT_S = 900.0
+#: 5 M events take ~10 s to produce here; a broker that stops taking records fails the run instead.
+PRODUCE_TIMEOUT_S = 900.0
 T_BASE_MS = 1_700_000_000_000
 #: 1,000 events per minute: a 1-minute tumbling window closes every 1,000 events.
 MS_PER_EVENT = 60
@@ -155,6 +157,7 @@ def produce(settings: KafkaSettings, topic: str, partitions: int, events: Events
         if err is not None:
             errors.append(str(err))
 
+    deadline = t0 + PRODUCE_TIMEOUT_S
     for ids, amounts, stamps in events.chunks():
         for kid, amount, ts in zip(ids.tolist(), amounts.tolist(), stamps.tolist(), strict=True):
             value = b'{"amount": %d}' % amount
@@ -163,6 +166,10 @@ def produce(settings: KafkaSettings, topic: str, partitions: int, events: Events
                     producer.produce(topic, value, b"key-%d" % kid, timestamp=ts, on_delivery=on_delivery)
                     break
                 except BufferError:
+                    if time.monotonic() > deadline:
+                        raise BenchError(
+                            f"producing to {topic!r}: the broker took nothing for long"
+                        ) from None
                     producer.poll(0.05)
         producer.poll(0)
         if errors:
@@ -306,10 +313,13 @@ def run_quix(
         *(["--windowed"] if windowed else []),
     ]
     t0 = time.monotonic()
-    with log.open("w") as out:
-        done = subprocess.run(
-            cmd, stdout=out, stderr=subprocess.STDOUT, timeout=QUIX_TIMEOUT_S + 120, check=False
-        )
+    try:
+        with log.open("w") as out:
+            done = subprocess.run(
+                cmd, stdout=out, stderr=subprocess.STDOUT, timeout=QUIX_TIMEOUT_S + 120, check=False
+            )
+    except subprocess.TimeoutExpired as e:
+        raise BenchError(f"Quix {mode} did not stop within {e.timeout:.0f}s (its log: {log})") from e
     wall = time.monotonic() - t0
     if done.returncode != 0 or not result.exists():
         tail = log.read_text(errors="replace").strip()[-1500:]
