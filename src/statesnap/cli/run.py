@@ -36,9 +36,11 @@ RUN_EXAMPLES = """
 Example module (tally.py, in the current directory):
   from statesnap import Processor
 
+\b
   proc = Processor("tally", inputs=["payments"], bootstrap_servers="127.0.0.1:9092",
                    checkpoints="./ckpt", stores=["balances"], value_serde="json")
 
+\b
   @proc.handler
   def on_payment(record, ctx):
       balances = ctx.stores["balances"]
