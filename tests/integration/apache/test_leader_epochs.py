@@ -17,13 +17,14 @@ import uuid
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 
 import statesnap.checkpoint.selection
 from integration.conftest import KafkaTool
 from statesnap import CheckpointOptions, Table
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointRepository
-from statesnap.checkpoint.manifest import CheckpointManifest, NextOffset
+from statesnap.checkpoint.manifest import CheckpointManifest, NextOffset, leader_epoch_of
 from statesnap.checkpoint.selection import TopicState
 from statesnap.checkpoint.writer import PartitionUpdate
 from statesnap.errors import NoUsableCheckpointError, OffsetOutOfRangeError
@@ -204,3 +205,27 @@ def test_a_group_member_restores_a_partition_again_when_the_log_turns_out_trunca
         assert len(asked) >= 2
     finally:
         member.close(checkpoint=False)
+
+
+def test_a_position_past_a_transaction_marker_keeps_the_markers_epoch(kafka: KafkaTool) -> None:
+    """Apache Kafka 4.1.1: a committed transaction ends with a marker that takes an offset of its
+    own; a reader at the marker moves past it without a record (partition EOF). That position
+    still carries a leader epoch (librdkafka's fetch position has the marker's), so a checkpoint
+    taken there keeps one and is checked on restore like any other."""
+    topic = kafka.create_topic(f"epochs-tx-{uuid.uuid4().hex[:10]}", 1)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": f"txn-{uuid.uuid4().hex}"})
+    producer.init_transactions(15)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(topic, key=b"k%d" % i, value=b"v", partition=0)
+    producer.commit_transaction(15)
+    reader = ChangelogReader(KafkaSettings(kafka.bootstrap, {}, 10.0), topic, {0: 10})  # at the marker
+    try:
+        deadline = time.monotonic() + 20
+        while not reader.caught_up:
+            assert time.monotonic() < deadline
+            assert reader.poll(0.1) == {}
+        assert reader.positions == {0: 11}
+        assert leader_epoch_of(reader.positions[0]) == 0
+    finally:
+        reader.close()
