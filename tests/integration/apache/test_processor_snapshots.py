@@ -55,12 +55,21 @@ class Where:
     options: Mapping[str, str]
     cli_url: str
     env: Mapping[str, str]
+    #: The snapshot store (None: blob, beside the checkpoints) and what the CLI needs to reach it.
+    snapshot_store: str | None = None
+    cli_extra: tuple[str, ...] = ()
 
 
 @pytest.fixture(params=["file", "s3"])
 def where(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
-    if request.param == "file":
+    """``file``, ``s3``, or ``file+topic`` (snapshot records in a Kafka topic; only where a test
+    asks for it with indirect parametrization)."""
+    if request.param.startswith("file"):
         url = (tmp_path / "ckpt").as_uri()
+        if request.param == "file+topic":
+            kafka: KafkaTool = request.getfixturevalue("kafka")
+            store = f"topic:snapshots-{os.urandom(6).hex()}"
+            return Where(url, {}, url, {}, store, ("-b", kafka.bootstrap))
         return Where(url, {}, url, {})
     from statesnap.devstack.s3 import DEV_CREDENTIALS
 
@@ -92,7 +101,7 @@ def ledger(
             interval="1h",
             commit_interval="100ms",
             retention=RetentionPolicy(min_count=10),
-            snapshots=SnapshotOptions(timeout="45s"),
+            snapshots=SnapshotOptions(where.snapshot_store, timeout="45s"),
             generation=generation,
         ),
         stores=STORES,
@@ -214,7 +223,16 @@ def app(kafka: KafkaTool, where: Where) -> Iterator[tuple[str, Running]]:
 
 def snapshot(where: Where) -> dict[str, Any]:
     snap: dict[str, Any] = cli(
-        where, "snapshot", "create", where.cli_url, "--table", NAME, "--wait", "--timeout", "45s"
+        where,
+        "snapshot",
+        "create",
+        where.cli_url,
+        "--table",
+        NAME,
+        "--wait",
+        "--timeout",
+        "45s",
+        *where.cli_extra,
     )
     assert snap["state"] == "COMPLETED", snap
     assert sorted(t["task_id"] for t in snap["tasks"]) == ["instance-0", "instance-1"]
@@ -222,10 +240,11 @@ def snapshot(where: Where) -> dict[str, Any]:
     return snap
 
 
+@pytest.mark.parametrize("where", ["file", "s3", "file+topic"], indirect=True)
 def test_app_snapshot_over_two_stores_and_two_instances_restores_at_one_generation(
     kafka: KafkaTool, where: Where, app: tuple[str, Running]
 ) -> None:
-    """Apache Kafka; file and S3."""
+    """Apache Kafka; file and S3, and snapshot records in a Kafka topic (beside file)."""
     topic, running = app
     pay(kafka, topic, 600, 400)  # the snapshot is taken while both instances process
     snap = snapshot(where)
@@ -234,6 +253,11 @@ def test_app_snapshot_over_two_stores_and_two_instances_restores_at_one_generati
     records = kafka.read_all(topic, range(PARTITIONS))
     assert offsets == {o["partition"]: o["next_offset"] for t in snap["tasks"] for o in t["offsets"]}
     assert files == recompute(records, offsets)  # every store, every partition, at one set of offsets
+    writer = repo_of(where).read_manifest(gen).writer
+    assert writer["processor"] == {
+        "inputs": [topic],
+        "stores": {s: {"kind": "key_value"} for s in STORES},
+    }, writer
 
     pay(kafka, topic, 1000, 300)
     records = kafka.read_all(topic, range(PARTITIONS))
