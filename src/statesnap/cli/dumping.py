@@ -31,6 +31,7 @@ from statesnap.task.restore import RestoreReport
 
 __all__ = [
     "SERDES",
+    "STATE_STORE_KINDS",
     "StoreDigest",
     "StoreDumpRequest",
     "TableDigest",
@@ -59,17 +60,28 @@ class StoreDumpRequest:
     value_serde: str
 
 
+#: The local store kinds ``--store`` named before it named a processor's store.
+STATE_STORE_KINDS = ("auto", "memory", "columnar", "rocksdb")
+
+
 def check_store_flags(
     *,
     table: str | None,
     checkpoints: str | None,
     no_checkpoint: bool,
     state_store: str | None,
+    store: str,
+    topic: str | None,
+    verb: str = "read",
 ) -> tuple[str, str]:
     """(table, checkpoints) once ``--store`` can be honoured with the other flags; one line each
     for what cannot, before any I/O."""
+    if store in STATE_STORE_KINDS and topic and not table:
+        raise click.UsageError(
+            f"--store names a processor's store (with --table); the local store kind is --state-store {store}"
+        )
     if not table:
-        raise click.UsageError("--store needs --table NAME: the processor whose store to read")
+        raise click.UsageError(f"--store needs --table NAME: the processor whose store to {verb}")
     if no_checkpoint or not checkpoints:
         raise click.UsageError(
             "--store reads a store from its checkpoint: give --checkpoints URL (and no --no-checkpoint)"

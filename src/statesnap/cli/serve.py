@@ -223,11 +223,14 @@ def _store_follower(
 ) -> OwnedReplica:
     """``--store``: a read-only replica of one processor store, refreshed from new checkpoints."""
     from statesnap.blob import open_blob_store
+    from statesnap.cli.dumping import check_store_flags
     from statesnap.kafka.admin import KafkaAdmin
     from statesnap.processor.store_follower import StoreFollower
 
-    if not table:
-        raise click.UsageError("--store needs --table NAME: the processor whose store to serve")
+    table, _ = check_store_flags(
+        table=table, checkpoints=checkpoints, no_checkpoint=False, state_store=None, store=store,
+        topic=topic, verb="serve",
+    )  # fmt: skip
     if topic:
         raise click.UsageError("--topic does not go with --store: a store is served from its checkpoints")
     try:

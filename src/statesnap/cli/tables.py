@@ -439,7 +439,12 @@ def dump(
     """
     if store_name is not None:
         name, url = check_store_flags(
-            table=table, checkpoints=checkpoints, no_checkpoint=no_checkpoint, state_store=state_store
+            table=table,
+            checkpoints=checkpoints,
+            no_checkpoint=no_checkpoint,
+            state_store=state_store,
+            store=store_name,
+            topic=topic,
         )
         kafka = (
             kafka_settings(bootstrap_servers, kafka_pairs, kafka_files, timeout)
