@@ -186,7 +186,8 @@ def test_dump_store_refuses_what_it_cannot_honour_in_one_line(
     kafka: KafkaTool, topic_name: str, tmp_path: Path
 ) -> None:
     """A store that is not there lists the stores that are; a table (no stores), a wrong input
-    topic, no checkpoint store or no --table are each one line."""
+    topic, no checkpoint store, no --table, or a local store kind (--store's old meaning) are each
+    one line."""
     url = str(tmp_path / "ckpt")
     write_history(kafka, topic_name, url, (30,))
     table_topic = kafka.create_topic(topic_name + "-tbl", 1)
@@ -215,6 +216,11 @@ def test_dump_store_refuses_what_it_cannot_honour_in_one_line(
     assert last_line("--table", "tally", "--store", "balances") == (
         2,
         "Error: --store reads a store from its checkpoint: give --checkpoints URL (and no --no-checkpoint)",
+    )
+    assert last_line("-b", kafka.bootstrap, "-t", topic_name, "--store", "memory") == (
+        2,
+        "Error: --store names a processor's store (with --table); the local store kind is "
+        "--state-store memory",
     )
     assert last_line("--store", "balances", "-c", url) == (
         2,
