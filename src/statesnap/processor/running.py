@@ -178,7 +178,7 @@ def with_overrides(proc: Processor, overrides: ProcessorOverrides) -> Processor:
 
     It copies the processor (as it pickles: handlers and stores, no running task) and replaces its
     table options; :class:`Processor` has no public way to do so yet."""
-    options = dict(proc._table_options)
+    options = dict(proc._table_options)  # private until Processor has replace(**overrides)
     if getattr(proc, "_task", None) is not None:
         raise ConfigError(
             f"processor {proc.name!r} was already started in its module; build it, do not start it"
@@ -197,7 +197,7 @@ def with_overrides(proc: Processor, overrides: ProcessorOverrides) -> Processor:
     elif isinstance(overrides.share, GroupOptions):
         options.update(partitions=None, group=overrides.share)
     rebuilt = copy.copy(proc)
-    rebuilt._table_options = options
+    rebuilt._table_options = options  # private until Processor has replace(**overrides)
     return rebuilt
 
 
@@ -259,7 +259,7 @@ def run_processor(
     following = FollowOptions.of(follow)
     listener = progress or MaterializeProgress()
     spark_options = spark or SparkOptions()
-    options = dict(proc._table_options)
+    options = dict(proc._table_options)  # private until Processor exposes its settings
     checkpoints = CheckpointOptions.of(options.get("checkpoints"))
     if checkpoints is None:
         raise ConfigError(f"processor {proc.name!r} has no checkpoint store: give it checkpoints=URL")
