@@ -113,7 +113,7 @@ def test_sql_counts_equal_dump_on_every_generation(
     records, manifests = write_table(kafka, topic, url, options)
     newest = manifests[-1]
     for p in range(PARTITIONS):  # the set-up is what merge-on-read is about
-        kinds = [f.kind for f in newest.partitions[p].files]
+        kinds = [f.kind.value for f in newest.partitions[p].files]
         assert kinds[0] == "base"
         assert kinds.count("delta") >= 2, kinds
     if url.startswith("file"):
@@ -220,7 +220,8 @@ def write_processor(kafka: KafkaTool, name: str, topic: str, url: str) -> list[l
 
 def test_sql_over_a_processor_store(kafka: KafkaTool, topic_name: str, tmp_path: Path) -> None:
     """``--store``: a key-value store with its values decoded, and a window store (quoted name)
-    with its windows, each equal to a plain recomputation at the newest and an older generation."""
+    with its windows, each equal to a plain recomputation at the newest and an older generation;
+    a clone of the processor reads the same and restores under its new name."""
     url = str(tmp_path / "ckpt")
     name = f"tally.{topic_name}"
     batches = write_processor(kafka, name, topic_name, url)
@@ -268,6 +269,18 @@ def test_sql_over_a_processor_store(kafka: KafkaTool, topic_name: str, tmp_path:
         )
         assert {(r["account"], r["window_start"]): r["n"] for r in got["rows"]} == windows
         assert all(r["window_end"] - r["window_start"] == MINUTE for r in got["rows"])
+
+    # A processor clones like a table: its stores read the same from the clone, and the processor
+    # started under the new name restores the cloned generation (nothing left to process).
+    newest = max(generations)
+    green = f"{name}-green"
+    ok(statesnap("snapshot", "clone", url, "--table", name, str(newest), "--to-table", green))
+    query = "SELECT key, value, partition FROM balances ORDER BY key"
+    source_rows = sql(url, name, query, "--store", "balances")["rows"]
+    assert sql(url, green, query, "--store", "balances")["rows"] == source_rows
+    report = tally(green, topic_name, kafka.bootstrap, url).run(follow=False)
+    assert report.checkpoint == newest
+    assert report.replayed_records == 0
 
 
 def one_line_error(result: Any, error: str) -> str:
