@@ -33,13 +33,16 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from itertools import chain
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from confluent_kafka import Message
 
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, PartitionCheckpoint, datafile
 from statesnap.checkpoint.manifest import DataFile
@@ -56,9 +59,9 @@ from statesnap.processor.keyspace import (
 )
 from statesnap.processor.outputs import Outputs
 from statesnap.serde import Serde
-from statesnap.spark.bootstrap import PROGRESS_INTERVAL_SECONDS, Progress
-from statesnap.spark.changes import write_data_file
-from statesnap.spark.kafka_io import iter_range
+from statesnap.spark.bootstrap import MIN_SPLIT_RECORDS, PROGRESS_INTERVAL_SECONDS, Progress
+from statesnap.spark.changes import from_ipc, to_ipc, write_data_file
+from statesnap.spark.kafka_io import iter_range, split_ranges
 from statesnap.spark.options import KafkaSourceOptions, offsets_json, source_options
 from statesnap.spark.source import SOURCE_NAME
 from statesnap.spark.workers import is_local
@@ -92,15 +95,19 @@ class CountPerKey:
     """Declares that the processor counts records per input key into key-value store *store*.
 
     That is, its only state is ``store[record.key] = store.get(record.key, 0) + 1`` for every
-    record with a key (records without one leave the store alone). Counting combines, so the
-    history can be folded by ``groupBy(partition, key).count()`` instead of running the handler
-    record by record. The driver checks the claim first: it runs the handler over the first
-    *sample* records of a partition and refuses (:class:`ConfigError`) when its rows differ from
-    the count's, byte for byte.
+    record with a key (records without one leave the store alone): ``proc.count(store)``. Counting
+    combines, so the history is folded by key instead of running the handler record by record:
+    by default in Python tasks with Arrow's hash aggregation (partitions split over every core,
+    partial counts merged per partition in a second stage; the records never cross into the JVM,
+    as :func:`~statesnap.spark.bootstrap` reads them), or with ``dataframe=True`` as
+    ``groupBy(partition, key).count()`` over the ``statesnap-kafka`` source. The driver checks
+    the claim first: it runs the handler over the first *sample* records of a partition and
+    refuses (:class:`ConfigError`) when its rows differ from the count's, byte for byte.
     """
 
     store: str
     sample: int = 1000
+    dataframe: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +204,7 @@ def bootstrap_processor(
     timeout: float | None = None,
     aggregation: CountPerKey | None = None,
     emit: bool = False,
+    min_partitions: int | None = None,
     progress: Progress | None = None,
 ) -> ProcessorBootstrapResult:
     """Run *proc* over its input's history on Spark and commit one checkpoint of every store.
@@ -205,7 +213,9 @@ def bootstrap_processor(
     order, from the newest usable checkpoint's offsets (its rows loaded first) or the log start,
     to the end found at plan time; the driver commits through the snapshot participant a Python
     task uses, so ``proc.run()`` resumes from the result. Emits nothing unless *emit* (see the
-    module docstring). *aggregation* runs a declared count as a Spark ``groupBy`` instead.
+    module docstring). *aggregation* runs a declared count by key instead; its Python tasks
+    split partitions so every core works (``min_partitions``: at least that many tasks, splitting
+    down to single records; default the cluster's parallelism, in pieces of 200k records or more).
     The connection, checkpoint store and timeout default to what *proc* was built with; given
     here, they override it. *progress* hears ``(records, tasks done, tasks)`` while the job runs.
     """
@@ -218,6 +228,11 @@ def bootstrap_processor(
             "checkpoint (pass checkpoints=URL)"
         )
     ckpt = chosen if isinstance(chosen, CheckpointOptions) else CheckpointOptions(chosen)
+    if emit and proc.exactly_once:
+        raise ConfigError(
+            f"processor {proc.name!r} is exactly-once, and a Spark bootstrap's outputs are sent at "
+            "least once (a retried task sends its partition's again): bootstrap with emit=False"
+        )
     if aggregation is not None:
         _check_aggregation(proc, aggregation)
     writer = SparkTableWriter.open(
@@ -232,7 +247,7 @@ def bootstrap_processor(
     )
     writer.participant.describes = proc.describe()
     try:
-        return _Run(spark, proc, writer, emit, progress, started).run(aggregation)
+        return _Run(spark, proc, writer, emit, progress, started, min_partitions).run(aggregation)
     finally:
         writer.close()
 
@@ -276,13 +291,16 @@ class _Run:
         emit: bool,
         progress: Progress | None,
         started: float,
+        min_partitions: int | None = None,
     ) -> None:
+        self.min_partitions = min_partitions
         self.spark = spark
         self.proc = proc
         self.writer = writer
         self.emit = emit
         self.progress = progress
         self.started = started
+        self.count_via: str | None = None
         self.repo = writer.repo
         self.previous = writer.previous
         assert writer.state.log_end is not None
@@ -337,6 +355,8 @@ class _Run:
             for p in partitions
         ]
         rule = None if aggregation is None else _CountRule.of(self.proc, aggregation)
+        if aggregation is not None:
+            self.count_via = "dataframe" if aggregation.dataframe else "tasks"
         if rule is not None:  # before a generation is taken: a refused claim leaves nothing behind
             rule.check_claim(self.proc, self.writer.opts, work)
         generation = participant.begin().generation
@@ -346,7 +366,10 @@ class _Run:
             done = self._handler_job(work, generation)
         else:
             fold = [w for w in work if w.end > w.start]
-            done = self._aggregation_job(rule, fold, generation)
+            if aggregation is not None and aggregation.dataframe:
+                done = self._dataframe_count_job(rule, fold, generation)
+            else:
+                done = self._task_count_job(rule, fold, generation)
             done.update(self._handler_job([w for w in work if w.end <= w.start], generation))
         ran = time.monotonic()
         for d in done.values():
@@ -389,6 +412,7 @@ class _Run:
                 "mode": "incremental" if self.previous is not None else "full",
                 "base_generation": self.previous.generation if self.previous is not None else None,
                 "path": path.value,
+                **({"count_via": self.count_via} if self.count_via else {}),
                 "spark_tasks": len(done),
                 "files_written": len(written),
                 "bytes_written": sum(f.bytes for f in written),
@@ -442,7 +466,59 @@ class _Run:
             self.progress(sum(d.processed for d in out), len(work), len(work))
         return {d.partition: d for d in out}
 
-    def _aggregation_job(self, rule: _CountRule, work: list[_Work], generation: int) -> dict[int, _Done]:
+    def _task_count_job(self, rule: _CountRule, work: list[_Work], generation: int) -> dict[int, _Done]:
+        """Counts per key in Python tasks (Arrow's hash aggregation per batch, partials folded as
+        they pile up); a partition split over several tasks is merged in a second, small stage."""
+        if not work:
+            return {}
+        sc = self.spark.sparkContext
+        opts, repo = self.writer.opts, self.repo
+        by_partition = {w.partition: w for w in work}
+        pieces = split_ranges(
+            {w.partition: (w.start, w.end) for w in work},
+            min_partitions=self.min_partitions or sc.defaultParallelism,
+            max_records=None,
+            min_split=1 if self.min_partitions else MIN_SPLIT_RECORDS,
+        )
+        splits = {p: sum(1 for q, _s, _e in pieces if q == p) for p in by_partition}
+        numbered = [(p, i, s, e) for i, (p, s, e) in enumerate(pieces)]
+        records_acc, tasks_acc = sc.accumulator(0), sc.accumulator(0)
+
+        def count(piece: tuple[int, int, int, int]) -> tuple[int, tuple[int, Any, int, float]]:
+            p, index, start, end = piece
+            mark = time.perf_counter()
+            counter = _Counter()
+            for msgs in iter_range(opts, p, start, end):
+                counter.add(msgs)
+            counts = counter.result()
+            records_acc.add(counter.records)
+            tasks_acc.add(1)
+            spent = time.perf_counter() - mark
+            if splits[p] == 1:
+                return p, (index, rule.fold(_groups_of(counts), by_partition[p], repo, generation), 0, spent)
+            return p, (index, to_ipc(counts), counter.records, spent)
+
+        def finish(group: tuple[int, Iterable[tuple[int, Any, int, float]]]) -> _Done:
+            p, parts = group
+            ordered = sorted(parts, key=lambda part: part[0])
+            if len(ordered) == 1 and isinstance(ordered[0][1], _Done):
+                return _counted(ordered[0][1], ordered[0][3])
+            merged = _merge_counts([from_ipc(part[1]) for part in ordered])
+            done = rule.fold(_groups_of(merged), by_partition[p], repo, generation)
+            return _counted(done, sum(part[3] for part in ordered), sum(part[2] for part in ordered))
+
+        stage = sc.parallelize(numbered, len(numbered)).map(count)
+        if len(pieces) == len(by_partition):  # every partition in one task: no second stage
+            stage = stage.map(lambda kv: finish((kv[0], [kv[1]])))
+        else:
+            stage = stage.groupByKey(min(len(by_partition), sc.defaultParallelism)).map(finish)
+        with _Reporting(self.progress, records_acc, tasks_acc, len(pieces)):
+            out: list[_Done] = stage.collect()
+        if self.progress is not None:
+            self.progress(sum(d.processed for d in out), len(pieces), len(pieces))
+        return {d.partition: d for d in out}
+
+    def _dataframe_count_job(self, rule: _CountRule, work: list[_Work], generation: int) -> dict[int, _Done]:
         """``groupBy(partition, key)`` over the ``statesnap-kafka`` source (ranges split over every
         core, the counting in the JVM); then one Python function per Kafka partition adds the
         groups to the base checkpoint's rows in the processor's keyspace and writes the file."""
@@ -719,6 +795,81 @@ def _millis(column: Any) -> list[int | None]:
     if div == 1:
         return ints
     return [None if v is None else int(v // div) for v in ints]
+
+
+_KEY, _OFFSET, _TIMESTAMP = Message.key, Message.offset, Message.timestamp
+#: Arrow's ``last`` keeps nulls: a key's last record without a timestamp has none in the handler.
+_LAST = pc.ScalarAggregateOptions(skip_nulls=False)
+#: Partial counts are folded together once this many rows piled up (memory ~ keys, not records).
+_FOLD_ROWS = 1_000_000
+
+
+class _Counter:
+    """A split's records as partial counts per key (``key, n, offset, timestamp, latest``: the
+    records, the last offset, its timestamp and the largest timestamp); records without a key
+    are one group too (they move stream time)."""
+
+    def __init__(self) -> None:
+        self.records = 0
+        self._parts: list[pa.Table] = []
+        self._rows = 0
+
+    def add(self, msgs: list[Any]) -> None:
+        n = len(msgs)
+        self.records += n
+        pairs = np.fromiter(chain.from_iterable(map(_TIMESTAMP, msgs)), np.int64, 2 * n).reshape(n, 2)
+        missing = pairs[:, 0] == 0  # TIMESTAMP_NOT_AVAILABLE
+        batch = pa.table(
+            {
+                "key": pa.array(list(map(_KEY, msgs)), pa.binary()),
+                "offset": pa.array(np.fromiter(map(_OFFSET, msgs), np.int64, n)),
+                "ts": pa.array(pairs[:, 1], pa.int64(), mask=missing if missing.any() else None),
+            }
+        )
+        counted = batch.group_by("key", use_threads=False).aggregate(
+            [("offset", "count"), ("offset", "max"), ("ts", "last", _LAST), ("ts", "max")]
+        )
+        self._parts.append(
+            counted.select(["key", "offset_count", "offset_max", "ts_last", "ts_max"]).rename_columns(
+                _COUNT_COLUMNS
+            )
+        )
+        self._rows += counted.num_rows
+        if self._rows >= _FOLD_ROWS and len(self._parts) > 1:
+            self._parts = [_merge_counts(self._parts)]
+            self._rows = self._parts[0].num_rows
+
+    def result(self) -> pa.Table:
+        if not self._parts:
+            return pa.table({c: pa.array([], t) for c, t in zip(_COUNT_COLUMNS, _COUNT_TYPES, strict=True)})
+        return _merge_counts(self._parts) if len(self._parts) > 1 else self._parts[0]
+
+
+_COUNT_COLUMNS = ["key", "n", "offset", "ts", "latest"]
+_COUNT_TYPES = [pa.binary(), pa.int64(), pa.int64(), pa.int64(), pa.int64()]
+
+
+def _merge_counts(parts: list[pa.Table]) -> pa.Table:
+    """Partial counts in offset order merged: counts add, the later part's last record wins."""
+    merged = (
+        pa.concat_tables(parts)
+        .group_by("key", use_threads=False)
+        .aggregate([("n", "sum"), ("offset", "max"), ("ts", "last", _LAST), ("latest", "max")])
+    )
+    return merged.select(["key", "n_sum", "offset_max", "ts_last", "latest_max"]).rename_columns(
+        _COUNT_COLUMNS
+    )
+
+
+def _groups_of(counts: pa.Table) -> list[_Group]:
+    return list(zip(*(counts.column(c).to_pylist() for c in _COUNT_COLUMNS), strict=True))
+
+
+def _counted(done: _Done, seconds: float, records: int | None = None) -> _Done:
+    """*done* with the reading tasks' seconds (and records, for a partition read in pieces)."""
+    spent = dict(done.seconds)
+    spent["process"] = spent.get("process", 0.0) + seconds
+    return replace(done, seconds=spent, processed=done.processed if records is None else records)
 
 
 def _completed(manifest: CheckpointManifest | None, generation: int, url: str) -> CheckpointManifest:

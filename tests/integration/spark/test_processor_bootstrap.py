@@ -49,20 +49,19 @@ MATERIALIZE_KEYS = {
 
 def payments(
     n: int, *, seed: int, partitions: int = 3, keys: int = 40, start: int = BASE, json_keys: bool = False
-) -> list[Any]:
+) -> list[tuple[int, bytes | None, bytes, int]]:
     """(partition, key, value, timestamp): a key always in one partition; mostly rising event
     time with some records out of order; every 50th record has no key. With *json_keys*, keys are
     JSON objects spelled two ways (with and without a space), which a JSON key serde makes one."""
     rng = random.Random(seed)
-    out = []
+    out: list[tuple[int, bytes | None, bytes, int]] = []
     clock = start
     for i in range(n):
         clock += rng.randrange(0, 3_000)
         ts = clock - (rng.randrange(0, 60_000) if rng.random() < 0.1 else 0)
         k = rng.randrange(keys)
-        key = (f'{{"id":{" " * (i % 2)}{k}}}' if json_keys else f"acct-{k}").encode()
-        if i % 50 == 7:
-            key = None
+        spelled = f'{{"id":{" " * (i % 2)}{k}}}' if json_keys else f"acct-{k}"
+        key = None if i % 50 == 7 else spelled.encode()
         out.append((k % partitions, key, json.dumps({"amount": i % 11}).encode(), ts))
     return out
 
@@ -233,8 +232,9 @@ def test_spark_bootstrap_continues_from_a_python_checkpoint(
 def test_a_spark_count_writes_the_handler_path_rows_byte_for_byte(
     spark: Any, kafka: KafkaTool, topic_name: str, tmp_path: Path
 ) -> None:
-    """``CountPerKey``: ``groupBy(partition, key).count()`` over the statesnap-kafka source gives
-    the handler path's data files row for row (key, value, offset and timestamp of every count;
+    """``CountPerKey``, in Python tasks (partitions split, partial counts merged) and as
+    ``groupBy(partition, key).count()`` over the statesnap-kafka source, gives the handler
+    path's data files row for row (key, value, offset and timestamp of every count;
     the stream time's key and value), from scratch and on top of a checkpoint, and Python resumes
     from it to the plain consumer's counts. Keys are JSON spelled two ways: the stored key is the
     key serde's, so two raw keys count as one, as the handler counts them."""
@@ -242,18 +242,25 @@ def test_a_spark_count_writes_the_handler_path_rows_byte_for_byte(
     url = str(tmp_path / "ckpt")
     produce(kafka.bootstrap, topic, payments(1200, seed=5, json_keys=True))
 
-    def both(generation_of: dict[str, int]) -> tuple[dict[int, pa.Table], dict[int, pa.Table]]:
+    def both(generation_of: dict[str, int]) -> list[dict[int, pa.Table]]:
         by_handler = bootstrap_processor(spark, counting("by-handler", topic, kafka.bootstrap, url))
-        by_count = bootstrap_processor(
-            spark, counting("by-count", topic, kafka.bootstrap, url), aggregation=CountPerKey("counts")
-        )
-        assert by_count.path.value == "aggregation"
-        assert by_count.manifest.writer["path"] == "aggregation"
-        assert by_count.processed == by_handler.processed
-        assert by_count.stores == by_handler.stores
-        assert by_count.manifest.offsets == by_handler.manifest.offsets
-        generation_of.update(handler=by_handler.manifest.generation, count=by_count.manifest.generation)
-        return checkpoint_rows(url, by_handler.manifest), checkpoint_rows(url, by_count.manifest)
+        rows = [checkpoint_rows(url, by_handler.manifest)]
+        # Python tasks with partitions split in 4 pieces (the two-stage merge), and Spark SQL.
+        for name, via, tasks in [("by-tasks", "tasks", 12), ("by-sql", "dataframe", None)]:
+            by_count = bootstrap_processor(
+                spark,
+                counting(name, topic, kafka.bootstrap, url),
+                aggregation=CountPerKey("counts", dataframe=via == "dataframe"),
+                min_partitions=tasks,
+            )
+            assert by_count.path.value == "aggregation"
+            assert by_count.manifest.writer["count_via"] == via
+            assert by_count.processed == by_handler.processed
+            assert by_count.stores == by_handler.stores
+            assert by_count.manifest.offsets == by_handler.manifest.offsets
+            generation_of[via] = by_count.manifest.generation
+            rows.append(checkpoint_rows(url, by_count.manifest))
+        return rows
 
     def same(handler_rows: dict[int, pa.Table], count_rows: dict[int, pa.Table]) -> None:
         assert set(handler_rows) == set(count_rows)
@@ -271,14 +278,18 @@ def test_a_spark_count_writes_the_handler_path_rows_byte_for_byte(
                 assert [mine[i] for i in counts] == [theirs[i] for i in counts]
 
     gens: dict[str, int] = {}
-    same(*both(gens))
+    handler_rows, *count_rows = both(gens)
+    for rows in count_rows:
+        same(handler_rows, rows)
     produce(kafka.bootstrap, topic, payments(500, seed=6, start=BASE + 10**7, json_keys=True))
     first = dict(gens)
-    same(*both(gens))
-    assert gens["count"] > first["count"]
+    handler_rows, *count_rows = both(gens)
+    for rows in count_rows:
+        same(handler_rows, rows)
+    assert gens["tasks"] > first["tasks"]
 
-    report, resumed = run_python(counting("by-count", topic, kafka.bootstrap, url))
-    assert report.checkpoint == gens["count"]
+    report, resumed = run_python(counting("by-tasks", topic, kafka.bootstrap, url))
+    assert report.checkpoint == gens["tasks"]
     assert report.replayed_records == 0
     _balances, counts = recompute(kafka, topic, json_keys=True)
     assert len(counts) == 40
@@ -319,3 +330,22 @@ def test_a_failing_handler_stops_the_bootstrap_with_its_record(
     assert not list((tmp_path / "ckpt").glob("*_strict/snapshots/*.json"))
     with pytest.raises(ConfigError, match="no checkpoint store"):
         bootstrap_processor(spark, tally("none", topic, kafka.bootstrap, None))
+
+
+def test_emit_true_sends_the_outputs_of_the_history(
+    spark: Any, kafka: KafkaTool, topic_name: str, tmp_path: Path
+) -> None:
+    """``emit=True``: the bootstrap is a backfill of the outputs too (at least once; here, with no
+    task retried, exactly one per keyed record); an exactly-once processor refuses it."""
+    topic = kafka.create_topic(topic_name, 2)
+    kafka.create_topic(f"{topic}-out", 1)
+    history = payments(300, seed=8, partitions=2)
+    produce(kafka.bootstrap, topic, history)
+    result = bootstrap_processor(spark, tally("backfill", topic, kafka.bootstrap, str(tmp_path)), emit=True)
+    keyed = sum(1 for _p, key, _v, _ts in history if key is not None)
+    assert result.emitted == keyed
+    assert len(kafka.read_all(f"{topic}-out", [0])) == keyed
+    with pytest.raises(ConfigError, match="exactly-once"):
+        bootstrap_processor(
+            spark, tally("eos", topic, kafka.bootstrap, str(tmp_path), exactly_once=True), emit=True
+        )
