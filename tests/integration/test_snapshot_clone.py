@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -360,3 +361,78 @@ def test_readme_blue_green_clone(kafka: KafkaTool, topic_name: str, tmp_path: Pa
         green.close(checkpoint=False)
     # The old version's table is untouched: its newest generation is still its own.
     assert locate_table(open_blob_store(url), topic).generations()[0] == manifests[-1].generation
+
+
+def test_copy_blob_links_copies_server_side_or_through_the_process(s3_server: Any, tmp_path: Path) -> None:
+    """The copy capability on real stores: a hard link on one filesystem, S3 ``CopyObject``
+    within one service (moto server), bytes through the process between a directory and S3; each
+    copy is an object of its own (deleting the source leaves it) and a missing source is
+    ``BlobNotFoundError``."""
+    from statesnap.blob import copy_blob
+    from statesnap.errors import BlobNotFoundError
+
+    options = s3_server.storage_options()
+    bucket = s3_server.create_bucket(f"b-{uuid.uuid4().hex[:12]}")
+    here, there = open_blob_store(str(tmp_path / "a")), open_blob_store(str(tmp_path / "b"))
+    s3_a = open_blob_store(f"s3://{bucket}/a", **options)
+    s3_b = open_blob_store(f"s3://{bucket}/b", **options)
+    here.write("x/one.parquet", b"payload")
+    assert copy_blob(here, "x/one.parquet", there, "y/one.parquet") == "link"
+    assert copy_blob(here, "x/one.parquet", s3_a, "y/one.parquet") == "bytes"
+    assert copy_blob(s3_a, "y/one.parquet", s3_b, "z/one.parquet") == "server"
+    assert copy_blob(s3_b, "z/one.parquet", here, "back.parquet") == "bytes"
+    here.delete(["x/one.parquet"])
+    s3_a.delete(["y/one.parquet"])
+    assert there.read("y/one.parquet") == b"payload"
+    assert s3_b.read("z/one.parquet") == b"payload"
+    assert here.read("back.parquet") == b"payload"
+    for source, target in ((here, there), (s3_a, s3_b)):
+        with pytest.raises(BlobNotFoundError):
+            copy_blob(source, "x/one.parquet", target, "gone.parquet")
+
+
+def test_clone_with_a_topic_snapshot_store(kafka: KafkaTool, topic_name: str, tmp_path: Path) -> None:
+    """A table keeping its snapshot records in a Kafka topic: the clone's COMPLETED record goes to
+    the same topic under the new table's name (proved on Tansu, whose transactions the topic
+    store uses), and ``snapshot list`` of each table shows its own generations."""
+    from statesnap import SnapshotOptions
+
+    url = str(tmp_path / "ckpt")
+    topic = kafka.create_topic(topic_name, PARTITIONS)
+    records_topic = f"{topic_name}-snapshots"
+    t = Table(
+        topic,
+        bootstrap_servers=kafka.bootstrap,
+        background=False,
+        checkpoints=CheckpointOptions(
+            url, interval="1h", commit_interval="1h", snapshots=SnapshotOptions(f"topic:{records_topic}")
+        ),
+    )
+    t.start()
+    records: list[Rec] = []
+    try:
+        records += churn(kafka, topic, 0)
+        kafka.drain(t, kafka.end_offsets(records, range(PARTITIONS)))
+        first = t.checkpoint()
+        assert first is not None
+        records += churn(kafka, topic, 1)
+        kafka.drain(t, kafka.end_offsets(records, range(PARTITIONS)))
+        assert t.checkpoint() is not None
+    finally:
+        t.close(checkpoint=False)
+    cluster = ["-b", kafka.bootstrap]
+    missing_cluster = statesnap(
+        "snapshot", "clone", url, "--table", topic, str(first.generation), "--to-table", "x"
+    )
+    one_line_error(missing_cluster, "SnapshotStoreError")
+    ok(
+        statesnap(
+            "snapshot", "clone", url, "--table", topic, str(first.generation), "--to-table", "blue", *cluster
+        )
+    )
+    listed = ok(statesnap("snapshot", "list", url, "--table", "blue", *cluster, "--json"))
+    assert [(s["generation"], s["state"]) for s in listed] == [(first.generation, "COMPLETED")]
+    assert len(ok(statesnap("snapshot", "list", url, "--table", topic, *cluster, "--json"))) == 2
+    rows, report, _ = restore(kafka, topic, "blue", url, {})
+    assert report.checkpoint == first.generation
+    assert rows == truth(records)
