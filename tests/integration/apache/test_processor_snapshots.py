@@ -303,6 +303,12 @@ def test_pin_diff_delete_gc_and_verify_act_on_a_processor_snapshot(
     assert (diff["added"], diff["removed"]) == (5 * len(STORES), 0), diff  # new accounts, in both stores
     assert diff["changed"] >= 10 * len(STORES), diff  # see the xfail test below for the exact count
 
+    listed = {
+        s["generation"]: s["state"] for s in cli(where, "snapshot", "list", where.cli_url, "--table", NAME)
+    }
+    assert (listed[old], listed[new]) == ("COMPLETED", "COMPLETED"), listed
+    shown = cli(where, "snapshot", "show", where.cli_url, "--table", NAME, str(new))
+    assert sorted(t["task_id"] for t in shown["tasks"]) == ["instance-0", "instance-1"], shown
     assert cli(where, "snapshot", "pin", where.cli_url, "--table", NAME, str(old))["pinned"] is True
     refused = statesnap(
         "snapshot", "delete", where.cli_url, "--table", NAME, str(old), env={**os.environ, **where.env}
