@@ -303,10 +303,10 @@ def test_pin_diff_delete_gc_and_verify_act_on_a_processor_snapshot(
     assert (diff["added"], diff["removed"]) == (5 * len(STORES), 0), diff  # new accounts, in both stores
     assert diff["changed"] >= 10 * len(STORES), diff  # see the xfail test below for the exact count
 
-    listed = {
+    states = {
         s["generation"]: s["state"] for s in cli(where, "snapshot", "list", where.cli_url, "--table", NAME)
     }
-    assert (listed[old], listed[new]) == ("COMPLETED", "COMPLETED"), listed
+    assert (states[old], states[new]) == ("COMPLETED", "COMPLETED"), states
     shown = cli(where, "snapshot", "show", where.cli_url, "--table", NAME, str(new))
     assert sorted(t["task_id"] for t in shown["tasks"]) == ["instance-0", "instance-1"], shown
     assert cli(where, "snapshot", "pin", where.cli_url, "--table", NAME, str(old))["pinned"] is True
