@@ -217,7 +217,7 @@ def fake() -> FakeFollower:
 
 @pytest.fixture
 def client(fake: FakeFollower) -> TestClient:
-    return TestClient(create_app(fake, default_wait_ms=1000, max_wait_ms=2000))  # type: ignore[arg-type]
+    return TestClient(create_app(fake, default_wait_ms=1000, max_wait_ms=2000))
 
 
 def test_lookup_raw_bytes_and_headers(client: TestClient, fake: FakeFollower) -> None:

@@ -2,7 +2,7 @@
 input offsets (no changelog topic). See :mod:`statesnap.processor.processor`."""
 
 from statesnap.processor.context import ProcessorContext, Record
-from statesnap.processor.processor import Processor
+from statesnap.processor.processor import Processor, ProcessorSettings
 from statesnap.processor.stores import KeyValueStore, StoreKind, StoreReader, StoreSpec, WindowStore
 from statesnap.processor.windows import Windows
 
@@ -10,6 +10,7 @@ __all__ = [
     "KeyValueStore",
     "Processor",
     "ProcessorContext",
+    "ProcessorSettings",
     "Record",
     "StoreKind",
     "StoreReader",

@@ -30,9 +30,12 @@ point (:mod:`statesnap.processor.transactions`): ``read_committed`` readers see 
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -53,11 +56,29 @@ from statesnap.stores import StateStore
 from statesnap.task.options import CheckpointOptions, GroupOptions, StaticShare, StoreName, StoreOptions
 from statesnap.task.restore import ProgressCallback, RestoreReport
 
-__all__ = ["Processor"]
+__all__ = ["Processor", "ProcessorSettings"]
 
 log = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessorSettings:
+    """Where and how a processor runs (the keyword arguments of the same names); the part of a
+    processor the command line may override, the rest being its code."""
+
+    bootstrap_servers: str
+    checkpoints: str | BlobStore | CheckpointOptions | None = None
+    store: StoreName | StoreOptions = "auto"
+    kafka_config: Mapping[str, Any] | None = None
+    timeout: float = 15.0
+    partitions: Collection[int] | StaticShare | None = None
+    group: str | GroupOptions | None = None
+
+    def table_options(self) -> dict[str, Any]:
+        """The settings as the engine's table task takes them."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
 
 
 class Processor(Aggregations):
@@ -138,16 +159,15 @@ class Processor(Aggregations):
         self.exactly_once = exactly_once
         self._handlers: list[Handler] = []
         self._punctuations: list[Punctuation] = []
-        self._table_options: dict[str, Any] = {
-            "bootstrap_servers": bootstrap_servers,
-            "name": name,
-            "checkpoints": checkpoints,
-            "store": store,
-            "kafka_config": kafka_config,
-            "timeout": timeout,
-            "partitions": partitions,
-            "group": group,
-        }
+        self._settings = ProcessorSettings(
+            bootstrap_servers=bootstrap_servers,
+            checkpoints=checkpoints,
+            store=store,
+            kafka_config=kafka_config,
+            timeout=timeout,
+            partitions=partitions,
+            group=group,
+        )
         self._outputs: Outputs | None = None
         self._stopping = threading.Event()
 
@@ -161,6 +181,27 @@ class Processor(Aggregations):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._stopping = threading.Event()
+
+    @property
+    def settings(self) -> ProcessorSettings:
+        """Where and how the processor runs: connection, checkpoints, local store, task share."""
+        return self._settings
+
+    @property
+    def _table_options(self) -> dict[str, Any]:
+        # Kept for callers written before ``settings``; use :attr:`settings`.
+        return {"name": self.name, **self._settings.table_options()}
+
+    def replace(self, **changes: Any) -> Processor:
+        """A copy with the same stores, handlers, punctuators and serdes and *changes* to its
+        :class:`ProcessorSettings` (what ``statesnap run``'s options override). Only a processor
+        not yet started can be copied."""
+        if self._task is not None:
+            raise TableStateError("copy the processor", "started", "new")
+        copied = copy.copy(self)
+        copied._settings = dataclasses.replace(self._settings, **changes)
+        copied._stopping = threading.Event()
+        return copied
 
     def __repr__(self) -> str:
         return f"Processor(name={self.name!r}, inputs={list(self.inputs)!r}, stores={list(self._specs)!r})"
@@ -239,7 +280,7 @@ class Processor(Aggregations):
             raise TableStateError("start", "started", "new")
         if not self._handlers:
             raise ConfigError(f"processor {self.name!r} has no handler: register one with @proc.handler")
-        settings_source = self._table_options
+        settings_source = {"name": self.name, **self._settings.table_options()}
 
         def make_handler(task: ProcessorTask) -> RecordHandler:
             if self._outputs is None:

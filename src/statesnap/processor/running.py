@@ -13,7 +13,6 @@ not follow.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import importlib
 import importlib.util
@@ -29,7 +28,7 @@ from typing import Any
 from statesnap.checkpoint import RetentionPolicy
 from statesnap.deadline import Deadline
 from statesnap.durations import format_duration
-from statesnap.errors import ConfigError, EngineOptionError
+from statesnap.errors import ConfigError, EngineOptionError, TableStateError
 from statesnap.kafka.config import KafkaSettings
 from statesnap.materialize import (
     Engine,
@@ -176,29 +175,29 @@ def with_overrides(proc: Processor, overrides: ProcessorOverrides) -> Processor:
     """A new processor with *proc*'s stores, handlers, punctuators and serdes and *overrides*'
     settings; *proc* itself is left as it was (it must not have been started).
 
-    It copies the processor (as it pickles: handlers and stores, no running task) and replaces its
-    table options; :class:`Processor` has no public way to do so yet."""
-    options = dict(proc._table_options)  # private until Processor has replace(**overrides)
-    if getattr(proc, "_task", None) is not None:
+    It is :meth:`Processor.replace` with the command line's overrides."""
+    settings = proc.settings
+    changes: dict[str, Any] = {
+        "checkpoints": overrides.checkpoints.apply(proc.name, settings.checkpoints),
+    }
+    if overrides.bootstrap_servers is not None:
+        changes["bootstrap_servers"] = overrides.bootstrap_servers
+    if overrides.kafka_config is not None:
+        changes["kafka_config"] = {**dict(settings.kafka_config or {}), **overrides.kafka_config}
+    if overrides.timeout is not None:
+        changes["timeout"] = overrides.timeout
+    if overrides.store is not None:
+        changes["store"] = overrides.store
+    if isinstance(overrides.share, StaticShare):
+        changes.update(partitions=overrides.share, group=None)
+    elif isinstance(overrides.share, GroupOptions):
+        changes.update(partitions=None, group=overrides.share)
+    try:
+        return proc.replace(**changes)
+    except TableStateError:
         raise ConfigError(
             f"processor {proc.name!r} was already started in its module; build it, do not start it"
-        )
-    options["checkpoints"] = overrides.checkpoints.apply(proc.name, options.get("checkpoints"))
-    if overrides.bootstrap_servers is not None:
-        options["bootstrap_servers"] = overrides.bootstrap_servers
-    if overrides.kafka_config is not None:
-        options["kafka_config"] = {**dict(options.get("kafka_config") or {}), **overrides.kafka_config}
-    if overrides.timeout is not None:
-        options["timeout"] = overrides.timeout
-    if overrides.store is not None:
-        options["store"] = overrides.store
-    if isinstance(overrides.share, StaticShare):
-        options.update(partitions=overrides.share, group=None)
-    elif isinstance(overrides.share, GroupOptions):
-        options.update(partitions=None, group=overrides.share)
-    rebuilt = copy.copy(proc)
-    rebuilt._table_options = options  # private until Processor has replace(**overrides)
-    return rebuilt
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,7 +258,7 @@ def run_processor(
     following = FollowOptions.of(follow)
     listener = progress or MaterializeProgress()
     spark_options = spark or SparkOptions()
-    options = dict(proc._table_options)  # private until Processor exposes its settings
+    options = proc.settings.table_options()
     checkpoints = CheckpointOptions.of(options.get("checkpoints"))
     if checkpoints is None:
         raise ConfigError(f"processor {proc.name!r} has no checkpoint store: give it checkpoints=URL")
