@@ -7,7 +7,7 @@ statesnap): ``balances`` (the balance as ASCII digits) and ``payments`` (the num
 topic. Checkpoints at every commit point (interval 0, a 20 ms commit interval), so a kill lands
 in processing or in a checkpoint write, whichever is under way.
 
-Run as ``python processor_child.py BOOTSTRAP TOPIC OUTPUT URL follow|once``: ``follow`` prints
+Run as ``python processor_child.py BOOTSTRAP TOPIC OUTPUT URL follow|once STORE``: ``follow`` prints
 ``started <generation>`` after the restore and processes until killed; ``once`` restores, catches
 up, checkpoints and exits 0. Blob-store credentials come from the environment (never argv).
 """
@@ -26,6 +26,7 @@ from statesnap import (
     Record,
     RetentionPolicy,
     SnapshotOptions,
+    StoreOptions,
 )
 
 __all__ = ["NAME", "SNAPSHOT_TIMEOUT", "STORES", "build", "tally_options"]
@@ -57,14 +58,18 @@ def tally_options(
     )
 
 
-def build(bootstrap: str, topic: str, output: str, checkpoints: CheckpointOptions | None) -> Processor:
-    """The tally processor (the test builds the same one in-process to restore it)."""
+def build(
+    bootstrap: str, topic: str, output: str, checkpoints: CheckpointOptions | None, store: str = "auto"
+) -> Processor:
+    """The tally processor (the test builds the same one in-process to restore it); *store* is
+    the local store kind holding both stores."""
     proc = Processor(
         NAME,
         inputs=[topic],
         bootstrap_servers=bootstrap,
         checkpoints=checkpoints,
         stores=STORES,
+        store=StoreOptions(store),
         timeout=20.0,
     )
 
@@ -86,8 +91,8 @@ def build(bootstrap: str, topic: str, output: str, checkpoints: CheckpointOption
 
 
 def main() -> None:
-    bootstrap, topic, output, url, how = sys.argv[1:6]
-    proc = build(bootstrap, topic, output, tally_options(url))
+    bootstrap, topic, output, url, how, store = sys.argv[1:7]
+    proc = build(bootstrap, topic, output, tally_options(url), store)
     if how == "once":
         proc.run(follow=False)
         print("done", proc.last_checkpoint and proc.last_checkpoint.generation, flush=True)

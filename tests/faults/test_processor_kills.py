@@ -15,7 +15,8 @@ loop over the input (not statesnap):
   recomputation over everything, store for store, byte for byte (``StoreReader.raw_items``);
 - the outputs satisfy the output mode's contract (:data:`OUTPUT_MODES`).
 
-On file:// and on S3 (the session moto server). The default run kills three times per store;
+On file:// and on S3 (the session moto server); the RocksDB and columnar local stores in long
+variants. The default run kills three times per store;
 long mode (``STATESNAP_FAULTS=long``) eight times.
 """
 
@@ -224,24 +225,31 @@ def _mid_write(loc: Location, baseline: int) -> bool:
 
 
 def _child(
-    bootstrap: str, topic: str, output: str, loc: Location, how: str, log: Path, extra: Sequence[str]
+    bootstrap: str,
+    topic: str,
+    output: str,
+    loc: Location,
+    how: str,
+    store: str,
+    log: Path,
+    extra: Sequence[str],
 ) -> subprocess.Popen[bytes]:
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, str(CHILD), bootstrap, topic, output, loc.cli_url, how, *extra],
+            [sys.executable, str(CHILD), bootstrap, topic, output, loc.cli_url, how, store, *extra],
             stdout=out, stderr=out, stdin=subprocess.DEVNULL, env=cli_env(loc.cli_env),
             start_new_session=True,
         )  # fmt: skip
 
 
 def _restore(
-    bootstrap: str, topic: str, scratch_output: str, loc: Location, generation: int | None
+    bootstrap: str, topic: str, scratch_output: str, loc: Location, generation: int | None, store: str
 ) -> tuple[dict[str, dict[bytes, bytes]], int | None, int]:
     """Point-in-time restore in-process (no periodic checkpoint, none at close, a GC that would
     keep everything): (stores as ``raw_items`` yields them, the generation restored, records
     re-processed)."""
     options = tally_options(loc.url, dict(loc.options), interval="1h", generation=generation, keep=10_000)
-    proc = build(bootstrap, topic, scratch_output, options)
+    proc = build(bootstrap, topic, scratch_output, options, store)
     report = proc.start()
     try:
         stores = {s: dict(proc.store(s).raw_items()) for s in STORES}
@@ -266,9 +274,19 @@ def _checkpoint_stores(
 
 
 @pytest.mark.parametrize("output_mode", list(OUTPUT_MODES))
-@pytest.mark.parametrize("kind", ["file", "s3"])
+@pytest.mark.parametrize(
+    ("kind", "store_kind"),
+    [
+        ("file", "auto"),
+        ("s3", "auto"),
+        # the other local store kinds (auto is memory at this size), in long mode
+        pytest.param("file", "rocksdb", marks=pytest.mark.long),
+        pytest.param("file", "columnar", marks=pytest.mark.long),
+    ],
+)
 def test_sigkill_processor_restores_its_stores_and_outputs(
     kind: str,
+    store_kind: str,
     output_mode: str,
     kafka: KafkaTool,
     new_topic: Any,
@@ -294,7 +312,7 @@ def test_sigkill_processor_restores_its_stores_and_outputs(
     try:
         for round_no in range(rounds):
             committed_before = _newest(loc)
-            proc = _child(kafka.bootstrap, topic, output, loc, "follow", log, extra)
+            proc = _child(kafka.bootstrap, topic, output, loc, "follow", store_kind, log, extra)
             try:
                 deadline = time.monotonic() + 45
                 while _newest(loc) <= committed_before:  # a restarted processor goes on committing
@@ -349,17 +367,17 @@ def test_sigkill_processor_restores_its_stores_and_outputs(
                 "wrong_tables",
                 f"generation {gen}'s {store} files differ from the input below its offsets {offsets}",
             )
-        got, restored, replayed = _restore(kafka.bootstrap, topic, scratch, loc, gen)
+        got, restored, replayed = _restore(kafka.bootstrap, topic, scratch, loc, gen, store_kind)
         assert restored == gen, (restored, gen)
         assert replayed == len(records) - sum(offsets.values()), (replayed, offsets)
         judge_stores(ledger, f"generation {gen} + tail on {kind}", got, want)
     assert repo_of(loc).generations() == generations, "a point-in-time restore wrote a checkpoint"
 
     # The processor restarts once more after the last crash and exits: a checkpoint of everything.
-    final = _child(kafka.bootstrap, topic, output, loc, "once", log, extra)
+    final = _child(kafka.bootstrap, topic, output, loc, "once", store_kind, log, extra)
     assert final.wait(90) == 0, log.read_text()[-3000:]
     check_secrets(ledger, log.read_text(errors="replace"), "processor log")
-    got, restored, replayed = _restore(kafka.bootstrap, topic, scratch, loc, None)
+    got, restored, replayed = _restore(kafka.bootstrap, topic, scratch, loc, None, store_kind)
     assert restored == repo_of(loc).generations()[0]
     assert replayed == 0
     judge_stores(ledger, f"restore after {rounds} kills on {kind}", got, want)
