@@ -292,11 +292,12 @@ def one_line_error(result: Any, error: str) -> str:
 
 
 def test_sql_errors_are_one_typed_line(kafka: KafkaTool, topic_name: str, tmp_path: Path) -> None:
-    """A missing generation, table or store, a store asked of a table, bad SQL, and DuckDB not
-    installed: each one line naming the error (and, for DuckDB, the extra to install)."""
+    """A missing generation, table or store, a store asked of a table, bad SQL, a damaged data
+    file, and DuckDB not installed: each one line naming the error (and, for DuckDB, the extra to
+    install)."""
     url = str(tmp_path / "ckpt")
     topic = kafka.create_topic(topic_name, PARTITIONS)
-    write_table(kafka, topic, url, {}, rounds=1)
+    _, manifests = write_table(kafka, topic, url, {}, rounds=1)
     query = f'SELECT count(*) FROM "{topic}"'
     one_line_error(
         statesnap("sql", url, "--table", topic, "--generation", "99", query), "NoUsableCheckpointError"
@@ -312,6 +313,13 @@ def test_sql_errors_are_one_typed_line(kafka: KafkaTool, topic_name: str, tmp_pa
         statesnap("sql", url, "--table", topic, "SELECT * FROM missing_view"), "ConfigError"
     )
     assert "missing_view" in line
+    # A data file damaged in place (same size): its checksum refuses it, nothing is queried.
+    manifest = manifests[0]
+    damaged = next(Path(url).glob(f"*/{manifest.files[0].path}"))
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    one_line_error(statesnap("sql", url, "--table", topic, query), "CorruptCheckpointError")
     shadow = tmp_path / "no-duckdb"
     shadow.mkdir()
     (shadow / "duckdb.py").write_text("raise ImportError('No module named duckdb')\n")
