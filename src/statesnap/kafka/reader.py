@@ -45,6 +45,7 @@ __all__ = [
     "OUT_OF_RANGE_GRACE",
     "PROBE_TIMEOUT",
     "ChangelogReader",
+    "assign_checked",
     "assignment",
     "cached_high",
     "epoch_end_offsets",
@@ -135,7 +136,7 @@ class ChangelogReader:
         self._assign()
 
     def _assign(self) -> None:
-        self._consumer.assign([assignment(self.topic, p, off) for p, off in sorted(self.positions.items())])
+        assign_checked(self._consumer, self.topic, self.positions)
 
     @property
     def caught_up(self) -> bool:
@@ -396,6 +397,29 @@ def assignment(topic: str, partition: int, offset: int) -> TopicPartition:
     return TopicPartition(topic, partition, int(offset), leader_epoch=epoch)
 
 
+def assign_checked(consumer: Any, topic: str, positions: Mapping[int, int]) -> None:
+    """Assign *consumer* at *positions* and have the leader check the epoch of each that carries
+    one before anything is fetched there. librdkafka checks an assigned epoch only when the
+    partition's leader changes afterwards (as it does for a fresh consumer's first metadata; never
+    in a rebalance callback, measured) but always on a seek, so those partitions are assigned
+    paused, sought with their epoch and resumed (librdkafka 2.16, Apache Kafka 4.1.1: the seek is
+    accepted right after the assignment, the answer comes with the first fetch, ~50 ms)."""
+    consumer.assign([assignment(topic, p, off) for p, off in sorted(positions.items())])
+    held = [
+        assignment(topic, p, off) for p, off in sorted(positions.items()) if leader_epoch_of(off) is not None
+    ]
+    if not held:
+        return
+    try:
+        consumer.pause(held)
+        for tp in held:
+            consumer.seek(tp)
+    except KafkaException as e:  # fetching with librdkafka's own check beats not fetching
+        log.debug("seek %r %s for the epoch check: %s", topic, [tp.partition for tp in held], e)
+    finally:
+        consumer.resume(held)
+
+
 def _epoch_end(detail: str) -> int | None:
     match = _EPOCH_END_RE.search(detail)
     return int(match.group(1)) if match else None
@@ -461,7 +485,7 @@ def epoch_end_offsets(
     )
     deadline = time.monotonic() + settings.timeout
     try:
-        consumer.assign([assignment(topic, p, off) for p, off in sorted(positions.items())])
+        assign_checked(consumer, topic, positions)
         while pending and time.monotonic() < deadline:
             for msg in consumer.consume(1000, EPOCH_PROBE_POLL):
                 err, p = msg.error(), msg.partition()
