@@ -436,3 +436,38 @@ def test_clone_with_a_topic_snapshot_store(kafka: KafkaTool, topic_name: str, tm
     rows, report, _ = restore(kafka, topic, "blue", url, {})
     assert report.checkpoint == first.generation
     assert rows == truth(records)
+
+
+def test_a_clone_that_fails_half_way_leaves_nothing_behind(
+    kafka: KafkaTool, topic_name: str, tmp_path: Path
+) -> None:
+    """The source's GC deleting a file while the clone copies (the race injected into a real
+    directory store): the clone fails with a typed error, removes what it wrote, and the same
+    target name can be cloned into at once."""
+    from statesnap.blob import FileBlobStore
+    from statesnap.errors import BlobNotFoundError
+    from statesnap.snapshot.clone import clone_generation
+
+    class RacedStore(FileBlobStore):
+        """The target: before its second copy, the source's file of that copy is deleted."""
+
+        copies = 0
+
+        def copy_from(self, source: Any, source_key: str, key: str) -> str | None:
+            RacedStore.copies += 1
+            if RacedStore.copies == 2:
+                source.delete([source_key])
+            return super().copy_from(source, source_key, key)
+
+    root = tmp_path / "ckpt"
+    topic = kafka.create_topic(topic_name, PARTITIONS)
+    records, manifests = write_generations(kafka, topic, str(root), {}, rounds=2, full=True)
+    source = open_blob_store(str(root))
+    with pytest.raises(BlobNotFoundError):
+        clone_generation(source, topic, manifests[0].generation, "green", to=RacedStore(root))
+    assert not list(root.glob("*_green")) or not any(root.glob("*_green/**/*.*")), "the partial clone stayed"
+    result = clone_generation(source, topic, manifests[1].generation, "green")
+    assert result.copied == {"link": len(manifests[1].files)}
+    rows, report, _ = restore(kafka, topic, "green", str(root), {})
+    assert report.checkpoint == manifests[1].generation
+    assert rows == truth(records)

@@ -7,8 +7,9 @@ cannot copy between each other; either way each side owns separate objects, so G
 delete`` or a wipe of one side never deletes a file the other lists.
 
 The steps, in order: refuse (bad name, missing or unfinished generation, existing target) before
-writing anything; verify the source generation as a restore would (checksums included); copy
-the data files; write the descriptor; commit the manifest (write-once: the clone exists from
+writing anything; verify the source generation as a restore would (checksums included); claim
+the target by writing its descriptor (write-once); copy the data files (a failure removes what
+was written, so the clone can be run again); commit the manifest (write-once: the clone exists from
 here on, exactly when a checkpoint does); record the generation as COMPLETED in the target's
 snapshot store. The clone keeps the generation number and the files' paths, so the manifest's
 file list is unchanged and only what names the table (the descriptor's and manifest's ``table``)
@@ -154,8 +155,15 @@ def clone_generation(
             raise CheckpointConflictError(
                 f"table {to_table!r} already has snapshot records in {spec}: clone into a new table name"
             )
-        copied = _copy_files(repo, target, manifest)
+        # The descriptor claims the target (write-once): a concurrent clone into the same name
+        # is refused here, before it copies anything, so the clean-up below only ever removes
+        # what this call wrote.
         _write_descriptor(repo, target, manifest, to_table, str(spec))
+        try:
+            copied = _copy_files(repo, target, manifest)
+        except BaseException:
+            _remove_partial(target)
+            raise
         cloned = replace(
             manifest,
             table=to_table,
@@ -227,6 +235,17 @@ def _copy_files(
         for how in pool.map(one, [f.path for f in manifest.files]):
             copied[how] = copied.get(how, 0) + 1
     return copied
+
+
+def _remove_partial(target: CheckpointRepository) -> None:
+    """Undo a clone that failed before its manifest (a source file deleted meanwhile, a store
+    error): its files and descriptor go, so the same clone can simply be run again."""
+    try:
+        keys = [b.key for b in target.store.list(target.directory + "/")]
+        target.store.delete([k for k in keys if k != target.key(layout.DESCRIPTOR)])
+        target.store.delete([target.key(layout.DESCRIPTOR)])
+    except Exception:  # the original error is the one to report
+        log.warning("could not remove the partial clone at %s; delete it by hand", target.url, exc_info=True)
 
 
 def _write_descriptor(
