@@ -96,10 +96,17 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     "[env: STATESNAP_ENGINE]",
 )
 @click.option(
-    "--store",
+    "--state-store",
+    "store",
     type=click.Choice(["auto", "memory", "columnar", "rocksdb"]),
     default=None,
     help="python engine: the local store holding every named store [default: the processor's].",
+)
+@click.option(
+    "--exactly-once",
+    is_flag=True,
+    help="Emitted records and input offsets commit in one Kafka transaction per commit point (the "
+    "broker must implement transactions; readers use read_committed). Not with --group.",
 )
 @click.option(
     "--spark-conf",
@@ -169,6 +176,7 @@ def run(
     timeout: float | None,
     as_json: bool,
     quiet: bool,
+    exactly_once: bool,
 ) -> None:
     """Run the Processor OBJECT of MODULE: restore its stores from the newest checkpoint, run its
     handlers over the input's tail, write a checkpoint and exit — or, with --follow, keep
@@ -215,6 +223,8 @@ def run(
         share=share,
     )
     proc = with_overrides(load_processor(app), overrides)
+    if exactly_once:
+        proc = proc.replace(exactly_once=True)
     out = Output(as_json, quiet)
     stop = threading.Event()
     signals = FollowSignals(stop) if follow else None

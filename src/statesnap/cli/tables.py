@@ -100,10 +100,13 @@ def start_with_progress(table: Restorable, quiet: bool) -> RestoreReport:
     "part in the same snapshots.",
 )
 @click.option(
+    "--state-store",
     "--store",
+    "store",
     type=click.Choice(["auto", "memory", "columnar", "rocksdb"]),
     default=None,
-    help="python engine: local state store [default: auto = columnar from 1 M rows, else memory].",
+    help="python engine: local state store [default: auto = columnar from 10 k rows, else memory] "
+    "(--store is its older name).",
 )
 @click.option(
     "--spark-checkpoint-location",

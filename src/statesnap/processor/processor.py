@@ -194,12 +194,19 @@ class Processor(Aggregations):
 
     def replace(self, **changes: Any) -> Processor:
         """A copy with the same stores, handlers, punctuators and serdes and *changes* to its
-        :class:`ProcessorSettings` (what ``statesnap run``'s options override). Only a processor
-        not yet started can be copied."""
+        :class:`ProcessorSettings` or to ``exactly_once`` (what ``statesnap run``'s options
+        override). Only a processor not yet started can be copied."""
         if self._task is not None:
             raise TableStateError("copy the processor", "started", "new")
         copied = copy.copy(self)
+        if "exactly_once" in changes:
+            copied.exactly_once = bool(changes.pop("exactly_once"))
         copied._settings = dataclasses.replace(self._settings, **changes)
+        if copied.exactly_once and copied._settings.group is not None:
+            raise ConfigError(
+                f"processor {self.name!r}: exactly_once=True with a consumer group is not supported yet; "
+                "give partitions= (all, a list or a StaticShare) instead"
+            )
         copied._stopping = threading.Event()
         return copied
 
