@@ -229,8 +229,8 @@ def test_a_module_or_object_that_is_not_a_processor_is_one_typed_line(
     )
     assert both.returncode == 1
     assert both.stderr.strip().splitlines()[-1] == (
-        "Error: ConfigError: processor 'tally': exactly_once=True with a consumer group is not supported yet; "
-        "give partitions= (all, a list or a StaticShare) instead"
+        "Error: ConfigError: processor 'tally': exactly_once=True with a consumer group is not "
+        "supported yet; give partitions= (all, a list or a StaticShare) instead"
     )
     help_text = ok(run_in(app, "run", "--help", timeout=60))
     assert "statesnap run tally:proc --follow" in help_text
