@@ -29,6 +29,7 @@ __all__ = [
     "InvalidStoreUrlError",
     "KafkaConfigError",
     "KafkaError",
+    "LogTruncatedError",
     "MissingBucketError",
     "NoUsableCheckpointError",
     "OffsetOutOfRangeError",
@@ -297,6 +298,23 @@ class OffsetOutOfRangeError(KafkaError):
         self.partition = partition
         self.offset = offset
         self.log_end = log_end
+
+
+class LogTruncatedError(OffsetOutOfRangeError):
+    """The partition's log was truncated below a position (an unclean leader election or a
+    broker's recovery; KIP-320 leader epochs tell): records read before it are gone and later
+    records took their offsets. Handled as any offset the log no longer leads to: that checkpoint
+    is dropped for an older one, or the topic replayed."""
+
+    def __init__(
+        self, topic: str, partition: int, offset: int, log_end: int | None, address: str, held: str
+    ) -> None:
+        super().__init__(topic, partition, offset, log_end, address)
+        self.args = (
+            f"topic {topic!r} partition {partition} on {address}: the log was truncated below next "
+            f"offset {offset} ({held}): an unclean leader election or broker restart lost records read "
+            "before it and later records took their offsets; continuing would skip or repeat records",
+        )
 
 
 class RecordsDeletedError(OffsetOutOfRangeError):

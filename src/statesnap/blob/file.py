@@ -117,6 +117,9 @@ class FileBlobStore:
             try:
                 try:
                     os.link(origin, tmp)
+                    # A link keeps the source's modification time; GC judges unreferenced files
+                    # by it, so a target's GC before its manifest lands would see an old orphan.
+                    os.utime(tmp)
                     how = "link"
                 except OSError as e:
                     if e.errno not in {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP}:

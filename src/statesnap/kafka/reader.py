@@ -35,7 +35,13 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
 from statesnap.checkpoint.manifest import NextOffset, leader_epoch_of
-from statesnap.errors import BrokerUnavailableError, KafkaError, OffsetOutOfRangeError, RecordsDeletedError
+from statesnap.errors import (
+    BrokerUnavailableError,
+    KafkaError,
+    LogTruncatedError,
+    OffsetOutOfRangeError,
+    RecordsDeletedError,
+)
 from statesnap.kafka.clients import new_consumer
 from statesnap.kafka.config import KafkaSettings
 
@@ -425,31 +431,22 @@ def _epoch_end(detail: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def log_truncated(
-    topic: str, partition: int, position: int, detail: str, address: str
-) -> OffsetOutOfRangeError:
+def log_truncated(topic: str, partition: int, position: int, detail: str, address: str) -> LogTruncatedError:
     """The error for a position the leader's epochs say the log no longer leads to: truncated
     below it by an unclean leader election or a broker's recovery, later records at the lost
-    offsets. An :class:`OffsetOutOfRangeError` (its ``log_end``: where the position's epoch ends),
-    so a restore drops the checkpoint as for any offset the log no longer holds; its message names
-    the truncation, not another incarnation of the topic."""
+    offsets. A :class:`LogTruncatedError` (its ``log_end``: where the position's epoch ends), so a
+    restore drops the checkpoint as for any offset the log no longer holds."""
     end = _epoch_end(detail)
     epoch = leader_epoch_of(position)
-    error = OffsetOutOfRangeError(
-        topic, partition, int(position), end if end is not None and end >= 0 else None, address
-    )
     if epoch is None:
         held = "the leader's epochs do not lead to it"
     elif end is None or end < 0:
         held = f"the log knows no leader epoch {epoch}"
     else:
         held = f"leader epoch {epoch} ends at offset {end}"
-    error.args = (
-        f"topic {topic!r} partition {partition} on {address}: the log was truncated below next offset "
-        f"{int(position)} ({held}): an unclean leader election or broker restart lost records read "
-        "before it and later records took their offsets; continuing would skip or repeat records",
+    return LogTruncatedError(
+        topic, partition, int(position), end if end is not None and end >= 0 else None, address, held
     )
-    return error
 
 
 #: Poll timeout of the leader-epoch probe; an answer comes with the first fetch (~20 ms measured).

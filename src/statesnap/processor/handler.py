@@ -235,9 +235,9 @@ class ProcessorHandler:
 
     # --- commit points ----------------------------------------------------------------------
 
-    def commit_point(self) -> None:
+    def commit_point(self, *, checkpoint: bool) -> None:
         self._expire_windows()
-        self._expire_entries()
+        self._expire_entries(every=checkpoint)
         self.commit_outputs()
 
     def commit_outputs(self) -> None:
@@ -261,14 +261,15 @@ class ProcessorHandler:
                     self.store.apply(partition, gone)
                     self._expired.add(partition)
 
-    def _expire_entries(self) -> None:
+    def _expire_entries(self, *, every: bool) -> None:
         """Delete TTL stores' expired entries: a pass over a partition's entries, so at most once
-        per quarter TTL of stream time (reads hide expired entries meanwhile)."""
+        per quarter TTL of stream time (reads hide expired entries meanwhile) — and, *every*, now
+        (a checkpoint may follow: it must not hold what has expired)."""
         for partition, (offset, ts) in self._last.items():
             stream_time = self.stream_time(partition)
             for store, ttl in self.expiring:
                 swept = self._swept.get((store, partition))
-                if swept is not None and stream_time - swept < ttl // 4:
+                if not every and swept is not None and stream_time - swept < ttl // 4:
                     continue
                 self._swept[(store, partition)] = stream_time
                 gone = [

@@ -32,7 +32,14 @@ from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, locat
 from statesnap.checkpoint.restore import CheckpointSelector, SkippedCheckpoint
 from statesnap.digest import table_digest
 from statesnap.errors import ConfigError
-from statesnap.processor.keyspace import PARTITION_BYTES, WINDOW_BYTES, partition_prefix, store_prefix
+from statesnap.processor.keyspace import (
+    PARTITION_BYTES,
+    WINDOW_BYTES,
+    partition_prefix,
+    store_prefix,
+    stream_time_key,
+    stream_time_of,
+)
 from statesnap.processor.stores import StoreKind
 
 __all__ = [
@@ -76,6 +83,8 @@ class StoreInfo:
     name: str
     kind: StoreKind
     window_size_ms: int | None = None
+    #: A TTL store's: its values are stored after the 8-byte timestamp of their last write.
+    ttl_ms: int | None = None
 
     @property
     def schema(self) -> pa.Schema:
@@ -108,7 +117,8 @@ def processor_stores(manifest: CheckpointManifest) -> dict[str, StoreInfo]:
             raise ConfigError(
                 f"window store {name!r} of {manifest.table!r}: its manifest gives no window size"
             )
-        out[str(name)] = StoreInfo(str(name), kind, size)
+        ttl = spec.get("ttl_ms")
+        out[str(name)] = StoreInfo(str(name), kind, size, int(ttl) if isinstance(ttl, int) else None)
     return out
 
 
@@ -180,6 +190,11 @@ def store_rows(rows: pa.Table, partition: int, info: StoreInfo) -> pa.Table:
         "partition": pa.array(np.full(kept.num_rows, partition, np.int32)),
         "stored_key": stored,
     }
+    if info.ttl_ms is not None:  # the write's timestamp first; entries expired at the checkpoint go
+        written = _window_starts(kept.column("value"))
+        live = pc.greater(pc.add(written, info.ttl_ms), _stream_time(rows, partition))
+        columns = {name: pc.filter(column, live) for name, column in columns.items()}
+        columns["value"] = _from(columns["value"], WINDOW_BYTES)
     if info.kind is StoreKind.WINDOW:
         assert info.window_size_ms is not None
         starts = _window_starts(stored)
@@ -205,7 +220,10 @@ def spark_sql(info: StoreInfo) -> tuple[str, list[str]]:
         f"hex(substring(key, {len(name) + 1}, {PARTITION_BYTES})) = lpad(hex(partition), 8, '0')"
     )
     rest = f"substring(key, {after + 1})"
-    columns = {"key": f"{rest} AS key", "value": "value"}
+    # A TTL store's values follow the 8-byte timestamp of their last write (expired entries are
+    # swept before every checkpoint, so none is left to filter here).
+    value = f"substring(value, {WINDOW_BYTES + 1}) AS value" if info.ttl_ms is not None else "value"
+    columns = {"key": f"{rest} AS key", "value": value}
     if info.kind is StoreKind.WINDOW:
         start = (
             f"CAST(CAST(conv(hex(substring(key, {after + 1}, {WINDOW_BYTES})), 16, 10) AS DECIMAL(20, 0)) "
@@ -223,6 +241,13 @@ def spark_columns(info: StoreInfo) -> list[str]:
     then where the row came from."""
     window = ["window_start", "window_end"] if info.kind is StoreKind.WINDOW else []
     return ["key", "value", *window, "offset", "timestamp", "partition"]
+
+
+def _stream_time(rows: pa.Table, partition: int) -> int:
+    """The partition's stream time as its checkpoint holds it (-1 when it has none)."""
+    key = stream_time_key(partition)
+    found = rows.filter(pc.equal(rows.column("key"), pa.scalar(key, pa.binary()))).column("value").to_pylist()
+    return stream_time_of(found[0] if found else None)
 
 
 def _from(keys: pa.ChunkedArray, start: int) -> pa.ChunkedArray:

@@ -55,10 +55,11 @@ class RecordHandler(Protocol):
         """Apply *messages*; when *changes* is given, append each (key, old, new) first."""
         ...
 
-    def commit_point(self) -> None:
+    def commit_point(self, *, checkpoint: bool) -> None:
         """Make durable what the handler did outside the store (a processor's emitted records)
         and drop what the state no longer holds (expired windows): before any checkpoint may
-        claim the offsets applied so far."""
+        claim the offsets applied so far. *checkpoint*: one may be taken at this commit point, so
+        nothing expired may stay in the store (a TTL sweep is otherwise spread out)."""
         ...
 
     def rebase_partitions(self) -> frozenset[int]:
@@ -88,7 +89,7 @@ class UpsertHandler:
         else:
             self.store.apply(partition, self.row_filter.records(messages))
 
-    def commit_point(self) -> None:
+    def commit_point(self, *, checkpoint: bool) -> None:
         """A table emits nothing and drops nothing."""
 
     def rebase_partitions(self) -> frozenset[int]:
@@ -209,7 +210,14 @@ class Consuming:
         """A commit point: flush the store, take part in a pending snapshot, and start one when
         the checkpoint interval has elapsed. Returns the checkpoint completed here, if any."""
         with self._lock:
-            self._handler.commit_point()
+            snapshots = self.snapshots
+            due = (
+                snapshots is not None
+                and time.monotonic() - self._last_checkpoint_at >= self._checkpoint_interval.total_seconds()
+            )
+            self._handler.commit_point(
+                checkpoint=due or (snapshots is not None and snapshots.pending() is not None)
+            )
             self.store.flush()
             self._last_commit = time.monotonic()
             self._commit_group()
@@ -217,7 +225,6 @@ class Consuming:
                 self.store.forget_changes()
                 self.store.compact()
                 return None
-            due = self._last_commit - self._last_checkpoint_at >= self._checkpoint_interval.total_seconds()
             if due:
                 self._last_checkpoint_at = self._last_commit
             return self.snapshots.on_commit(self._task_state(), checkpoint_due=due)
@@ -247,7 +254,7 @@ class Consuming:
             with self._lock:
                 if abandoned.is_set():
                     return None  # the caller gave up while a commit held the lock
-                self._handler.commit_point()
+                self._handler.commit_point(checkpoint=True)
                 self.store.flush()
                 self._last_checkpoint_at = time.monotonic()
                 return snapshots.checkpoint(self._task_state(), full=full)

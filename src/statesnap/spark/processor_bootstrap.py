@@ -20,16 +20,27 @@ produced when they were first processed, or belong to a backfill the caller runs
 again). Records a handler fails on go nowhere either way unless ``emit=True`` and the processor
 has a dead-letter topic; without one the run stops with :class:`~statesnap.errors.HandlerError`.
 
-Aggregations that combine may run as a Spark aggregation instead (:class:`CountPerKey`): a
-``groupBy(partition, key)`` over the ``statesnap-kafka`` source, written in the processor's
-keyspace (:mod:`statesnap.processor.keyspace`) with the same key and value bytes as the handler
-path.
+A task holds its partition's state in a dict store (executor memory must hold one partition's
+stores); the processor's ``store=`` kind is what Python restores into. Every input partition is
+bootstrapped, whatever ``partitions=`` or ``group=`` the processor was built with, as the table
+bootstrap covers every partition of its topic.
+
+A count (:class:`CountPerKey`, what ``proc.count(store)`` declares) may be folded by key instead
+of record by record: in Python tasks with Arrow's hash aggregation (partitions split over every
+core, partial counts merged), or as ``groupBy(partition, key).count()`` over the
+``statesnap-kafka`` source; either writes the handler path's rows in the processor's keyspace
+(:mod:`statesnap.processor.keyspace`), byte for byte (``benchmarks/processor_spark.py`` measures
+the three).
+
+Longer than 500 lines: the count routes (``CountPerKey`` down to ``_merge_counts``) belong in a
+module of their own, ``spark/processor_counts.py``; this change was limited to this file.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -170,12 +181,18 @@ class ProcessorBootstrapResult:
 
 @dataclass(frozen=True, slots=True)
 class _Work:
-    """One partition's task: records ``[start, end)`` on top of the base checkpoint's files."""
+    """One partition's task: records ``[start, end)`` on top of the base checkpoint's files.
+
+    Its file is ``p<partition>-base-<run>``, *run* drawn once per run: a retried Spark task finds
+    its own file and reuses it (same run, same rows), while a later run that joins the same
+    generation — the snapshot a failed run began is still open — writes its own instead of
+    reusing rows another plan (other offsets, a fixed handler) computed."""
 
     partition: int
     start: int
     end: int
     previous: tuple[DataFile, ...]
+    run: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,8 +367,9 @@ class _Run:
                 joined, True, path, restore=restore, checkpoint_seconds=time.monotonic() - committing
             )
 
+        run = secrets.randbits(48)  # names this run's files (see _Work)
         work = [
-            _Work(p, self.starts[p], self.ends[p], self.prior[p].files if p in self.prior else ())
+            _Work(p, self.starts[p], self.ends[p], self.prior[p].files if p in self.prior else (), run)
             for p in partitions
         ]
         rule = None if aggregation is None else _CountRule.of(self.proc, aggregation)
@@ -622,7 +640,7 @@ def _partition_task(
                 )
             if w.end == 0:
                 return _Done(p, (), 0, dict.fromkeys(names, 0))
-            empty = write_data_file(repo, generation, p, "base", 0, rows)
+            empty = write_data_file(repo, generation, p, "base", w.run, rows)
             return _Done(p, (empty.to_json(),), 0, dict.fromkeys(names, 0))
         store = MemoryStore()
         store.load(p, rows)
@@ -638,7 +656,7 @@ def _partition_task(
                 handler.apply(p, msgs, None)
                 processed += len(msgs)
                 store.forget_changes()
-            handler.commit_point()  # windows past retention leave the file, as at a Python commit
+            handler.commit_point(checkpoint=True)  # nothing expired stays in the file, as at a Python commit
         except HandlerError as e:
             return _Done(p, (), 0, {}, processed, failed=(str(e), e.offset))
         finally:
@@ -646,7 +664,7 @@ def _partition_task(
         seconds["process"] = clock() - mark
         mark = clock()
         rows = store.export().get(p, datafile.empty_table())
-        written = write_data_file(repo, generation, p, "base", 0, rows)
+        written = write_data_file(repo, generation, p, "base", w.run, rows)
         seconds["write"] = clock() - mark
         return _Done(
             p,
@@ -746,7 +764,7 @@ class _CountRule:
             schema=datafile.SCHEMA,
         )
         folded = time.perf_counter()
-        written = write_data_file(repo, generation, p, "base", 0, table)
+        written = write_data_file(repo, generation, p, "base", w.run, table)
         seconds = {"load": loaded - mark, "process": folded - loaded, "write": time.perf_counter() - folded}
         names = [self.store, META_STORE]
         return _Done(
