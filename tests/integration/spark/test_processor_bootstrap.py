@@ -349,3 +349,47 @@ def test_emit_true_sends_the_outputs_of_the_history(
         bootstrap_processor(
             spark, tally("eos", topic, kafka.bootstrap, str(tmp_path), exactly_once=True), emit=True
         )
+
+
+def guarded(name: str, topic: str, bootstrap: str, url: str, *, strict: bool) -> Processor:
+    """Balances that refuse a negative amount while *strict* (the bug a user then fixes)."""
+    proc = Processor(
+        name,
+        inputs=[topic],
+        bootstrap_servers=bootstrap,
+        checkpoints=url,
+        stores=["balances"],
+        value_serde="json",
+    )
+
+    @proc.handler
+    def on_payment(record: Record, ctx: ProcessorContext) -> None:
+        if strict and record.value["amount"] < 0:
+            raise ValueError("negative amount")
+        balances = ctx.stores["balances"]
+        balances[record.key] = balances.get(record.key, 0) + record.value["amount"]
+
+    return proc
+
+
+def test_a_run_joining_a_failed_runs_generation_writes_its_own_files(
+    spark: Any, kafka: KafkaTool, topic_name: str, tmp_path: Path
+) -> None:
+    """A run that failed on one partition leaves its snapshot open and another partition's file
+    in the generation's directory. The next run joins that generation (more records since, and a
+    fixed handler): it writes its own files instead of reusing rows the failed plan computed, so
+    Python resumes to the plain consumer's balances."""
+    topic = kafka.create_topic(topic_name, 2)
+    url = str(tmp_path / "ckpt")
+    kafka.produce(topic, [(0, b"a", b'{"amount": 1}'), (1, b"b", b'{"amount": -1}')])
+    with pytest.raises(HandlerError, match="negative amount"):
+        bootstrap_processor(spark, guarded("guarded", topic, kafka.bootstrap, url, strict=True))
+    (left,) = (tmp_path / "ckpt").glob("*_guarded/data/*/p00000-base-*.parquet")
+    kafka.produce(topic, [(0, b"a", b'{"amount": 5}')])
+
+    result = bootstrap_processor(spark, guarded("guarded", topic, kafka.bootstrap, url, strict=False))
+    assert f"/{result.manifest.generation:020d}/" in str(left)  # the failed run's generation, joined
+    assert result.manifest.partitions[0].files[0].path != f"data/{left.parent.name}/{left.name}"
+    report, resumed = run_python(guarded("guarded", topic, kafka.bootstrap, url, strict=False))
+    assert (report.checkpoint, report.replayed_records) == (result.manifest.generation, 0)
+    assert {k: json.loads(v) for k, v in resumed["balances"].items()} == {b"a": 6, b"b": -1}
