@@ -7,7 +7,8 @@ processes the first part and checkpoints, processes the second part and crashes 
 checkpoint: its work since the checkpoint is lost), then a restart restores that checkpoint and
 re-processes everything after it. Its final checkpoint must equal, byte for byte and key for key
 (every store, and the stream time statesnap keeps per partition), the final checkpoint of one run
-over everything; both must equal a plain-loop model of the window rules (a record counts in a
+over everything; both must equal a plain-loop model of the window rules and of a punctuator on
+stream time (a record counts in a
 window while stream time is below end + grace; a window is gone at start + retention), so windows
 past retention are absent from the checkpoint files. Checkpoints are read from their Parquet
 files, not through statesnap.
@@ -34,7 +35,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from integration.conftest import KafkaTool
-from statesnap import CheckpointOptions, Processor, Windows
+from statesnap import CheckpointOptions, Processor, ProcessorContext, Windows
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import layout
 
@@ -45,6 +46,8 @@ PARTITIONS = 2
 EPOCH = 1_700_000_000_000
 TUMBLING = Windows.tumbling("1s", grace="300ms", retention="3s")
 HOPPING = Windows.hopping("2s", advance="1s", grace="0s", retention="4s")
+#: A punctuator's period (event time): it counts its calls per partition in store ``ticks``.
+TICK_MS = 1500
 EXAMPLES = 25 if os.environ.get("STATESNAP_LONG", "") in {"1", "true", "yes"} else 5
 
 
@@ -87,16 +90,20 @@ def model(records: Sequence[Event]) -> dict[bytes, bytes]:
     """The keyspace the final checkpoint must hold (every store, the stream time), by the window
     rules of DESIGN.md / processor/windows.py, in the layout of processor/keyspace.py."""
     stream: dict[int, int] = {}
+    ticks: dict[int, int] = {}
     counts: dict[tuple[int, int, bytes], int] = {}
     sums: dict[tuple[int, int, bytes], int] = {}
     for e in records:  # partition order is what a task sees; keys never cross partitions here
-        now = stream[e.partition] = max(stream.get(e.partition, -1), e.timestamp)
+        before = stream.get(e.partition, -1)
+        now = stream[e.partition] = max(before, e.timestamp)
         for windows, into, add in ((TUMBLING, counts, 1), (HOPPING, sums, e.amount)):
             first = (e.timestamp - windows.size_ms) // windows.advance_ms + 1
             for k in range(first, e.timestamp // windows.advance_ms + 1):
                 start = k * windows.advance_ms
                 if now < start + windows.size_ms + windows.grace_ms:  # still open
                     into[(e.partition, start, e.key)] = into.get((e.partition, start, e.key), 0) + add
+        if before >= 0 and now // TICK_MS > before // TICK_MS:  # once per crossing, after the record
+            ticks[e.partition] = ticks.get(e.partition, 0) + 1
     out: dict[bytes, bytes] = {}
     for store, windows, values in (("counts", TUMBLING, counts), ("sums", HOPPING, sums)):
         for (p, start, key), value in values.items():
@@ -104,6 +111,8 @@ def model(records: Sequence[Event]) -> dict[bytes, bytes]:
                 continue  # past retention: absent from the checkpoint
             stored = store.encode() + b"\x00" + struct.pack(">I", p) + struct.pack(">Q", start + (1 << 63))
             out[stored + key] = str(value).encode()
+    for p, n in ticks.items():
+        out[b"ticks\x00" + struct.pack(">I", p) + b"n"] = str(n).encode()
     for p, now in stream.items():
         out[b"_statesnap\x00" + struct.pack(">I", p) + b"stream_time"] = struct.pack(">q", now)
     return out
@@ -119,6 +128,13 @@ def windowed(name: str, topic: str, bootstrap: str, url: str) -> Processor:
     )
     proc.count("counts", window=TUMBLING)
     proc.sum("sums", "amount", window=HOPPING)
+    proc.add_store("ticks")
+
+    @proc.punctuate(TICK_MS / 1000)
+    def tick(ctx: ProcessorContext) -> None:
+        ticks = ctx.stores["ticks"]
+        ticks[b"n"] = ticks.get(b"n", 0) + 1
+
     return proc
 
 
