@@ -7,7 +7,7 @@ statesnap): ``balances`` (the balance as ASCII digits) and ``payments`` (the num
 topic. Checkpoints at every commit point (interval 0, a 20 ms commit interval), so a kill lands
 in processing or in a checkpoint write, whichever is under way.
 
-Run as ``python processor_child.py BOOTSTRAP TOPIC OUTPUT URL follow|once STORE``: ``follow`` prints
+Run as ``python processor_child.py BOOTSTRAP TOPIC OUTPUT URL follow|once STORE [GROUP]``: ``follow`` prints
 ``started <generation>`` after the restore and processes until killed; ``once`` restores, catches
 up, checkpoints and exits 0. Blob-store credentials come from the environment (never argv).
 """
@@ -59,10 +59,15 @@ def tally_options(
 
 
 def build(
-    bootstrap: str, topic: str, output: str, checkpoints: CheckpointOptions | None, store: str = "auto"
+    bootstrap: str,
+    topic: str,
+    output: str,
+    checkpoints: CheckpointOptions | None,
+    store: str = "auto",
+    group: str | None = None,
 ) -> Processor:
     """The tally processor (the test builds the same one in-process to restore it); *store* is
-    the local store kind holding both stores."""
+    the local store kind holding both stores; with *group*, a member of that consumer group."""
     proc = Processor(
         NAME,
         inputs=[topic],
@@ -70,6 +75,7 @@ def build(
         checkpoints=checkpoints,
         stores=STORES,
         store=StoreOptions(store),
+        group=group,
         timeout=20.0,
     )
 
@@ -92,7 +98,8 @@ def build(
 
 def main() -> None:
     bootstrap, topic, output, url, how, store = sys.argv[1:7]
-    proc = build(bootstrap, topic, output, tally_options(url), store)
+    group = sys.argv[7] if len(sys.argv) > 7 else None
+    proc = build(bootstrap, topic, output, tally_options(url), store, group)
     if how == "once":
         proc.run(follow=False)
         print("done", proc.last_checkpoint and proc.last_checkpoint.generation, flush=True)

@@ -16,7 +16,8 @@ loop over the input (not statesnap):
 - the outputs satisfy the output mode's contract (:data:`OUTPUT_MODES`).
 
 On file:// and on S3 (the session moto server); the RocksDB and columnar local stores in long
-variants. The default run kills three times per store;
+variants. A second test runs two members of one consumer group and kills them in turn (a
+survivor gains the dead member's partitions from their checkpoint). The default run kills three times per store;
 long mode (``STATESNAP_FAULTS=long``) eight times.
 """
 
@@ -273,6 +274,73 @@ def _checkpoint_stores(
     return offsets, stored
 
 
+@dataclass(frozen=True)
+class Run:
+    """What a kill test ran: its topics, its store, the child's options and log."""
+
+    topic: str
+    output: str
+    scratch: str
+    loc: Location
+    store_kind: str
+    extra: Sequence[str]
+    log: Path
+
+
+def _verify(ledger: CaseLedger, kafka: KafkaTool, run: Run, produced: int) -> list[Rec]:
+    """After the kills: every retained checkpoint's files and its restore + tail against the
+    recomputation, then one clean run to the end, its restore and ``dump --store``; returns the
+    input records."""
+    topic, loc, store_kind, kind = run.topic, run.loc, run.store_kind, run.loc.kind
+    records = kafka.read_all(topic, range(PARTITIONS))
+    ledger.check(len(records) == produced, "data_lost", f"input holds {len(records)} of {produced}")
+    want = recompute(records)
+
+    # What the crashes left, point in time: each retained checkpoint's files, then + the tail.
+    # A restore is a writer: it would complete (and GC after) a killed writer's snapshot still in
+    # progress, so the deadline of the last one passes first.
+    time.sleep(SNAPSHOT_TIMEOUT + 0.5)
+    repo = repo_of(loc)
+    generations = repo.generations()
+    assert len(generations) >= 2, generations
+    for gen in generations:
+        offsets, stored = _checkpoint_stores(loc, gen)
+        at = recompute(records, offsets)
+        for store in STORES:
+            ledger.check(
+                stored[store] == at.stored[store],
+                "wrong_tables",
+                f"generation {gen}'s {store} files differ from the input below its offsets {offsets}",
+            )
+        got, restored, replayed = _restore(kafka.bootstrap, topic, run.scratch, loc, gen, store_kind)
+        assert restored == gen, (restored, gen)
+        assert replayed == len(records) - sum(offsets.values()), (replayed, offsets)
+        judge_stores(ledger, f"generation {gen} + tail on {kind}", got, want)
+    assert repo_of(loc).generations() == generations, "a point-in-time restore wrote a checkpoint"
+
+    # The processor restarts once more after the last crash and exits: a checkpoint of everything.
+    final = _child(kafka.bootstrap, topic, run.output, loc, "once", store_kind, run.log, run.extra)
+    assert final.wait(90) == 0, run.log.read_text()[-3000:]
+    check_secrets(ledger, run.log.read_text(errors="replace"), "processor log")
+    got, restored, replayed = _restore(kafka.bootstrap, topic, run.scratch, loc, None, store_kind)
+    newest = repo_of(loc).generations()[0]
+    assert restored == newest
+    assert replayed == 0
+    judge_stores(ledger, f"restore after the kills on {kind}", got, want)
+    for store in STORES:  # as an operator reads it: the CLI, over the stored bytes
+        args = ["dump", "--table", NAME, "--store", store, "-c", loc.cli_url, "--digest", "--json"]
+        dumped = run_cli(ledger, [*args, "-b", kafka.bootstrap], timeout=60, env=loc.cli_env)
+        assert dumped.returncode == 0, dumped.output[-2000:]
+        shown = dumped.json()
+        ledger.check(
+            (shown["checkpoint"], shown["keys"], shown["digest"])
+            == (newest, len(want.stores[store]), table_digest_of(want.stores[store])),
+            "wrong_tables",
+            f"dump --store {store} on {kind}: {shown}",
+        )
+    return records
+
+
 @pytest.mark.parametrize("output_mode", list(OUTPUT_MODES))
 @pytest.mark.parametrize(
     ("kind", "store_kind"),
@@ -345,54 +413,78 @@ def test_sigkill_processor_restores_its_stores_and_outputs(
     started = [line for line in log.read_text().splitlines() if line.startswith("started")]
     assert any(line != "started None" for line in started[1:]), f"restarts never restored: {started}"
 
-    records = kafka.read_all(topic, range(PARTITIONS))
-    ledger.check(
-        len(records) == produced + 2000, "data_lost", f"input holds {len(records)} of {produced + 2000}"
+    records = _verify(
+        ledger, kafka, Run(topic, output, scratch, loc, store_kind, extra, log), produced + 2000
     )
-    want = recompute(records)
+    judge_outputs(ledger, kafka.read_all(output, range(PARTITIONS)), recompute(records))
+    print(json.dumps({"kills": rounds, "mid_write": mid_write_kills, "records": len(records), "seed": seed}))
 
-    # What the crashes left, point in time: each retained checkpoint's files, then + the tail.
-    # A restore is a writer: it would complete (and GC after) a killed writer's snapshot still in
-    # progress, so the deadline of the last one passes first.
-    time.sleep(SNAPSHOT_TIMEOUT + 0.5)
-    repo = repo_of(loc)
-    generations = repo.generations()
-    assert len(generations) >= 2, generations
-    for gen in generations:
-        offsets, stored = _checkpoint_stores(loc, gen)
-        at = recompute(records, offsets)
-        for store in STORES:
-            ledger.check(
-                stored[store] == at.stored[store],
-                "wrong_tables",
-                f"generation {gen}'s {store} files differ from the input below its offsets {offsets}",
-            )
-        got, restored, replayed = _restore(kafka.bootstrap, topic, scratch, loc, gen, store_kind)
-        assert restored == gen, (restored, gen)
-        assert replayed == len(records) - sum(offsets.values()), (replayed, offsets)
-        judge_stores(ledger, f"generation {gen} + tail on {kind}", got, want)
-    assert repo_of(loc).generations() == generations, "a point-in-time restore wrote a checkpoint"
 
-    # The processor restarts once more after the last crash and exits: a checkpoint of everything.
-    final = _child(kafka.bootstrap, topic, output, loc, "once", store_kind, log, extra)
-    assert final.wait(90) == 0, log.read_text()[-3000:]
-    check_secrets(ledger, log.read_text(errors="replace"), "processor log")
-    got, restored, replayed = _restore(kafka.bootstrap, topic, scratch, loc, None, store_kind)
-    assert restored == repo_of(loc).generations()[0]
-    assert replayed == 0
-    judge_stores(ledger, f"restore after {rounds} kills on {kind}", got, want)
-    newest = repo_of(loc).generations()[0]
-    for store in STORES:  # as an operator reads it: the CLI, over the stored bytes
-        args = ["dump", "--table", NAME, "--store", store, "-c", loc.cli_url, "--digest", "--json"]
-        dumped = run_cli(ledger, [*args, "-b", kafka.bootstrap], timeout=60, env=loc.cli_env)
-        assert dumped.returncode == 0, dumped.output[-2000:]
-        shown = dumped.json()
-        ledger.check(
-            (shown["checkpoint"], shown["keys"], shown["digest"])
-            == (newest, len(want.stores[store]), table_digest_of(want.stores[store])),
-            "wrong_tables",
-            f"dump --store {store} on {kind}: {shown}",
-        )
+@pytest.mark.parametrize("kind", ["file", pytest.param("s3", marks=pytest.mark.long)])
+def test_sigkill_group_members_one_at_a_time(
+    kind: str,
+    kafka: KafkaTool,
+    new_topic: Any,
+    new_location: Any,
+    ledger: CaseLedger,
+    long_mode: bool,
+    tmp_path: Path,
+) -> None:
+    """Apache Kafka (a classic consumer group's rebalances). Two members of one group, killed in
+    turn (randomly, or mid-checkpoint-write) and restarted while the other goes on: a survivor
+    gains the dead member's partitions from their newest checkpoint (every store of each) plus
+    the tail, and a restarted member takes some back. At-least-once outputs."""
+    rounds = 6 if long_mode else 3
+    topic = new_topic(PARTITIONS, "pay")
+    output = new_topic(PARTITIONS, "balances-out")
+    scratch = new_topic(PARTITIONS, "balances-replay")
+    loc: Location = new_location(kind)
+    group = f"tally-{uuid.uuid4().hex[:8]}"
+    seed = int(uuid.uuid4().hex[:8], 16)
+    rng = random.Random(seed)
+    producer = Payments(kafka, topic, seed)
+    kafka.produce(topic, producer.batch(2000))
+    producer.start()
+    log = tmp_path / "processor.log"
+    run = Run(topic, output, scratch, loc, "auto", (), log)
 
-    judge_outputs(ledger, kafka.read_all(output, range(PARTITIONS)), want)
+    def member() -> subprocess.Popen[bytes]:
+        return _child(kafka.bootstrap, topic, output, loc, "follow", "auto", log, (group,))
+
+    members = [member(), member()]
+    mid_write_kills = 0
+    try:
+        for round_no in range(rounds):
+            committed_before = _newest(loc)
+            deadline = time.monotonic() + 60
+            while _newest(loc) <= committed_before:  # the group goes on committing
+                for proc in members:
+                    assert proc.poll() is None, log.read_text()[-3000:]
+                if time.monotonic() > deadline:
+                    ledger.fail("hangs", f"round {round_no}: the group committed nothing in 60 s")
+                time.sleep(0.01)
+            if round_no % 2 == 0:
+                time.sleep(rng.uniform(0, 2.0))
+            else:
+                baseline = max(set().union(*_generations(loc)), default=0)
+                deadline = time.monotonic() + 30
+                while not _mid_write(loc, baseline) and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                mid_write_kills += _mid_write(loc, baseline)
+            victim = round_no % 2
+            kill_group(members[victim])
+            members[victim].wait(10)
+            ledger.tried("kills")
+            repo = repo_of(loc)
+            assert repo.verify(repo.generations()[0]).ok, "a SIGKILL left a visible, incomplete checkpoint"
+            members[victim] = member()
+    finally:
+        for proc in members:
+            kill_group(proc)
+            proc.wait(10)
+        produced = producer.finish()
+    started = [line for line in log.read_text().splitlines() if line.startswith("started")]
+    assert any(line != "started None" for line in started), f"no member restored a checkpoint: {started}"
+    records = _verify(ledger, kafka, run, produced + 2000)
+    at_least_once(ledger, kafka.read_all(output, range(PARTITIONS)), recompute(records))
     print(json.dumps({"kills": rounds, "mid_write": mid_write_kills, "records": len(records), "seed": seed}))
