@@ -9,13 +9,16 @@ that one generation (``CheckpointOptions(url, generation=G)``) restores both sto
 instances from it. The generation's files, read with pyarrow straight from the store, hold exactly
 a plain loop's recomputation of the input below its offsets. Then pin, diff, delete and GC act on
 it like on a table's, ``checkpoints verify`` passes, and a corrupted data file makes a restore
-fall back to the older checkpoint for every store at once.
+fall back to the older checkpoint for every store at once. Last, restore selection against the
+broker: an input whose log start DeleteRecords moved past every checkpoint is never resumed over
+the gap.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +27,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from integration.cli_runner import statesnap
 from integration.conftest import KafkaTool, Rec
@@ -38,7 +43,7 @@ from statesnap import (
 )
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointRepository, layout
-from statesnap.errors import GenerationNotFoundError
+from statesnap.errors import GenerationNotFoundError, NoUsableCheckpointError
 
 PARTITIONS = 4
 INSTANCES = 2
@@ -88,7 +93,13 @@ def cli(where: Where, *args: str) -> Any:
 
 
 def ledger(
-    bootstrap: str, topic: str, where: Where, instance: int, *, generation: int | None = None
+    bootstrap: str,
+    topic: str,
+    where: Where,
+    instance: int,
+    *,
+    generation: int | None = None,
+    require: bool = False,
 ) -> Processor:
     """One instance of the processor: per account a balance and a payment count, JSON values."""
     proc = Processor(
@@ -103,6 +114,7 @@ def ledger(
             retention=RetentionPolicy(min_count=10),
             snapshots=SnapshotOptions(where.snapshot_store, timeout="45s"),
             generation=generation,
+            require=require,
         ),
         stores=STORES,
         value_serde="json",
@@ -394,3 +406,55 @@ def test_corrupt_data_file_falls_back_to_the_older_checkpoint_for_every_store(
         assert again.stores() == recompute(records)
     finally:
         again.close()
+
+
+@pytest.mark.parametrize("where", ["file"], indirect=True)  # restore selection: the store plays no part
+def test_input_log_start_past_every_checkpoint_is_never_skipped_silently(
+    kafka: KafkaTool, where: Where, app: tuple[str, Running], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Apache Kafka (DeleteRecords moves partition 0's log start past both snapshots' offsets):
+    with ``require`` the instance owning it fails naming the log start; without, it never resumes
+    at a checkpoint's offsets over the gap (Quix Streams #1115, Faust #651): it processes what
+    the log holds, says so, and its stores equal that recomputation. The other instance, whose
+    partitions kept their history, restores the newest snapshot."""
+    topic, running = app
+    older = snapshot(where)["generation"]
+    pay(kafka, topic, 600, 200)
+    newer = snapshot(where)["generation"]
+    running.close()
+    pay(kafka, topic, 800, 200)  # records past the newest snapshot, some of which go
+    history = kafka.read_all(topic, range(PARTITIONS))
+    cut = repo_of(where).read_manifest(newer).offsets[0] + 10
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, 0, cut)]).values():
+        future.result(15)
+    left = kafka.read_all(topic, range(PARTITIONS))
+    assert min(r.offset for r in left if r.partition == 0) == cut
+
+    strict = ledger(kafka.bootstrap, topic, where, 0, require=True)
+    with pytest.raises(NoUsableCheckpointError, match=f"log now starts at {cut}"):
+        strict.start()
+    strict.close(checkpoint=False)
+
+    caplog.set_level(logging.WARNING)
+    again = start_both(kafka.bootstrap, topic, where)
+    try:
+        first, second = (p.report for p in again.procs)
+        assert first.checkpoint is None
+        assert [s.generation for s in first.skipped] == [newer, older]
+        assert all(f"log now starts at {cut}" in s.reason for s in first.skipped), first.skipped
+        assert f"log now starts at {cut}" in caplog.text
+        assert (second.checkpoint, second.skipped) == (newer, [])
+        stores = again.stores()
+    finally:
+        again.close()
+    want = recompute(left)
+    mine = {r.key for r in left if r.partition % INSTANCES == 0}
+    for s in STORES:
+        assert {k: v for k, v in stores[s].items() if k in mine} == {
+            k: v for k, v in want[s].items() if k in mine
+        }
+    full = recompute(history)
+    assert {k: v for k, v in stores["balances"].items() if k not in mine} == {
+        k: v for k, v in full["balances"].items() if k not in mine
+    }
