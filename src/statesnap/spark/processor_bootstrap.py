@@ -286,6 +286,11 @@ def _check_aggregation(proc: Processor, aggregation: CountPerKey) -> None:
             f"processor {proc.name!r}: CountPerKey needs a key-value store named {aggregation.store!r} "
             f"(stores: {', '.join(specs) or 'none'})"
         )
+    if spec.ttl is not None:
+        raise ConfigError(
+            f"processor {proc.name!r}: store {aggregation.store!r} has a ttl (its entries expire by "
+            "stream time), which a count by key does not model; bootstrap it with its handler"
+        )
     if len(specs) != 1:
         raise ConfigError(
             f"processor {proc.name!r}: CountPerKey folds only store {aggregation.store!r}, but the "

@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Producer
 
 from integration.conftest import KafkaTool
-from statesnap import CheckpointOptions, Processor, ProcessorContext, Record, Windows
+from statesnap import CheckpointOptions, Processor, ProcessorContext, Record, StoreSpec, Windows
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository
 from statesnap.errors import ConfigError, HandlerError
@@ -313,6 +313,13 @@ def test_a_count_claim_the_handler_does_not_keep_is_refused(
     with pytest.raises(ConfigError, match="needs a key-value store named 'missing'"):
         bootstrap_processor(spark, proc, aggregation=CountPerKey("missing"))
     assert not list((tmp_path / "ckpt").glob("*_sums/snapshots/*.json"))
+    expiring = Processor(
+        "expiring", inputs=[topic], bootstrap_servers=kafka.bootstrap, checkpoints=url, value_serde="json"
+    )
+    expiring.add_store(StoreSpec("counts", ttl="1h"))
+    expiring.handler(lambda record, ctx: None)
+    with pytest.raises(ConfigError, match="has a ttl"):
+        bootstrap_processor(spark, expiring, aggregation=CountPerKey("counts"))
 
 
 def test_a_failing_handler_stops_the_bootstrap_with_its_record(
