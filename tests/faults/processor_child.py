@@ -7,16 +7,24 @@ statesnap): ``balances`` (the balance as ASCII digits) and ``payments`` (the num
 topic. Checkpoints at every commit point (interval 0, a 20 ms commit interval), so a kill lands
 in processing or in a checkpoint write, whichever is under way.
 
-Run as ``python processor_child.py BOOTSTRAP TOPIC OUTPUT URL follow|once STORE [GROUP]``: ``follow`` prints
-``started <generation>`` after the restore and processes until killed; ``once`` restores, catches
-up, checkpoints and exits 0. Blob-store credentials come from the environment (never argv).
+The windowed processor (``windows``): a tumbling count and a hopping sum over event time with
+grace and retention, and a punctuator on stream time counting its calls in a key-value store;
+:func:`window_model` is the plain-loop model of what its stores must hold. It emits nothing.
+
+Run as ``python processor_child.py BOOTSTRAP TOPIC OUTPUT URL follow|once STORE [group=ID]
+[windows]``: ``follow`` prints ``started <generation>`` after the restore and processes until
+killed; ``once`` restores, catches up, checkpoints and exits 0; ``group=ID`` makes it a member of
+that consumer group, ``windows`` runs the windowed processor. Blob-store credentials come from the
+environment (never argv).
 """
 
 from __future__ import annotations
 
+import struct
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 
 from statesnap import (
@@ -27,14 +35,33 @@ from statesnap import (
     RetentionPolicy,
     SnapshotOptions,
     StoreOptions,
+    Windows,
 )
 
-__all__ = ["NAME", "SNAPSHOT_TIMEOUT", "STORES", "build", "tally_options"]
+__all__ = [
+    "HOPPING",
+    "NAME",
+    "SNAPSHOT_TIMEOUT",
+    "STORES",
+    "TICK_MS",
+    "TUMBLING",
+    "WINDOWED",
+    "Event",
+    "build",
+    "build_windowed",
+    "tally_options",
+    "window_model",
+]
 
 NAME = "tally"
 STORES = ("balances", "payments")
 #: Seconds until a killed writer's snapshot in progress reads as FAILED.
 SNAPSHOT_TIMEOUT = 3.0
+WINDOWED = "windows"
+TUMBLING = Windows.tumbling("1s", grace="300ms", retention="3s")
+HOPPING = Windows.hopping("2s", advance="1s", grace="0s", retention="4s")
+#: The punctuator's period (event time): it counts its calls per partition in store ``ticks``.
+TICK_MS = 1500
 
 
 def tally_options(
@@ -96,10 +123,85 @@ def build(
     return proc
 
 
+def build_windowed(
+    bootstrap: str, topic: str, checkpoints: CheckpointOptions | None, store: str = "auto"
+) -> Processor:
+    """The windowed processor: input values ``{"amount": n}`` (JSON), keys as bytes."""
+    proc = Processor(
+        WINDOWED,
+        inputs=[topic],
+        bootstrap_servers=bootstrap,
+        checkpoints=checkpoints,
+        value_serde="json",
+        store=StoreOptions(store),
+        timeout=20.0,
+    )
+    proc.count("counts", window=TUMBLING)
+    proc.sum("sums", "amount", window=HOPPING)
+    proc.add_store("ticks")
+
+    @proc.punctuate(TICK_MS / 1000)
+    def tick(ctx: ProcessorContext) -> None:
+        ticks = ctx.stores["ticks"]
+        ticks[b"n"] = ticks.get(b"n", 0) + 1
+
+    return proc
+
+
+@dataclass(frozen=True)
+class Event:
+    """An input record of the windowed processor, as the model sees it."""
+
+    partition: int
+    key: bytes
+    timestamp: int
+    amount: int
+
+
+def window_model(records: Sequence[Event]) -> dict[bytes, bytes]:
+    """Every stored key and value (all stores and the stream time per partition) the windowed
+    processor's checkpoint must hold after *records* (each partition's in offset order), by the
+    rules of the issue: a record counts in a window while stream time is below its end + grace;
+    a window is gone at start + retention; the punctuator runs once per record whose stream time
+    crosses a multiple of its period. Keys in the layout of processor/keyspace.py."""
+    stream: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    counts: dict[tuple[int, int, bytes], int] = {}
+    sums: dict[tuple[int, int, bytes], int] = {}
+    for e in records:
+        before = stream.get(e.partition, -1)
+        now = stream[e.partition] = max(before, e.timestamp)
+        for windows, into, add in ((TUMBLING, counts, 1), (HOPPING, sums, e.amount)):
+            first = (e.timestamp - windows.size_ms) // windows.advance_ms + 1
+            for k in range(first, e.timestamp // windows.advance_ms + 1):
+                start = k * windows.advance_ms
+                if now < start + windows.size_ms + windows.grace_ms:  # still open
+                    into[(e.partition, start, e.key)] = into.get((e.partition, start, e.key), 0) + add
+        if before >= 0 and now // TICK_MS > before // TICK_MS:  # once per crossing, after the record
+            ticks[e.partition] = ticks.get(e.partition, 0) + 1
+    out: dict[bytes, bytes] = {}
+    for store, windows, values in (("counts", TUMBLING, counts), ("sums", HOPPING, sums)):
+        for (p, start, key), value in values.items():
+            if stream[p] >= start + windows.retention_ms:
+                continue  # past retention: absent from the checkpoint
+            stored = store.encode() + b"\x00" + struct.pack(">I", p) + struct.pack(">Q", start + (1 << 63))
+            out[stored + key] = str(value).encode()
+    for p, n in ticks.items():
+        out[b"ticks\x00" + struct.pack(">I", p) + b"n"] = str(n).encode()
+    for p, now in stream.items():
+        out[b"_statesnap\x00" + struct.pack(">I", p) + b"stream_time"] = struct.pack(">q", now)
+    return out
+
+
 def main() -> None:
     bootstrap, topic, output, url, how, store = sys.argv[1:7]
-    group = sys.argv[7] if len(sys.argv) > 7 else None
-    proc = build(bootstrap, topic, output, tally_options(url), store, group)
+    flags = sys.argv[7:]
+    group = next((f.partition("=")[2] for f in flags if f.startswith("group=")), None)
+    proc = (
+        build_windowed(bootstrap, topic, tally_options(url), store)
+        if WINDOWED in flags
+        else build(bootstrap, topic, output, tally_options(url), store, group)
+    )
     if how == "once":
         proc.run(follow=False)
         print("done", proc.last_checkpoint and proc.last_checkpoint.generation, flush=True)

@@ -17,8 +17,9 @@ loop over the input (not statesnap):
 
 On file:// and on S3 (the session moto server); the RocksDB and columnar local stores in long
 variants. A second test runs two members of one consumer group and kills them in turn (a
-survivor gains the dead member's partitions from their checkpoint). The default run kills three times per store;
-long mode (``STATESNAP_FAULTS=long``) eight times.
+survivor gains the dead member's partitions from their checkpoint); a third kills the windowed
+processor (windows closing, late records, expiry at retention, a punctuator). The default run
+kills three times per test; long mode (``STATESNAP_FAULTS=long``) more.
 """
 
 from __future__ import annotations

@@ -22,10 +22,8 @@ from __future__ import annotations
 import io
 import json
 import os
-import struct
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +32,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from faults.processor_child import Event, build_windowed, window_model
 from integration.conftest import KafkaTool
-from statesnap import CheckpointOptions, Processor, ProcessorContext, Windows
+from statesnap import CheckpointOptions, Processor
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import layout
 
@@ -44,19 +43,7 @@ pytestmark = pytest.mark.integration
 PARTITIONS = 2
 #: Event times are this plus the drawn milliseconds (2023-11-14: in the past, which brokers accept).
 EPOCH = 1_700_000_000_000
-TUMBLING = Windows.tumbling("1s", grace="300ms", retention="3s")
-HOPPING = Windows.hopping("2s", advance="1s", grace="0s", retention="4s")
-#: A punctuator's period (event time): it counts its calls per partition in store ``ticks``.
-TICK_MS = 1500
 EXAMPLES = 25 if os.environ.get("STATESNAP_LONG", "") in {"1", "true", "yes"} else 5
-
-
-@dataclass(frozen=True)
-class Event:
-    partition: int
-    key: bytes
-    timestamp: int
-    amount: int
 
 
 def events() -> st.SearchStrategy[list[Event]]:
@@ -86,56 +73,8 @@ def _at(*events: tuple[int, bytes, int]) -> list[Event]:
     return [Event(p, key, EPOCH + ms, 1) for p, key, ms in events]
 
 
-def model(records: Sequence[Event]) -> dict[bytes, bytes]:
-    """The keyspace the final checkpoint must hold (every store, the stream time), by the window
-    rules of DESIGN.md / processor/windows.py, in the layout of processor/keyspace.py."""
-    stream: dict[int, int] = {}
-    ticks: dict[int, int] = {}
-    counts: dict[tuple[int, int, bytes], int] = {}
-    sums: dict[tuple[int, int, bytes], int] = {}
-    for e in records:  # partition order is what a task sees; keys never cross partitions here
-        before = stream.get(e.partition, -1)
-        now = stream[e.partition] = max(before, e.timestamp)
-        for windows, into, add in ((TUMBLING, counts, 1), (HOPPING, sums, e.amount)):
-            first = (e.timestamp - windows.size_ms) // windows.advance_ms + 1
-            for k in range(first, e.timestamp // windows.advance_ms + 1):
-                start = k * windows.advance_ms
-                if now < start + windows.size_ms + windows.grace_ms:  # still open
-                    into[(e.partition, start, e.key)] = into.get((e.partition, start, e.key), 0) + add
-        if before >= 0 and now // TICK_MS > before // TICK_MS:  # once per crossing, after the record
-            ticks[e.partition] = ticks.get(e.partition, 0) + 1
-    out: dict[bytes, bytes] = {}
-    for store, windows, values in (("counts", TUMBLING, counts), ("sums", HOPPING, sums)):
-        for (p, start, key), value in values.items():
-            if stream[p] >= start + windows.retention_ms:
-                continue  # past retention: absent from the checkpoint
-            stored = store.encode() + b"\x00" + struct.pack(">I", p) + struct.pack(">Q", start + (1 << 63))
-            out[stored + key] = str(value).encode()
-    for p, n in ticks.items():
-        out[b"ticks\x00" + struct.pack(">I", p) + b"n"] = str(n).encode()
-    for p, now in stream.items():
-        out[b"_statesnap\x00" + struct.pack(">I", p) + b"stream_time"] = struct.pack(">q", now)
-    return out
-
-
-def windowed(name: str, topic: str, bootstrap: str, url: str) -> Processor:
-    proc = Processor(
-        name,
-        inputs=[topic],
-        bootstrap_servers=bootstrap,
-        checkpoints=CheckpointOptions(url, interval="1h", commit_interval="50ms"),
-        value_serde="json",
-    )
-    proc.count("counts", window=TUMBLING)
-    proc.sum("sums", "amount", window=HOPPING)
-    proc.add_store("ticks")
-
-    @proc.punctuate(TICK_MS / 1000)
-    def tick(ctx: ProcessorContext) -> None:
-        ticks = ctx.stores["ticks"]
-        ticks[b"n"] = ticks.get(b"n", 0) + 1
-
-    return proc
+def windowed(topic: str, bootstrap: str, url: str) -> Processor:
+    return build_windowed(bootstrap, topic, CheckpointOptions(url, interval="1h", commit_interval="50ms"))
 
 
 def produce(kafka: KafkaTool, topic: str, records: Sequence[Event]) -> None:
@@ -202,27 +141,27 @@ def test_restore_plus_tail_equals_full_processing_of_windows(
     ordered = sorted(records, key=lambda e: e.partition)  # what each task sees, in offset order
 
     produce(kafka, topic, records[:first])
-    run_once(windowed("win", topic, kafka.bootstrap, split_url))
+    run_once(windowed(topic, kafka.bootstrap, split_url))
     checkpointed = newest_checkpoint(split_url)[0]
 
     produce(kafka, topic, records[first:second])
-    crashed = windowed("win", topic, kafka.bootstrap, split_url)
+    crashed = windowed(topic, kafka.bootstrap, split_url)
     crashed.start()  # processes the second part ...
     crashed.close(checkpoint=False)  # ... and dies without a checkpoint: that work is lost
     assert newest_checkpoint(split_url)[0] == checkpointed
 
     produce(kafka, topic, records[second:])
-    restarted = windowed("win", topic, kafka.bootstrap, split_url)
+    restarted = windowed(topic, kafka.bootstrap, split_url)
     report = run_once(restarted)
     assert report.checkpoint == checkpointed
     assert report.replayed_records == len(records) - first
 
-    run_once(windowed("win", topic, kafka.bootstrap, full_url))
+    run_once(windowed(topic, kafka.bootstrap, full_url))
     _, split_offsets, split, split_held = newest_checkpoint(split_url)
     _, full_offsets, full, full_held = newest_checkpoint(full_url)
     assert split_offsets == full_offsets
     assert split == full, "restore + tail differs from processing everything"
-    expected = model(ordered)
+    expected = window_model(ordered)
     assert full == expected, "the checkpoint differs from the window rules"
     # Past retention means gone from the files, not shadowed by a tombstone in a later delta.
     assert split_held <= expected.keys(), (
