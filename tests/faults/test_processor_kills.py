@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from faults.harness import (
     KafkaTool,
@@ -51,7 +52,16 @@ from faults.harness import (
     table_digest_of,
 )
 from faults.ledger import CaseLedger
-from faults.processor_child import NAME, SNAPSHOT_TIMEOUT, STORES, build, tally_options
+from faults.processor_child import (
+    NAME,
+    SNAPSHOT_TIMEOUT,
+    STORES,
+    WINDOWED,
+    Event,
+    build,
+    tally_options,
+    window_model,
+)
 from statesnap.checkpoint import layout
 from statesnap.devstack import ApacheKafkaBroker
 
@@ -275,6 +285,49 @@ def _checkpoint_stores(
     return offsets, stored
 
 
+def _kill_rounds(
+    ledger: CaseLedger,
+    loc: Location,
+    start: Callable[[], subprocess.Popen[bytes]],
+    rounds: int,
+    rng: random.Random,
+    log: Path,
+) -> int:
+    """Start the processor, wait until it commits, SIGKILL it — after a random delay (mostly
+    mid-processing) or the moment a checkpoint is half-written — and again, *rounds* times;
+    returns the kills that landed mid-write (at least one, and restarts restored checkpoints)."""
+    mid_write_kills = 0
+    for round_no in range(rounds):
+        committed_before = _newest(loc)
+        proc = start()
+        try:
+            deadline = time.monotonic() + 45
+            while _newest(loc) <= committed_before:  # a restarted processor goes on committing
+                assert proc.poll() is None, log.read_text()[-3000:]
+                if time.monotonic() > deadline:
+                    ledger.fail("hangs", f"round {round_no}: restarted processor committed nothing in 45 s")
+                time.sleep(0.01)
+            if round_no % 2 == 0:
+                time.sleep(rng.uniform(0, 1.0))
+            else:
+                baseline = max(set().union(*_generations(loc)), default=0)
+                deadline = time.monotonic() + 30
+                while not _mid_write(loc, baseline) and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                mid_write_kills += _mid_write(loc, baseline)
+            assert proc.poll() is None, log.read_text()[-3000:]
+        finally:
+            kill_group(proc)
+            proc.wait(10)
+        ledger.tried("kills")
+        repo = repo_of(loc)
+        assert repo.verify(repo.generations()[0]).ok, "a SIGKILL left a visible, incomplete checkpoint"
+    assert mid_write_kills > 0, "no kill landed between a checkpoint's data files and its manifest"
+    started = [line for line in log.read_text().splitlines() if line.startswith("started")]
+    assert any(line != "started None" for line in started[1:]), f"restarts never restored: {started}"
+    return mid_write_kills
+
+
 @dataclass(frozen=True)
 class Run:
     """What a kill test ran: its topics, its store, the child's options and log."""
@@ -377,42 +430,17 @@ def test_sigkill_processor_restores_its_stores_and_outputs(
     kafka.produce(topic, producer.batch(2000))  # something to restore from the first kill on
     producer.start()
     log = tmp_path / "processor.log"
-    mid_write_kills = 0
     try:
-        for round_no in range(rounds):
-            committed_before = _newest(loc)
-            proc = _child(kafka.bootstrap, topic, output, loc, "follow", store_kind, log, extra)
-            try:
-                deadline = time.monotonic() + 45
-                while _newest(loc) <= committed_before:  # a restarted processor goes on committing
-                    assert proc.poll() is None, log.read_text()[-3000:]
-                    if time.monotonic() > deadline:
-                        ledger.fail(
-                            "hangs", f"round {round_no}: restarted processor committed nothing in 45 s"
-                        )
-                    time.sleep(0.01)
-                if round_no % 2 == 0:  # mostly mid-processing
-                    time.sleep(rng.uniform(0, 1.0))
-                else:
-                    baseline = max(set().union(*_generations(loc)), default=0)
-                    deadline = time.monotonic() + 30
-                    while not _mid_write(loc, baseline) and time.monotonic() < deadline:
-                        time.sleep(0.001)
-                    mid_write_kills += _mid_write(loc, baseline)
-                assert proc.poll() is None, log.read_text()[-3000:]
-            finally:
-                kill_group(proc)
-                proc.wait(10)
-            ledger.tried("kills")
-            repo = repo_of(loc)
-            assert repo.verify(repo.generations()[0]).ok, "a SIGKILL left a visible, incomplete checkpoint"
+        mid_write_kills = _kill_rounds(
+            ledger,
+            loc,
+            lambda: _child(kafka.bootstrap, topic, output, loc, "follow", store_kind, log, extra),
+            rounds,
+            rng,
+            log,
+        )
     finally:
         produced = producer.finish()
-    assert mid_write_kills > 0, (
-        f"no kill landed between a checkpoint's data files and its manifest (seed {seed})"
-    )
-    started = [line for line in log.read_text().splitlines() if line.startswith("started")]
-    assert any(line != "started None" for line in started[1:]), f"restarts never restored: {started}"
 
     records = _verify(
         ledger, kafka, Run(topic, output, scratch, loc, store_kind, extra, log), produced + 2000
@@ -489,3 +517,139 @@ def test_sigkill_group_members_one_at_a_time(
     records = _verify(ledger, kafka, run, produced + 2000)
     at_least_once(ledger, kafka.read_all(output, range(PARTITIONS)), recompute(records))
     print(json.dumps({"kills": rounds, "mid_write": mid_write_kills, "records": len(records), "seed": seed}))
+
+
+# --- the windowed processor ----------------------------------------------------------------------
+
+
+class TimedPayments(threading.Thread):
+    """Keeps producing amounts with event times a little ahead of each other, about one in seven
+    thrown back up to 1.5 s (within a window's grace, or late); partitions at random."""
+
+    def __init__(self, kafka: KafkaTool, topic: str, seed: int, pause: float = 0.02) -> None:
+        super().__init__(daemon=True)
+        self.kafka, self.topic, self.pause = kafka, topic, pause
+        self.rng = random.Random(seed)
+        self.clock = int(time.time() * 1000) - 60_000  # brokers refuse times far ahead of theirs
+        self.stop = threading.Event()
+        self.produced = 0
+        self.error: BaseException | None = None
+
+    def send(self, n: int) -> None:
+        producer = self.kafka.producer
+        for _ in range(n):
+            self.clock += self.rng.randrange(0, 10)
+            ts = self.clock - self.rng.randrange(1, 1500) if self.rng.random() < 0.15 else self.clock
+            value = json.dumps({"amount": self.rng.randrange(1, 10)}).encode()
+            key = b"k%02d" % self.rng.randrange(20)
+            producer.produce(self.topic, value, key, partition=self.rng.randrange(PARTITIONS), timestamp=ts)
+        assert producer.flush(30) == 0
+        self.produced += n
+
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                self.send(50)
+                time.sleep(self.pause)
+        except BaseException as e:  # surfaced by finish()
+            self.error = e
+
+    def finish(self) -> int:
+        self.stop.set()
+        self.join(60)
+        assert not self.is_alive(), "producer did not stop"
+        if self.error is not None:
+            raise AssertionError(f"producer failed: {self.error!r}")
+        return self.produced
+
+
+def _read_events(bootstrap: str, topic: str) -> list[tuple[int, Event]]:
+    """(offset, event) of every record, by partition and offset: a plain consumer to EOF."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "test-truth",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        eof: set[int] = set()
+        out: list[tuple[int, int, Event]] = []
+        deadline = time.monotonic() + 60
+        while len(eof) < PARTITIONS:
+            assert time.monotonic() < deadline, f"reading {topic} timed out"
+            for m in consumer.consume(1000, 0.1):
+                partition, offset, err = m.partition(), m.offset(), m.error()
+                assert partition is not None
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        eof.add(partition)
+                    continue
+                assert offset is not None
+                eof.discard(partition)
+                key, value = m.key(), m.value()
+                assert key is not None
+                assert value is not None
+                event = Event(partition, key, m.timestamp()[1], json.loads(value)["amount"])
+                out.append((partition, offset, event))
+        return [(offset, event) for _, offset, event in sorted(out, key=lambda t: (t[0], t[1]))]
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("kind", ["file", pytest.param("s3", marks=pytest.mark.long)])
+def test_sigkill_windowed_processor_checkpoints_what_the_window_rules_say(
+    kind: str,
+    kafka: KafkaTool,
+    new_topic: Any,
+    new_location: Any,
+    ledger: CaseLedger,
+    long_mode: bool,
+    tmp_path: Path,
+) -> None:
+    """Apache Kafka (record timestamps as produced, CreateTime). The windowed processor of
+    :mod:`faults.processor_child`, killed like the tally with out-of-order records arriving:
+    every retained checkpoint's files hold exactly the model of the input below its offsets
+    (windows closed and expired by the stream time of that prefix, the punctuator's calls), and
+    a last clean run's checkpoint the model of everything."""
+    rounds = 6 if long_mode else 3
+    topic = new_topic(PARTITIONS, "timed")
+    loc: Location = new_location(kind)
+    seed = int(uuid.uuid4().hex[:8], 16)
+    producer = TimedPayments(kafka, topic, seed)
+    producer.send(2000)
+    producer.start()
+    log = tmp_path / "processor.log"
+
+    def windowed(how: str) -> subprocess.Popen[bytes]:
+        return _child(kafka.bootstrap, topic, "-", loc, how, "auto", log, (WINDOWED,))
+
+    try:
+        mid_write_kills = _kill_rounds(
+            ledger, loc, lambda: windowed("follow"), rounds, random.Random(seed), log
+        )
+    finally:
+        produced = producer.finish()
+    events = _read_events(kafka.bootstrap, topic)
+    ledger.check(len(events) == produced, "data_lost", f"input holds {len(events)} of {produced}")
+
+    generations = repo_of(loc).generations()
+    assert len(generations) >= 2, generations
+    for gen in generations:
+        offsets, rows = checkpoint_contents(loc, gen)
+        want = window_model([e for offset, e in events if offset < offsets.get(e.partition, 0)])
+        ledger.check(
+            rows == want, "wrong_tables", f"generation {gen} on {kind} differs from the window model"
+        )
+
+    assert windowed("once").wait(90) == 0, log.read_text()[-3000:]
+    check_secrets(ledger, log.read_text(errors="replace"), "processor log")
+    offsets, rows = checkpoint_contents(loc, repo_of(loc).generations()[0])
+    assert sum(offsets.values()) == len(events)
+    ledger.check(
+        rows == window_model([e for _, e in events]), "wrong_tables", f"after {rounds} kills on {kind}"
+    )
+    print(json.dumps({"kills": rounds, "mid_write": mid_write_kills, "records": len(events), "seed": seed}))
