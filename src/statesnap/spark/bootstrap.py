@@ -24,6 +24,7 @@ source) rather than through a DataFrame: the records never cross into the JVM an
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -220,7 +221,9 @@ def _bootstrap(
             files[p] = prior[p].files
         elif ends[p] > 0:  # nothing left to read (retention took it all): an empty base, as every
             # writer's first checkpoint of a partition is one (a manifest with none is corrupt)
-            files[p] = (write_data_file(repo, generation, p, "base", 0, datafile.empty_table()),)
+            files[p] = (
+                write_data_file(repo, generation, p, "base", secrets.randbits(48), datafile.empty_table()),
+            )
         else:
             files[p] = ()
     written = [f for p in results for f in files[p]]
@@ -317,6 +320,10 @@ def _run(
     if not splits:
         return {}
     records_acc, tasks_acc = sc.accumulator(0), sc.accumulator(0)
+    # Names this run's files: a retried task finds its own file (same range, same rows), but a run
+    # joining a generation a failed run left open reads a longer range and must not reuse that
+    # run's file under the same name (its rows would stop short of the offsets claimed).
+    run = secrets.randbits(48)
 
     def read_split(split: _Split) -> tuple[int, tuple[Any, ...]]:
         clock = time.perf_counter
@@ -341,7 +348,7 @@ def _run(
         records_acc.add(count)
         tasks_acc.add(1)
         if split.count == 1:
-            written = write_data_file(repo, generation, split.partition, "base", 0, rows)
+            written = write_data_file(repo, generation, split.partition, "base", run, rows)
             spent["write"] += clock() - now
             return split.partition, ("file", split.index, written.to_json(), count, spent)
         return split.partition, ("part", split.index, to_ipc(rows), count, spent)
@@ -355,7 +362,7 @@ def _run(
             return partition, (parts[0][2], count, spent)
         mark = time.perf_counter()
         rows = latest_per_key([from_ipc(item[2]) for item in parts], keep_tombstones=False)
-        written = write_data_file(repo, generation, partition, "base", 0, rows)
+        written = write_data_file(repo, generation, partition, "base", run, rows)
         spent["write"] += time.perf_counter() - mark
         return partition, (written.to_json(), count, spent)
 

@@ -46,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -449,11 +450,12 @@ class StreamMaterializer:
         if not work:
             return {}
         repo = self.repo
+        run = secrets.randbits(48)  # a failed run's same-named file may hold other rows
 
         def compact(item: tuple[int, tuple[DataFile, ...]]) -> tuple[int, dict[str, Any], int]:
             p, fs = item
             rows = repo.merge_files(fs)
-            return p, write_data_file(repo, generation, p, "base", 0, rows).to_json(), rows.num_rows
+            return p, write_data_file(repo, generation, p, "base", run, rows).to_json(), rows.num_rows
 
         items = sorted(work.items())
         out = self.spark.sparkContext.parallelize(items, len(items)).map(compact).collect()

@@ -6,6 +6,7 @@ compared by table digest against a full replay of what the broker acknowledged.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -154,7 +155,8 @@ def test_bootstrap_and_read_table_fail_with_typed_errors(
 def test_repository_layout_is_the_shared_contract(
     spark: Any, bootstrap: str, topic_name: str, produce: Any, tmp_path: Any
 ) -> None:
-    """Files land where every reader looks: <cluster>_<table>/data/<gen>/p<part>-base-0.parquet."""
+    """Files land where every reader looks: <cluster>_<table>/data/<gen>/p<part>-base-<n>.parquet
+    (n drawn once per run: a run joining a failed run's generation never reuses its files)."""
     from statesnap.blob import open_blob_store
 
     produce(topic_name, changelog(100, partitions=2, keys=10))
@@ -164,6 +166,35 @@ def test_repository_layout_is_the_shared_contract(
     repo = CheckpointRepository.for_table(open_blob_store(str(tmp_path)), manifest.cluster_id, "lay")
     assert repo.generations() == [manifest.generation]
     assert repo.verify(manifest.generation).ok
-    assert sorted(f.path for f in manifest.files) == [
-        f"data/{manifest.generation:020d}/p{p:05d}-base-0.parquet" for p in range(2)
+    paths = sorted(f.path for f in manifest.files)
+    assert [re.sub(r"-base-\d+\.", "-base-N.", path) for path in paths] == [
+        f"data/{manifest.generation:020d}/p{p:05d}-base-N.parquet" for p in range(2)
     ]
+    assert len({path.rsplit("-", 1)[1] for path in paths}) == 1  # one run, one number
+
+
+def test_a_bootstrap_joining_a_failed_runs_generation_writes_its_own_files(
+    spark: Any, bootstrap: str, topic_name: str, produce: Any, tmp_path: Any
+) -> None:
+    """A failed run leaves its snapshot CREATED and a partition's base file (of the records it had
+    read) in that generation. The next run joins the generation after more records arrived: it
+    must write its own files, never adopt the failed run's same-named file, whose rows stop short
+    of the offsets the new checkpoint claims (a silent loss: restore would skip those records)."""
+    from statesnap.blob import open_blob_store
+    from statesnap.snapshot.api import SnapshotApi
+
+    url = str(tmp_path)
+    history = produce(topic_name, changelog(200, partitions=2, keys=20))
+    first = spark_bootstrap(spark, bootstrap_servers=bootstrap, topic=topic_name, table="t", checkpoints=url)
+    repo = CheckpointRepository.for_table(open_blob_store(url), first.cluster_id, "t")
+    open_generation = SnapshotApi.for_repo(repo, "t").create().generation
+    stale = repo.merge_files(first.partitions[0].files)  # what a run that read no further had
+    for n in range(3):  # wherever the run would have put it
+        repo.write_file(open_generation, 0, "base", n, stale)
+    tail = produce(topic_name, changelog(100, partitions=2, keys=20, seed=3))
+
+    joined = spark_bootstrap(spark, bootstrap_servers=bootstrap, topic=topic_name, table="t", checkpoints=url)
+    assert joined.generation == open_generation
+    got, report = _restore(bootstrap, topic_name, url, {}, "t")
+    assert (report.checkpoint, report.replayed_records) == (open_generation, 0)
+    assert got == digest(replay(history + tail))
