@@ -187,11 +187,6 @@ class Processor(Aggregations):
         """Where and how the processor runs: connection, checkpoints, local store, task share."""
         return self._settings
 
-    @property
-    def _table_options(self) -> dict[str, Any]:
-        # Kept for callers written before ``settings``; use :attr:`settings`.
-        return {"name": self.name, **self._settings.table_options()}
-
     def replace(self, **changes: Any) -> Processor:
         """A copy with the same stores, handlers, punctuators and serdes and *changes* to its
         :class:`ProcessorSettings` or to ``exactly_once`` (what ``statesnap run``'s options
@@ -228,6 +223,19 @@ class Processor(Aggregations):
     def stores(self) -> Mapping[str, StoreSpec]:
         """The declared stores, by name."""
         return dict(self._specs)
+
+    @property
+    def punctuators(self) -> tuple[tuple[int, Callable[..., Any]], ...]:
+        """(period ms, function) of every registered punctuator."""
+        return tuple((p.every_ms, p.fn) for p in self._punctuations)
+
+    def store_serdes(self, name: str) -> tuple[Serde, Serde]:
+        """(key serde, value serde) of store *name*: its own, else the processor's."""
+        spec = self._specs.get(name)
+        if spec is None:
+            shown = ", ".join(self._specs) or "none"
+            raise ConfigError(f"processor {self.name!r} has no store {name!r} (stores: {shown})")
+        return self._serdes(spec)
 
     def handler(self, fn: F) -> F:
         """Register *fn(record, ctx)*, called for every input record (handlers run in the order

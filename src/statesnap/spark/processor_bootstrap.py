@@ -58,7 +58,6 @@ from confluent_kafka import Message
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, PartitionCheckpoint, datafile
 from statesnap.checkpoint.manifest import DataFile
 from statesnap.errors import CheckpointError, ConfigError, HandlerError
-from statesnap.kafka.config import KafkaSettings
 from statesnap.processor import Processor
 from statesnap.processor.keyspace import (
     META_STORE,
@@ -273,9 +272,8 @@ def bootstrap_processor(
 
 
 def _options_of(proc: Processor) -> dict[str, Any]:
-    """The connection and checkpoint settings *proc* was built with. Reads the processor's
-    private option dict: Processor has no public accessor for them yet."""
-    return dict(proc._table_options)
+    """The connection and checkpoint settings *proc* was built with."""
+    return {"name": proc.name, **proc.settings.table_options()}
 
 
 def _check_aggregation(proc: Processor, aggregation: CountPerKey) -> None:
@@ -296,7 +294,7 @@ def _check_aggregation(proc: Processor, aggregation: CountPerKey) -> None:
             f"processor {proc.name!r}: CountPerKey folds only store {aggregation.store!r}, but the "
             f"processor has {len(specs)} stores; bootstrap it with its handler (aggregation=None)"
         )
-    if proc._punctuations:  # punctuators write state a count does not model
+    if proc.punctuators:  # punctuators write state a count does not model
         raise ConfigError(
             f"processor {proc.name!r} has punctuators: a Spark count cannot run them; bootstrap it "
             "with its handler (aggregation=None)"
@@ -707,11 +705,8 @@ class _CountRule:
 
     @classmethod
     def of(cls, proc: Processor, aggregation: CountPerKey) -> _CountRule:
-        handler = proc.handler_for(
-            MemoryStore(), Outputs(KafkaSettings("unused:0"), proc.key_serde, proc.value_serde)
-        )
-        view = handler.context.stores[aggregation.store]  # the serdes the handler's view uses
-        return cls(aggregation.store, aggregation.sample, proc.key_serde, view.key_serde, view.value_serde)
+        keys, values = proc.store_serdes(aggregation.store)
+        return cls(aggregation.store, aggregation.sample, proc.key_serde, keys, values)
 
     def stored_key(self, prefix: bytes, raw: bytes) -> bytes:
         return prefix + self.keys.serialize(self.input_keys.deserialize(raw))
