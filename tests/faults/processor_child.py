@@ -12,9 +12,10 @@ grace and retention, and a punctuator on stream time counting its calls in a key
 :func:`window_model` is the plain-loop model of what its stores must hold. It emits nothing.
 
 Run as ``python processor_child.py BOOTSTRAP TOPIC OUTPUT URL follow|once STORE [group=ID]
-[windows]``: ``follow`` prints ``started <generation>`` after the restore and processes until
+[windows] [exactly_once]``: ``follow`` prints ``started <generation>`` after the restore and processes until
 killed; ``once`` restores, catches up, checkpoints and exits 0; ``group=ID`` makes it a member of
-that consumer group, ``windows`` runs the windowed processor. Blob-store credentials come from the
+that consumer group, ``windows`` runs the windowed processor, ``exactly_once`` makes the tally's
+outputs transactional. Blob-store credentials come from the
 environment (never argv).
 """
 
@@ -39,6 +40,7 @@ from statesnap import (
 )
 
 __all__ = [
+    "EXACTLY_ONCE",
     "HOPPING",
     "NAME",
     "SNAPSHOT_TIMEOUT",
@@ -58,6 +60,7 @@ STORES = ("balances", "payments")
 #: Seconds until a killed writer's snapshot in progress reads as FAILED.
 SNAPSHOT_TIMEOUT = 3.0
 WINDOWED = "windows"
+EXACTLY_ONCE = "exactly_once"
 TUMBLING = Windows.tumbling("1s", grace="300ms", retention="3s")
 HOPPING = Windows.hopping("2s", advance="1s", grace="0s", retention="4s")
 #: The punctuator's period (event time): it counts its calls per partition in store ``ticks``.
@@ -92,9 +95,12 @@ def build(
     checkpoints: CheckpointOptions | None,
     store: str = "auto",
     group: str | None = None,
+    *,
+    exactly_once: bool = False,
 ) -> Processor:
     """The tally processor (the test builds the same one in-process to restore it); *store* is
-    the local store kind holding both stores; with *group*, a member of that consumer group."""
+    the local store kind holding both stores; with *group*, a member of that consumer group;
+    *exactly_once* puts its outputs in transactions."""
     proc = Processor(
         NAME,
         inputs=[topic],
@@ -103,6 +109,7 @@ def build(
         stores=STORES,
         store=StoreOptions(store),
         group=group,
+        exactly_once=exactly_once,
         timeout=20.0,
     )
 
@@ -200,7 +207,9 @@ def main() -> None:
     proc = (
         build_windowed(bootstrap, topic, tally_options(url), store)
         if WINDOWED in flags
-        else build(bootstrap, topic, output, tally_options(url), store, group)
+        else build(
+            bootstrap, topic, output, tally_options(url), store, group, exactly_once=EXACTLY_ONCE in flags
+        )
     )
     if how == "once":
         proc.run(follow=False)

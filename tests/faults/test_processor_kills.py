@@ -13,7 +13,9 @@ loop over the input (not statesnap):
   for byte (read with pyarrow from the store, not through statesnap);
 - every retained generation restored point-in-time, plus the re-processed tail, equals the
   recomputation over everything, store for store, byte for byte (``StoreReader.raw_items``);
-- the outputs satisfy the output mode's contract (:data:`OUTPUT_MODES`).
+- the outputs satisfy the output mode's contract (:data:`OUTPUT_MODES`): at least once, every
+  record the recomputation emits, per account in order, replays allowed; exactly once
+  (``Processor(exactly_once=True)``, read ``read_committed``), exactly those records.
 
 On file:// and on S3 (the session moto server); the RocksDB and columnar local stores in long
 variants. A second test runs two members of one consumer group and kills them in turn (a
@@ -53,6 +55,7 @@ from faults.harness import (
 )
 from faults.ledger import CaseLedger
 from faults.processor_child import (
+    EXACTLY_ONCE,
     NAME,
     SNAPSHOT_TIMEOUT,
     STORES,
@@ -201,11 +204,26 @@ def at_least_once(ledger: CaseLedger, outputs: Sequence[Rec], want: Tally) -> No
     ledger.check(len(outputs) >= emitted, "data_lost", f"{len(outputs)} outputs < {emitted} expected")
 
 
-#: Output mode -> (extra child arguments, the judge of the output topic). Exactly-once comes with
-#: the transactional producer (another helper adds ``"exactly_once"`` here: a child flag, outputs
-#: read ``read_committed``, and a judge that wants the recomputation's outputs exactly).
+def exactly_once(ledger: CaseLedger, outputs: Sequence[Rec], want: Tally) -> None:
+    """Read committed (``read_all``'s consumer is ``read_committed``, librdkafka's default):
+    per account exactly the records the recomputation emits, in order — none lost, none twice."""
+    got: dict[bytes, list[bytes | None]] = {}
+    for r in sorted(outputs, key=lambda r: (r.partition, r.offset)):
+        assert r.key is not None
+        got.setdefault(r.key, []).append(r.value)
+    wrong = [k for k in want.outputs.keys() | got.keys() if got.get(k, []) != want.outputs.get(k, [])]
+    detail = ", ".join(
+        f"{k!r}: {len(got.get(k, []))} emitted, {len(want.outputs.get(k, []))} expected" for k in wrong[:3]
+    )
+    ledger.check(
+        not wrong, "wrong_tables", f"exactly-once outputs differ for {len(wrong)} accounts: {detail}"
+    )
+
+
+#: Output mode -> (extra child arguments, the judge of the output topic).
 OUTPUT_MODES: dict[str, tuple[tuple[str, ...], Callable[[CaseLedger, Sequence[Rec], Tally], None]]] = {
     "at_least_once": ((), at_least_once),
+    "exactly_once": ((EXACTLY_ONCE,), exactly_once),
 }
 
 
@@ -395,15 +413,16 @@ def _verify(ledger: CaseLedger, kafka: KafkaTool, run: Run, produced: int) -> li
     return records
 
 
-@pytest.mark.parametrize("output_mode", list(OUTPUT_MODES))
 @pytest.mark.parametrize(
-    ("kind", "store_kind"),
+    ("kind", "store_kind", "output_mode"),
     [
-        ("file", "auto"),
-        ("s3", "auto"),
+        ("file", "auto", "at_least_once"),
+        ("s3", "auto", "at_least_once"),
+        ("file", "auto", "exactly_once"),
+        pytest.param("s3", "auto", "exactly_once", marks=pytest.mark.long),
         # the other local store kinds (auto is memory at this size), in long mode
-        pytest.param("file", "rocksdb", marks=pytest.mark.long),
-        pytest.param("file", "columnar", marks=pytest.mark.long),
+        pytest.param("file", "rocksdb", "at_least_once", marks=pytest.mark.long),
+        pytest.param("file", "columnar", "at_least_once", marks=pytest.mark.long),
     ],
 )
 def test_sigkill_processor_restores_its_stores_and_outputs(
@@ -417,7 +436,8 @@ def test_sigkill_processor_restores_its_stores_and_outputs(
     long_mode: bool,
     tmp_path: Path,
 ) -> None:
-    """Apache Kafka (the session's broker), both blob stores; the output mode as parametrized."""
+    """Apache Kafka (the session's broker: transactions hidden from ``read_committed`` readers
+    when aborted, which exactly-once needs), both blob stores; the output mode as parametrized."""
     extra, judge_outputs = OUTPUT_MODES[output_mode]
     rounds = 8 if long_mode else 3
     topic = new_topic(PARTITIONS, "pay")
