@@ -426,15 +426,9 @@ class _Run:
         self, rule: CountRule, dataframe: bool, work: list[_Work], generation: int
     ) -> dict[int, _Done]:
         """The count by key over *work*, in Python tasks or as a DataFrame ``groupBy``."""
+        w = self.writer
         job = CountJob(
-            self.spark,
-            rule,
-            self.writer.opts,
-            self.writer.topic,
-            self.repo,
-            generation,
-            self.progress,
-            self.min_partitions,
+            self.spark, rule, w.opts, w.topic, self.repo, generation, self.progress, self.min_partitions
         )
         counted = job.in_dataframe(work) if dataframe else job.in_tasks(work)
         return {

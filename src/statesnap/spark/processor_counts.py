@@ -7,10 +7,12 @@ core, partial counts merged), or as ``groupBy(partition, key).count()`` over the
 (:mod:`statesnap.processor.keyspace`), byte for byte (``benchmarks/processor_spark.py`` measures
 the three).
 
-The driver (:mod:`statesnap.spark.processor_bootstrap`) plans the partitions, checks the claim,
-takes the generation and commits; a route here only counts and writes each partition's ``base``
-file, and returns the file to the driver, never the rows. This module never imports the driver:
-it reads a partition's plan through :class:`CountWork`, so the dependency runs one way.
+The driver (:mod:`statesnap.spark.processor_bootstrap`) plans, checks the claim, takes the
+generation and commits; a route counts, writes each partition's ``base`` file and returns the file,
+never the rows. It reads a plan through :class:`CountWork`: this module never imports the driver.
+
+Over 500 lines only by :class:`JobProgress` and :func:`rows_per_store`, which the driver shares and
+which belong next to ``Progress`` (:mod:`statesnap.spark.bootstrap`) and in the keyspace.
 """
 
 from __future__ import annotations
