@@ -1,9 +1,11 @@
 """The writes of the batch being processed, kept apart from the task's store until they count.
 
-A handler's writes go to ``pending`` (this record's); when the handler returns they join
-``batch``; if it raises they are dropped, so a record sent to the dead-letter topic leaves no
-half of its writes behind. ``batch`` reaches the store in one ``apply`` per partition batch — the
-store's fast path — and reads see ``pending``, then ``batch``, then the store (read your writes).
+A handler's writes go straight into ``batch``, and the first write of a key by the record being
+handled saves what ``batch`` held for it in ``undo``. When the handlers return, the record's
+writes count (``undo`` is forgotten); if one raises, ``undo`` puts ``batch`` back, so a record sent
+to the dead-letter topic leaves no half of its writes behind. ``batch`` reaches the store in one
+``apply`` per partition batch — the store's fast path — and a read looks in ``batch``, then the
+store (read your writes): one dictionary lookup before the store's, on the per-record hot path.
 """
 
 from __future__ import annotations
@@ -16,38 +18,46 @@ __all__ = ["WriteBuffer"]
 
 #: A buffered write: (value or None for a delete, input offset, input timestamp).
 Write = tuple[bytes | None, int, int]
+#: What ``undo`` saves for a key the batch did not hold yet.
+_ABSENT: Write = (b"", -1, -1)
 
 
 class WriteBuffer:
     """Buffered writes of one task (all stores share its keyspace)."""
 
-    __slots__ = ("batch", "pending", "store")
+    __slots__ = ("batch", "store", "undo")
 
     def __init__(self, store: StateStore) -> None:
         self.store = store
-        self.pending: dict[bytes, Write] = {}
         self.batch: dict[bytes, Write] = {}
+        self.undo: dict[bytes, Write] = {}
 
     def get(self, key: bytes) -> bytes | None:
-        write = self.pending.get(key)
-        if write is None:
-            write = self.batch.get(key)
+        write = self.batch.get(key)
         if write is not None:
             return write[0]
         return self.store.get(key)
 
     def put(self, key: bytes, value: bytes | None, offset: int, timestamp: int) -> None:
-        self.pending[key] = (value, offset, timestamp)
+        batch = self.batch
+        if key not in self.undo:
+            self.undo[key] = batch.get(key, _ABSENT)
+        batch[key] = (value, offset, timestamp)
 
     def accept(self) -> None:
         """The record's handlers returned: its writes count."""
-        if self.pending:
-            self.batch.update(self.pending)
-            self.pending.clear()
+        if self.undo:
+            self.undo.clear()
 
     def reject(self) -> None:
-        """A handler raised: forget the record's writes."""
-        self.pending.clear()
+        """A handler raised: put back what the record's writes replaced."""
+        batch = self.batch
+        for key, before in self.undo.items():
+            if before is _ABSENT:
+                del batch[key]
+            else:
+                batch[key] = before
+        self.undo.clear()
 
     def apply(self, partition: int) -> None:
         """Hand the batch's writes to the store (end of a partition's batch)."""
@@ -57,8 +67,7 @@ class WriteBuffer:
 
     def keys(self, prefix: bytes) -> Iterator[bytes]:
         """Live keys starting with *prefix*, in byte order, buffered writes included."""
-        writes = {**self.batch, **self.pending}
-        mine = {k: w for k, w in writes.items() if k.startswith(prefix)}
+        mine = {k: w for k, w in self.batch.items() if k.startswith(prefix)}
         stored = (k for k, _ in self.store.scan(prefix=prefix) if k not in mine)
         live = [k for k, w in mine.items() if w[0] is not None]
         yield from sorted([*stored, *live])

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from statesnap.processor.outputs import Outputs
@@ -12,20 +11,58 @@ from statesnap.processor.stores import Cursor, KeyValueStore, WindowStore
 __all__ = ["ProcessorContext", "Record"]
 
 
-@dataclass(slots=True)
 class Record:
-    """One input record, deserialized with the processor's serdes (bytes when none were given).
+    """One input record: ``key``, ``value`` (deserialized with the processor's serdes; bytes when
+    none were given), ``topic``, ``partition``, ``offset``, ``timestamp`` (ms since the epoch, -1
+    when it has none) and ``headers``.
 
-    Not frozen: a frozen dataclass costs four times as much to build, once per record."""
+    The value is decoded when first read (a count never pays for it); a plain class with slots,
+    since one is built per record."""
 
-    key: Any
-    value: Any
-    topic: str
-    partition: int
-    offset: int
-    #: Milliseconds since the epoch (the record's timestamp; -1 when it has none).
-    timestamp: int
-    headers: Sequence[tuple[str, bytes | None]] = ()
+    __slots__ = ("_decode", "_message", "_raw", "_value", "key", "offset", "partition", "timestamp", "topic")
+
+    def __init__(
+        self,
+        key: Any,
+        raw_value: bytes | None,
+        decode: Callable[[bytes], Any],
+        topic: str,
+        partition: int,
+        offset: int,
+        timestamp: int,
+        message: Any = None,
+    ) -> None:
+        self.key = key
+        self._raw = raw_value
+        self._decode = decode
+        self._value: Any = _UNDECODED
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.timestamp = timestamp
+        self._message = message
+
+    @property
+    def value(self) -> Any:
+        value = self._value
+        if value is _UNDECODED:
+            raw = self._raw
+            value = self._value = None if raw is None else self._decode(raw)
+        return value
+
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes | None]]:
+        message = self._message
+        return () if message is None else (message.headers() or ())
+
+    def __repr__(self) -> str:
+        return (
+            f"Record(topic={self.topic!r}, partition={self.partition}, offset={self.offset}, "
+            f"key={self.key!r}, timestamp={self.timestamp})"
+        )
+
+
+_UNDECODED: Any = object()
 
 
 class ProcessorContext:

@@ -139,12 +139,15 @@ class ProcessorHandler:
         cursor.partition = partition
         started = stream_time = self.stream_time(partition)
         offset = ts = -1
+        undo, emitted = buffer.undo, outputs.pending  # the per-record hot path, inlined
+        punctuations = bool(self.punctuations)
         for message in messages:
             ts_type, ts = message.timestamp()
             if not ts_type:
                 ts = -1
             before = stream_time
-            stream_time = max(stream_time, ts)
+            if ts > stream_time:  # noqa: PLR1730 - max() costs a call per record
+                stream_time = ts
             offset = message.offset()
             if until >= 0:
                 outputs.suppressed = offset < until
@@ -152,15 +155,16 @@ class ProcessorHandler:
             cursor.offset, cursor.timestamp, cursor.stream_time = offset, ts, stream_time
             cursor.active = True
             try:
-                raw_key, raw_value = message.key(), message.value()
+                raw_key = message.key()
                 record = Record(
                     None if raw_key is None else kdes(raw_key),
-                    None if raw_value is None else vdes(raw_value),
+                    message.value(),
+                    vdes,
                     topic,
                     partition,
                     offset,
                     ts,
-                    message.headers() or (),  # type: ignore[attr-defined]
+                    message,
                 )
                 for handler in handlers:
                     handler(record, context)
@@ -170,9 +174,11 @@ class ProcessorHandler:
                 cursor.active = False
                 self._failed(message, partition, e)
             else:
-                buffer.accept()
-                outputs.accept()
-                if self.punctuations and stream_time > before >= 0:
+                if undo:
+                    undo.clear()
+                if emitted:
+                    outputs.accept()
+                if punctuations and stream_time > before >= 0:
                     self._punctuate(before, stream_time)
             finally:
                 cursor.active = False

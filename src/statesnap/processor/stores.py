@@ -8,7 +8,7 @@ promise that a restore plus the tail equals processing everything.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
@@ -144,41 +144,60 @@ class _View:
 
 
 class KeyValueStore(_View, MutableMapping[Any, Any]):
-    """A key-value store of the current record's partition (a ``MutableMapping``)."""
+    """A key-value store of the current record's partition (a ``MutableMapping``).
 
-    __slots__ = ()
+    ``get`` and ``[key] =`` run once or twice per record: they check the cursor inline and call the
+    buffer's bound methods directly (``_load``; ``_dump`` only where values are stored otherwise)."""
 
-    def _load(self, stored: bytes) -> bytes | None:
-        """The value bytes of a stored key, None when absent."""
-        return self.buffer.get(stored)
+    __slots__ = ("_dump", "_load", "_value_bytes", "_value_of")
 
-    def _dump(self, value: bytes) -> bytes:
-        """What a value's bytes are stored as."""
-        return value
+    def __init__(
+        self, name: str, key_serde: Serde, value_serde: Serde, buffer: WriteBuffer, cursor: Cursor
+    ) -> None:
+        super().__init__(name, key_serde, value_serde, buffer, cursor)
+        #: The value bytes of a stored key (None when absent), and what value bytes are stored as.
+        self._load: Callable[[bytes], bytes | None] = buffer.get
+        self._dump: Callable[[bytes], bytes] | None = None
+        self._value_bytes = value_serde.serialize
+        self._value_of = value_serde.deserialize
+
+    def _stored(self, key: Any, action: str) -> bytes:
+        cursor = self.cursor
+        if not cursor.active or cursor.partition != self._partition:
+            self._prefix(action)
+        return self._prefix_bytes + self._key_bytes(key)
 
     def __getitem__(self, key: Any) -> Any:
-        raw = self._load(self._prefix("read") + self._key_bytes(key))
+        raw = self._load(self._stored(key, "read"))
         if raw is None:
             raise KeyError(key)
-        return self.value_serde.deserialize(raw)
+        return self._value_of(raw)
 
     def get(self, key: Any, default: Any = None) -> Any:
-        raw = self._load(self._prefix("read") + self._key_bytes(key))
-        return default if raw is None else self.value_serde.deserialize(raw)
+        cursor = self.cursor
+        if not cursor.active or cursor.partition != self._partition:
+            self._prefix("read")
+        raw = self._load(self._prefix_bytes + self._key_bytes(key))
+        return default if raw is None else self._value_of(raw)
 
     def __contains__(self, key: object) -> bool:
-        return self._load(self._prefix("read") + self._key_bytes(key)) is not None
+        return self._load(self._stored(key, "read")) is not None
 
     def __setitem__(self, key: Any, value: Any) -> None:
         cursor = self.cursor
-        self.buffer.pending[self._prefix("write") + self._key_bytes(key)] = (
-            self._dump(self.value_serde.serialize(value)),
+        if not cursor.active or cursor.partition != self._partition:
+            self._prefix("write")
+        raw = self._value_bytes(value)
+        dump = self._dump
+        self.buffer.put(
+            self._prefix_bytes + self._key_bytes(key),
+            raw if dump is None else dump(raw),
             cursor.offset,
             cursor.timestamp,
         )
 
     def __delitem__(self, key: Any) -> None:
-        stored = self._prefix("delete") + self._key_bytes(key)
+        stored = self._stored(key, "delete")
         if self._load(stored) is None:
             raise KeyError(key)
         self.buffer.put(stored, None, self.cursor.offset, self.cursor.timestamp)
@@ -212,11 +231,13 @@ class TtlKeyValueStore(KeyValueStore):
     ) -> None:
         super().__init__(name, key_serde, value_serde, buffer, cursor)
         self.ttl_ms = ttl_ms
+        self._load = self._load_live
+        self._dump = self._stamp
 
-    def _load(self, stored: bytes) -> bytes | None:
+    def _load_live(self, stored: bytes) -> bytes | None:
         return unstamped(self.buffer.get(stored), self.ttl_ms, self.cursor.stream_time)
 
-    def _dump(self, value: bytes) -> bytes:
+    def _stamp(self, value: bytes) -> bytes:
         return stamped(value, self.cursor.timestamp)
 
 
