@@ -71,6 +71,18 @@ def _error_of(e: KafkaException) -> Any:
     return e.args[0] if e.args else None
 
 
+def _kafka_cause(e: SystemError) -> KafkaException:
+    """The KafkaException behind a SystemError: a fatal producer (fenced) may run a pending
+    delivery callback while its own exception is set, which Python reports as "returned a result
+    with an exception set" — the Kafka error is its cause. Anything else is re-raised."""
+    cause: BaseException | None = e
+    while cause is not None:
+        if isinstance(cause, KafkaException):
+            return cause
+        cause = cause.__cause__ or cause.__context__
+    raise e
+
+
 class TransactionalOutputs(Outputs):
     """Outputs in one transaction per commit point, with the input offsets."""
 
@@ -178,6 +190,8 @@ class TransactionalOutputs(Outputs):
             super()._produce(producer, topic, key, value, headers, ts)
         except KafkaException as e:  # fatal, most often: fenced by a newer instance of this task
             self._abort(f"producing to {topic} failed: {_error_of(e)}")
+        except SystemError as e:
+            self._abort(f"producing to {topic} failed: {_error_of(_kafka_cause(e))}")
 
     def _begin(self, producer: Any) -> None:
         try:
@@ -207,6 +221,8 @@ class TransactionalOutputs(Outputs):
             self.flush(timeout)
         except OutputError as e:
             self._abort(str(e))
+        except SystemError as e:
+            self._abort(f"flush failed: {_error_of(_kafka_cause(e))}")
         tps = [TopicPartition(self.topic, p, o) for p, o in sorted(offsets.items())]
         try:
             producer.send_offsets_to_transaction(
