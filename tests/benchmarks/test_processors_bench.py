@@ -55,6 +55,7 @@ def test_keys_beyond_a_tenth_of_the_events_are_refused_in_one_line() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.long  # a benchmark smoke run (~20 s): not behaviour
 def test_quick_run_prints_every_row() -> None:
     """The smoke run on the dev broker the script starts itself (Tansu): every figure's row is
     printed (Quix's as skipped), statesnap's figures are measured and every state it checked

@@ -416,7 +416,8 @@ def _verify(ledger: CaseLedger, kafka: KafkaTool, run: Run, produced: int) -> li
 @pytest.mark.parametrize(
     ("kind", "store_kind", "output_mode"),
     [
-        ("file", "auto", "at_least_once"),
+        # default: both blob stores and both output modes once each (suite budget); the rest long
+        pytest.param("file", "auto", "at_least_once", marks=pytest.mark.long),
         ("s3", "auto", "at_least_once"),
         ("file", "auto", "exactly_once"),
         pytest.param("s3", "auto", "exactly_once", marks=pytest.mark.long),
@@ -469,7 +470,8 @@ def test_sigkill_processor_restores_its_stores_and_outputs(
     print(json.dumps({"kills": rounds, "mid_write": mid_write_kills, "records": len(records), "seed": seed}))
 
 
-@pytest.mark.parametrize("kind", ["file", pytest.param("s3", marks=pytest.mark.long)])
+@pytest.mark.long  # groups under kills: test_group_tables and the fault suite prove rebalancing by default
+@pytest.mark.parametrize("kind", ["file", "s3"])
 def test_sigkill_group_members_one_at_a_time(
     kind: str,
     kafka: KafkaTool,
@@ -620,7 +622,8 @@ def _read_events(bootstrap: str, topic: str) -> list[tuple[int, Event]]:
         consumer.close()
 
 
-@pytest.mark.parametrize("kind", ["file", pytest.param("s3", marks=pytest.mark.long)])
+@pytest.mark.long  # windows across crashes: test_window_crash_equivalence proves it by default
+@pytest.mark.parametrize("kind", ["file", "s3"])
 def test_sigkill_windowed_processor_checkpoints_what_the_window_rules_say(
     kind: str,
     kafka: KafkaTool,

@@ -357,6 +357,7 @@ def test_killed_at_random_moments_with_a_producer_running(
     restart_and_check(kafka, cfg, None)
 
 
+@pytest.mark.long  # suite budget; the kill tests prove aborted transactions stay invisible
 def test_a_failing_handler_aborts_the_open_transaction(kafka: KafkaTool, tmp_path: Path) -> None:
     """Apache Kafka proved it: a handler raising mid-transaction stops the processor
     (HandlerError) and aborts what it had emitted since the last commit; the restart with a
@@ -400,6 +401,7 @@ def test_a_restarted_instance_fences_its_zombie(kafka: KafkaTool, tmp_path: Path
     restart_and_check(kafka, cfg, successor.last_checkpoint.generation)
 
 
+@pytest.mark.long  # suite budget: a log message
 def test_committed_offsets_behind_the_checkpoint_are_reported(
     kafka: KafkaTool, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

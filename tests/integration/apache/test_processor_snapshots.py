@@ -65,7 +65,7 @@ class Where:
     cli_extra: tuple[str, ...] = ()
 
 
-@pytest.fixture(params=["file", "s3"])
+@pytest.fixture(params=["file", pytest.param("s3", marks=pytest.mark.long)])
 def where(request: pytest.FixtureRequest, tmp_path: Path) -> Where:
     """``file``, ``s3``, or ``file+topic`` (snapshot records in a Kafka topic; only where a test
     asks for it with indirect parametrization)."""
@@ -252,7 +252,11 @@ def snapshot(where: Where) -> dict[str, Any]:
     return snap
 
 
-@pytest.mark.parametrize("where", ["file", "s3", "file+topic"], indirect=True)
+@pytest.mark.parametrize(
+    "where",
+    ["file", pytest.param("s3", marks=pytest.mark.long), pytest.param("file+topic", marks=pytest.mark.long)],
+    indirect=True,
+)
 def test_app_snapshot_over_two_stores_and_two_instances_restores_at_one_generation(
     kafka: KafkaTool, where: Where, app: tuple[str, Running]
 ) -> None:

@@ -43,7 +43,7 @@ pytestmark = pytest.mark.integration
 PARTITIONS = 2
 #: Event times are this plus the drawn milliseconds (2023-11-14: in the past, which brokers accept).
 EPOCH = 1_700_000_000_000
-EXAMPLES = 25 if os.environ.get("STATESNAP_LONG", "") in {"1", "true", "yes"} else 5
+EXAMPLES = 25 if os.environ.get("STATESNAP_LONG", "") in {"1", "true", "yes"} else 3
 
 
 def events() -> st.SearchStrategy[list[Event]]:

@@ -296,6 +296,7 @@ def test_a_spark_count_writes_the_handler_path_rows_byte_for_byte(
     assert {k: json.loads(v) for k, v in resumed["counts"].items()} == counts
 
 
+@pytest.mark.long  # suite budget
 def test_a_count_claim_the_handler_does_not_keep_is_refused(
     spark: Any, kafka: KafkaTool, topic_name: str, tmp_path: Path
 ) -> None:
@@ -339,6 +340,7 @@ def test_a_failing_handler_stops_the_bootstrap_with_its_record(
         bootstrap_processor(spark, tally("none", topic, kafka.bootstrap, None))
 
 
+@pytest.mark.long  # suite budget
 def test_emit_true_sends_the_outputs_of_the_history(
     spark: Any, kafka: KafkaTool, topic_name: str, tmp_path: Path
 ) -> None:

@@ -73,6 +73,8 @@ def _failure(what: str, cluster: StandaloneCluster, log: Path) -> str:
     )
 
 
+# ~60 s, the suite's slowest: long; the cluster path runs by default in the spark-submit test below
+@pytest.mark.long
 def test_bootstrap_stream_with_executor_killed_and_read_table_on_s3(
     spark_cluster: StandaloneCluster, kafka: Any, topic_name: str, s3_location: Any, tmp_path: Path
 ) -> None:
