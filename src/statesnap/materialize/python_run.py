@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from statesnap.checkpoint import CheckpointManifest
 from statesnap.deadline import Deadline
 from statesnap.durations import format_duration
 from statesnap.materialize.engine import EngineChoice
@@ -23,7 +24,7 @@ from statesnap.python.table import Table
 from statesnap.task.options import CheckpointOptions, GroupOptions, StaticShare, StoreOptions
 from statesnap.task.restore import ProgressCallback, RestoreReport
 
-__all__ = ["Restorable", "open_table", "restore_with_progress", "run_in_python"]
+__all__ = ["Restorable", "TaskRun", "open_table", "restore_with_progress", "run_in_python"]
 
 #: How often a follow run looks at its stop request and the table's background failure.
 POLL_SECONDS = 0.5
@@ -88,6 +89,53 @@ def restore_with_progress(table: Restorable, progress: MaterializeProgress) -> R
     return report
 
 
+class TaskRun:
+    """What a Python run does after the restore — follow when asked, then the (final)
+    checkpoint — for a table and a processor alike. ``deadline`` bounds the close that follows
+    it: none for a one-shot run, the shutdown timeout once a follow was stopped."""
+
+    def __init__(self) -> None:
+        self.deadline = Deadline(None)  # a one-shot run waits for its checkpoint as long as it takes
+        self.followed: Followed | None = None
+        self.write_seconds = 0.0
+
+    def finish(
+        self,
+        task: Table[Any, Any],
+        *,
+        follow: FollowOptions | None,
+        progress: MaterializeProgress,
+        instances: int | None,
+        doing: str,
+    ) -> CheckpointManifest | None:
+        """Follow *task* until stopped (*doing*: what the status line says it does), then write
+        the checkpoint. One task of several (a static share, following) cannot complete a
+        snapshot alone: its peers report on their own, so it writes no final checkpoint."""
+        restored_at, restored_offsets = time.monotonic(), task.offsets
+        if follow is not None:
+            progress.stage(Stage.FOLLOWING)
+            group = task.group
+            member = f" as {task.task_id} of consumer group {group.group_id}" if group else ""
+            progress.status(
+                f"{doing}{member}; checkpoints every "
+                f"{format_duration(task.checkpoint_interval)} (Ctrl-C to stop)"
+            )
+            with contextlib.suppress(KeyboardInterrupt):  # a script's Ctrl-C: a stop request
+                while not follow.stop.wait(POLL_SECONDS):
+                    task.raise_if_failed()
+            progress.stage(Stage.FINAL_CHECKPOINT)
+            self.deadline = Deadline(follow.shutdown_timeout.total_seconds())
+            self.followed = Followed(
+                records_between(restored_offsets, task.offsets), time.monotonic() - restored_at
+            )
+        write_started = time.monotonic()
+        solo = not instances or instances == 1 or follow is None
+        manifest = task.checkpoint(timeout=self.deadline.remaining()) if solo else None
+        self.write_seconds = time.monotonic() - write_started
+        progress.stage(Stage.COMMITTED)
+        return manifest
+
+
 def run_in_python(
     table: Table,
     *,
@@ -96,41 +144,18 @@ def run_in_python(
     progress: MaterializeProgress,
     instances: int | None,
 ) -> MaterializeResult:
-    """Restore *table*, follow it when asked, checkpoint it, close it; what the run did.
-
-    One task of several (a static share, following) cannot complete a snapshot alone: its peers
-    report on their own, so it writes no final checkpoint of its own."""
+    """Restore *table*, follow it when asked, checkpoint it, close it; what the run did."""
     started = time.monotonic()
-    deadline = Deadline(None)  # a one-shot run waits for its checkpoint as long as it takes
-    followed: Followed | None = None
+    run = TaskRun()
     try:
         progress.stage(Stage.READING)
         report = restore_with_progress(table, progress)
-        restored_at, restored_offsets = time.monotonic(), table.offsets
-        if follow is not None:
-            progress.stage(Stage.FOLLOWING)
-            group = table.group
-            member = f" as {table.task_id} of consumer group {group.group_id}" if group else ""
-            progress.status(
-                f"following {table.topic}{member}; checkpoints every "
-                f"{format_duration(table.checkpoint_interval)} (Ctrl-C to stop)"
-            )
-            with contextlib.suppress(KeyboardInterrupt):  # a script's Ctrl-C: a stop request
-                while not follow.stop.wait(POLL_SECONDS):
-                    table.raise_if_failed()
-            progress.stage(Stage.FINAL_CHECKPOINT)
-            deadline = Deadline(follow.shutdown_timeout.total_seconds())
-            followed = Followed(
-                records_between(restored_offsets, table.offsets), time.monotonic() - restored_at
-            )
-        write_started = time.monotonic()
-        solo = not instances or instances == 1 or follow is None
-        manifest = table.checkpoint(timeout=deadline.remaining()) if solo else None
-        write_seconds = time.monotonic() - write_started
-        progress.stage(Stage.COMMITTED)
+        manifest = run.finish(
+            table, follow=follow, progress=progress, instances=instances, doing=f"following {table.topic}"
+        )
         keys = len(table.store)
     finally:
-        table.close(checkpoint=False, timeout=deadline.remaining())
+        table.close(checkpoint=False, timeout=run.deadline.remaining())
     return MaterializeResult.of(
         manifest or table.last_checkpoint,
         table=table.name,
@@ -139,8 +164,8 @@ def run_in_python(
         written=manifest is not None,
         keys=keys,
         restore=report,
-        checkpoint_seconds=write_seconds,
+        checkpoint_seconds=run.write_seconds,
         seconds=time.monotonic() - started,
         url=table.repo.url if table.repo else None,
-        followed=followed,
+        followed=run.followed,
     )

@@ -12,7 +12,6 @@ not follow.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib
 import importlib.util
@@ -26,8 +25,6 @@ from types import MappingProxyType
 from typing import Any
 
 from statesnap.checkpoint import RetentionPolicy
-from statesnap.deadline import Deadline
-from statesnap.durations import format_duration
 from statesnap.errors import ConfigError, EngineOptionError, TableStateError
 from statesnap.kafka.config import KafkaSettings
 from statesnap.materialize import (
@@ -39,8 +36,8 @@ from statesnap.materialize import (
     Stage,
 )
 from statesnap.materialize.engine import choose_engine, estimate_table_backlog
-from statesnap.materialize.python_run import restore_with_progress
-from statesnap.materialize.result import Followed, MaterializeResult, records_between
+from statesnap.materialize.python_run import TaskRun, restore_with_progress
+from statesnap.materialize.result import MaterializeResult
 from statesnap.processor.handler import ProcessorHandler
 from statesnap.processor.processor import Processor
 from statesnap.task.options import CheckpointOptions, GroupOptions, SnapshotOptions, StaticShare, StoreOptions
@@ -56,8 +53,6 @@ __all__ = [
     "with_overrides",
 ]
 
-#: How often a follow run looks at its stop request and the processor's background failure.
-POLL_SECONDS = 0.5
 #: The module the Spark engine's processor bootstrap lives in.
 SPARK_BOOTSTRAP_MODULE = "statesnap.spark.processor_bootstrap"
 
@@ -360,42 +355,26 @@ def _in_python(
     checkpoint, count, close. One task of several (a static share, following) writes no final
     checkpoint of its own: its peers report on their own."""
     started = time.monotonic()
-    deadline = Deadline(None)  # a one-shot run waits for its checkpoint as long as it takes
-    followed: Followed | None = None
+    run = TaskRun()
     try:
         progress.stage(Stage.READING)
         report = restore_with_progress(_Restoring(proc), progress)
         task = proc.task
-        restored_at, restored_offsets = time.monotonic(), task.offsets
-        if follow is not None:
-            progress.stage(Stage.FOLLOWING)
-            group = task.group
-            member = f" as {task.task_id} of consumer group {group.group_id}" if group else ""
-            progress.status(
-                f"processing {task.topic} with {proc.name}{member}; checkpoints every "
-                f"{format_duration(task.checkpoint_interval)} (Ctrl-C to stop)"
-            )
-            with contextlib.suppress(KeyboardInterrupt):  # a script's Ctrl-C: a stop request
-                while not follow.stop.wait(POLL_SECONDS):
-                    task.raise_if_failed()
-            progress.stage(Stage.FINAL_CHECKPOINT)
-            deadline = Deadline(follow.shutdown_timeout.total_seconds())
-            followed = Followed(
-                records_between(restored_offsets, task.offsets), time.monotonic() - restored_at
-            )
-        write_started = time.monotonic()
-        solo = not instances or instances == 1 or follow is None
-        manifest = proc.checkpoint(timeout=deadline.remaining()) if solo else None
-        write_seconds = time.monotonic() - write_started
-        progress.stage(Stage.COMMITTED)
+        manifest = run.finish(
+            task,
+            follow=follow,
+            progress=progress,
+            instances=instances,
+            doing=f"processing {task.topic} with {proc.name}",
+        )
         keys = len(task.store)
         stores = {name: len(proc.store(name)) for name in proc.stores}
         handler = task.handler
         processed = handler.processed if isinstance(handler, ProcessorHandler) else 0
         dead_lettered = handler.dead_lettered if isinstance(handler, ProcessorHandler) else 0
     finally:
-        proc.close(checkpoint=False, timeout=deadline.remaining())
-    run = MaterializeResult.of(
+        proc.close(checkpoint=False, timeout=run.deadline.remaining())
+    result = MaterializeResult.of(
         manifest or task.last_checkpoint,
         table=proc.name,
         topic=task.topic,
@@ -403,12 +382,12 @@ def _in_python(
         written=manifest is not None,
         keys=keys,
         restore=report,
-        checkpoint_seconds=write_seconds,
+        checkpoint_seconds=run.write_seconds,
         seconds=time.monotonic() - started,
         url=task.repo.url if task.repo else None,
-        followed=followed,
+        followed=run.followed,
     )
-    return ProcessorRunResult(run, processed, proc.emitted, dead_lettered, stores)
+    return ProcessorRunResult(result, processed, proc.emitted, dead_lettered, stores)
 
 
 def _on_spark(

@@ -56,6 +56,7 @@ __all__ = [
     "BootstrapSpec",
     "Progress",
     "bootstrap",
+    "completed",
     "run_bootstrap",
 ]
 
@@ -195,7 +196,7 @@ def _bootstrap(
             return BootstrapResult(previous, False, restore, 0.0)
         committing = time.monotonic()
         done = participant.submit(pending.generation, dict(previous.partitions), previous.offsets)
-        joined = _completed(done, pending.generation, repo.url)
+        joined = completed(done, pending.generation, repo.url)
         return BootstrapResult(joined, True, restore, time.monotonic() - committing)
 
     snapshot = participant.begin()
@@ -260,7 +261,7 @@ def _bootstrap(
         len(splits),
         time.monotonic() - started,
     )
-    committed = _completed(manifest, generation, repo.url)
+    committed = completed(manifest, generation, repo.url)
     return BootstrapResult(committed, True, restore, time.monotonic() - committing)
 
 
@@ -271,11 +272,15 @@ def _keys(files: tuple[DataFile, ...]) -> int | None:
     return files[0].rows if len(files) == 1 and files[0].kind == "base" else None
 
 
-def _completed(manifest: CheckpointManifest | None, generation: int, url: str) -> CheckpointManifest:
+def completed(
+    manifest: CheckpointManifest | None, generation: int, url: str, *, of: str = "table"
+) -> CheckpointManifest:
+    """The manifest a Spark writer's report completed, or why there is none (*of*: what the
+    writer writes, a table or a processor)."""
     if manifest is None:
         raise CheckpointError(
             f"{url}: snapshot {generation} did not complete with the Spark writer's report: a newer "
-            "generation fenced it, or other tasks own partitions of this table"
+            f"generation fenced it, or other tasks own partitions of this {of}"
         )
     return manifest
 

@@ -43,11 +43,11 @@ from typing import Any
 
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, PartitionCheckpoint, datafile
 from statesnap.checkpoint.manifest import DataFile
-from statesnap.errors import CheckpointError, ConfigError, HandlerError
+from statesnap.errors import ConfigError, HandlerError
 from statesnap.processor import Processor
 from statesnap.processor.keyspace import META_STORE
 from statesnap.processor.outputs import Outputs
-from statesnap.spark.bootstrap import Progress
+from statesnap.spark.bootstrap import Progress, completed
 from statesnap.spark.changes import write_data_file
 from statesnap.spark.kafka_io import iter_range
 from statesnap.spark.options import KafkaSourceOptions
@@ -299,10 +299,11 @@ class _Run:
                 log.info("%s: nothing appended since generation %d", self.repo.url, previous.generation)
                 return self._result(previous, False, path, restore=restore, checkpoint_seconds=0.0)
             committing = time.monotonic()
-            joined = _completed(
+            joined = completed(
                 participant.submit(pending.generation, dict(previous.partitions), previous.offsets),
                 pending.generation,
                 self.repo.url,
+                of="processor",
             )
             return self._result(
                 joined, True, path, restore=restore, checkpoint_seconds=time.monotonic() - committing
@@ -389,7 +390,7 @@ class _Run:
             len(done),
             time.monotonic() - self.started,
         )
-        committed = _completed(manifest, generation, self.repo.url)
+        committed = completed(manifest, generation, self.repo.url, of="processor")
         return self._result(
             committed,
             True,
@@ -492,12 +493,3 @@ def _partition_task(
         )
 
     return run
-
-
-def _completed(manifest: CheckpointManifest | None, generation: int, url: str) -> CheckpointManifest:
-    if manifest is None:
-        raise CheckpointError(
-            f"{url}: snapshot {generation} did not complete with the Spark writer's report: a newer "
-            "generation fenced it, or other tasks own partitions of this processor"
-        )
-    return manifest
