@@ -22,6 +22,7 @@ from statesnap.errors import CorruptCheckpointError
 __all__ = [
     "FORMAT_VERSION",
     "SUPPORTED_FORMAT_VERSIONS",
+    "UNVERSIONED",
     "CheckpointManifest",
     "CheckpointState",
     "DataFile",
@@ -45,6 +46,10 @@ SUPPORTED_FORMAT_VERSIONS = frozenset({1, 2})
 _DATA_PATH_RE = re.compile(r"^data/(\d{1,20})/[A-Za-z0-9_][A-Za-z0-9._-]*\.parquet$")
 _DATA_NAME_RE = re.compile(r"^data/\d+/p(\d+)-(base|delta)-(\d{1,18})\.parquet$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+
+#: The state version of a store a manifest does not name (every manifest written before versions
+#: were recorded): the version every table and store starts at.
+UNVERSIONED = 1
 
 
 class FileKind(StrEnum):
@@ -291,6 +296,15 @@ class CheckpointManifest:
     format_version: int = FORMAT_VERSION
     #: Kafka's ID of the topic incarnation the checkpoint was taken from (None where unknown).
     topic_id: str | None = None
+    #: The state version of each store's rows (a table has one store, named after it): the code
+    #: that restores them must be of the same version or migrate them. A store not named is at
+    #: :data:`UNVERSIONED`. Optional in the JSON, so no format bump: an older reader ignores it
+    #: (and the checksum covers it either way).
+    state_versions: Mapping[str, int] = field(default_factory=dict)
+
+    def state_version(self, store: str) -> int:
+        """The state version *store*'s rows were written at (:data:`UNVERSIONED` if not named)."""
+        return self.state_versions.get(store, UNVERSIONED)
 
     def __post_init__(self) -> None:
         # The JSON form keeps milliseconds in UTC; normalize so a writer's manifest equals what
@@ -338,6 +352,7 @@ class CheckpointManifest:
             "created_at": self.created_at.astimezone(UTC).isoformat(timespec="milliseconds"),
             "writer": dict(self.writer),
             **({"topic_id": self.topic_id} if self.topic_id else {}),
+            **({"state_versions": dict(sorted(self.state_versions.items()))} if self.state_versions else {}),
             "partitions": {str(p): pc.to_json() for p, pc in sorted(self.partitions.items())},
         }
         if self.format_version >= 2:
@@ -395,6 +410,12 @@ class CheckpointManifest:
         if created.tzinfo is None:
             created = created.replace(tzinfo=UTC)
         topic_id = obj.get("topic_id")
+        versions = {
+            as_str(store, "a state version's store", max_len=255): as_int(
+                v, f"state version of {store[:60]!r}", lo=1, hi=2**31 - 1
+            )
+            for store, v in as_map(obj.get("state_versions") or {}, "state_versions").items()
+        }
         return cls(
             table=as_str(obj.get("table"), "table", max_len=255),
             topic=as_str(obj.get("topic"), "topic", max_len=255),
@@ -406,4 +427,5 @@ class CheckpointManifest:
             writer=dict(as_map(obj.get("writer") or {}, "writer")),
             format_version=version,
             topic_id=as_str(topic_id, "topic_id", max_len=64) if topic_id else None,
+            state_versions=versions,
         )
