@@ -41,7 +41,14 @@ def _produce(settings: KafkaSettings, spec: SampleSpec, label: str, quiet: bool)
 @click.option("--partitions", default=8, show_default=True)
 @click.option("--tail", default=100_000, show_default=True, help="Records appended after the checkpoint.")
 @click.option(
-    "--store", type=click.Choice(["auto", "memory", "columnar", "rocksdb"]), default="auto", show_default=True
+    "--state-store",
+    "--store",
+    "store",
+    type=click.Choice(["auto", "memory", "columnar", "rocksdb"]),
+    default="auto",
+    show_default=True,
+    help="The local state store the restores load into (--store is its older name; elsewhere --store "
+    "names a processor's store).",
 )
 @click.option(
     "--engine",
