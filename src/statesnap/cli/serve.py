@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -22,9 +23,19 @@ from statesnap.errors import InvalidDurationError, StatesnapError
 from statesnap.python.reads import StoreName
 
 if TYPE_CHECKING:  # the serve package imports FastAPI: not on every `statesnap` command
+    from statesnap.processor.store_follower import StoreFollower
+    from statesnap.python.follower import Follower
+    from statesnap.serve.generations import GenerationSource
     from statesnap.serve.waits import OwnedReplica
 
-__all__ = ["DEFAULT_WAIT_MS", "MAX_PENDING_WAITS", "MAX_WAIT_MS", "prefix_filter", "serve"]
+__all__ = [
+    "DEFAULT_GENERATIONS",
+    "DEFAULT_WAIT_MS",
+    "MAX_PENDING_WAITS",
+    "MAX_WAIT_MS",
+    "prefix_filter",
+    "serve",
+]
 
 #: statesnap.serve.app.MAX_WAIT_MS / DEFAULT_WAIT_MS, repeated so that loading the CLI does not
 #: import FastAPI and uvicorn (~0.3 s on every `statesnap` command); a unit test keeps them equal.
@@ -32,6 +43,8 @@ MAX_WAIT_MS = 60_000
 DEFAULT_WAIT_MS = 5_000
 #: statesnap.serve.waits.DEFAULT_MAX_PENDING, repeated for the same reason.
 MAX_PENDING_WAITS = 10_000
+#: statesnap.serve.generations.DEFAULT_GENERATIONS, repeated for the same reason.
+DEFAULT_GENERATIONS = 2
 
 
 def prefix_filter(prefixes: tuple[str, ...]) -> Callable[[bytes], bool] | None:
@@ -124,6 +137,21 @@ def prefix_filter(prefixes: tuple[str, ...]) -> Callable[[bytes], bool] | None:
     help="Requests that may wait for min_offsets / caught_up at once; more answer 503. "
     "Waiting requests hold no thread.",
 )
+@click.option(
+    "--max-generations",
+    type=click.IntRange(0, 100),
+    default=DEFAULT_GENERATIONS,
+    show_default=True,
+    help="?generation=G reads: how many generations to keep loaded (each is one in-memory copy of "
+    "the table or store, loaded on its first read); 0 turns such reads off (400).",
+)
+@click.option(
+    "--generation-load-timeout",
+    default="60s",
+    show_default=True,
+    help="How long a ?generation=G read without wait_ms waits for G to load; then 504 (the load goes "
+    "on: retry).",
+)
 @click.option("--access-log", is_flag=True, help="Log every request (uvicorn's access log).")
 @storage_options
 @kafka_config_options
@@ -142,6 +170,8 @@ def serve(
     require_checkpoint: bool,
     max_wait_ms: int,
     max_pending_waits: int,
+    max_generations: int,
+    generation_load_timeout: str,
     access_log: bool,
     storage_pairs: tuple[str, ...],
     kafka_pairs: tuple[str, ...],
@@ -155,7 +185,9 @@ def serve(
     200 once caught up. Add ?min_offsets=0:123&wait_ms=2000 (or the JSON form {"0":123}, which
     needs `curl -g`) to a read to see your own writes, ?caught_up=true to wait for the end of the
     log; every answer carries X-Statesnap-Offsets, X-Statesnap-Lag and X-Statesnap-Caught-Up
-    headers. Bad parameters answer 400.
+    headers. Bad parameters answer 400. Add ?generation=G to a read for the state exactly as
+    snapshot G holds it (X-Statesnap-Generation and G's offsets in X-Statesnap-Offsets; 404 lists
+    the generations there are); the --max-generations most recently read ones stay loaded.
 
     \b
       GET /tables/TABLE/keys/KEY        raw value bytes (404 when absent)
@@ -167,45 +199,82 @@ def serve(
     --store STORE --table PROCESSOR serves a processor's store instead (no broker needed): as its
     newest checkpoint holds it, refreshed when a newer generation appears, at /tables/STORE/….
     """
+    from statesnap.blob import open_blob_store
+    from statesnap.kafka.admin import KafkaAdmin
     from statesnap.python.follower import Follower
+    from statesnap.serve.generations import StoreGenerations, TableGenerations
     from statesnap.task.options import CheckpointOptions
     from statesnap.task.rowfilter import RowFilter
 
+    load_ms = _load_timeout_ms(generation_load_timeout, max_wait_ms)
     follower: OwnedReplica
     if store_name is not None:
-        follower = _store_follower(
+        stores = _store_follower(
             table, store_name, checkpoints, storage_pairs, poll_interval, key_prefixes, topic,
             bootstrap_servers, kafka_pairs, kafka_files, timeout,
         )  # fmt: skip
-        _serve(follower, f"store {store_name!r} of processor {table!r}", host, port, access_log, max_wait_ms,
-               max_pending_waits)  # fmt: skip
+        source: GenerationSource | None = StoreGenerations(
+            stores.blob_store, stores.table, store_name, stores.cluster_id, stores.key_filter
+        )
+        _serve(stores, f"store {store_name!r} of processor {table!r}", host, port, access_log, max_wait_ms,
+               max_pending_waits, source, max_generations, load_ms)  # fmt: skip
         return
     if not bootstrap_servers:
         raise click.UsageError("Missing option '--bootstrap-servers' / '-b'.")
     if not topic:
         raise click.UsageError("Missing option '--topic' / '-t'.")
     settings = kafka_settings(bootstrap_servers, kafka_pairs, kafka_files, timeout)
-    try:
-        follower = Follower(
+    blob_options = pairs_to_dict(storage_pairs, "--storage-option")
+    name = table or topic
+
+    def replica(generation: int | None) -> Follower[Any, Any]:
+        """The live replica (None), or generation G as it is (``tail=False``), as dump reads it."""
+        return Follower(
             topic,
             bootstrap_servers=settings.bootstrap_servers,
             kafka_config=dict(settings.config),
             timeout=settings.timeout,
-            name=table or topic,
+            name=name,
             checkpoints=CheckpointOptions(
                 checkpoints,
-                storage_options=pairs_to_dict(storage_pairs, "--storage-option"),
-                require=require_checkpoint,
+                storage_options=blob_options,
+                require=require_checkpoint or generation is not None,
+                generation=generation,
             )
             if checkpoints
             else None,
             store=state_store,
             row_filter=RowFilter(key_filter=prefix_filter(key_prefixes)),
+            tail=generation is None,
+        )
+
+    try:
+        follower = replica(None)
+        source = (
+            TableGenerations(
+                open_blob_store(checkpoints, **blob_options),
+                name,
+                replica,
+                functools.cache(lambda: KafkaAdmin(settings).cluster_id()),
+            )
+            if checkpoints
+            else None
         )
     except StatesnapError as e:
         raise click.ClickException(f"{type(e).__name__}: {e}") from e
     _serve(follower, f"table {follower.name!r} of topic {topic!r}", host, port, access_log, max_wait_ms,
-           max_pending_waits)  # fmt: skip
+           max_pending_waits, source, max_generations, load_ms)  # fmt: skip
+
+
+def _load_timeout_ms(text: str, max_wait_ms: int) -> int:
+    """--generation-load-timeout in ms (at most --max-wait-ms, the bound of any request's wait)."""
+    try:
+        seconds = parse_duration(text).total_seconds()
+    except InvalidDurationError as e:
+        raise click.BadParameter(str(e), param_hint="--generation-load-timeout") from e
+    if seconds <= 0:
+        raise click.BadParameter("must be more than 0", param_hint="--generation-load-timeout")
+    return min(int(seconds * 1000), max_wait_ms)
 
 
 def _store_follower(
@@ -220,7 +289,7 @@ def _store_follower(
     kafka_pairs: tuple[str, ...],
     kafka_files: tuple[str, ...],
     timeout: float,
-) -> OwnedReplica:
+) -> StoreFollower:
     """``--store``: a read-only replica of one processor store, refreshed from new checkpoints."""
     from statesnap.blob import open_blob_store
     from statesnap.cli.dumping import check_store_flags
@@ -258,16 +327,24 @@ def _serve(
     access_log: bool,
     max_wait_ms: int,
     max_pending_waits: int,
+    source: GenerationSource | None,
+    max_generations: int,
+    load_timeout_ms: int,
 ) -> None:
-    """Serve *follower* over HTTP until SIGINT/SIGTERM, or until it fails."""
+    """Serve *follower* (and its generations from *source*) over HTTP until SIGINT/SIGTERM, or
+    until it fails."""
     from statesnap.serve import HttpServer, create_app
+    from statesnap.serve.generations import GenerationCache
 
+    cache = GenerationCache(source, capacity=max_generations) if source and max_generations else None
     try:
         app = create_app(
             follower,
             default_wait_ms=min(DEFAULT_WAIT_MS, max_wait_ms),
             max_wait_ms=max_wait_ms,
             max_pending_waits=max_pending_waits,
+            generations=cache,
+            load_timeout_ms=load_timeout_ms,
         )
         server = HttpServer(
             app, host=host, port=port, access_log=access_log, log_level="info" if access_log else "warning"
@@ -296,6 +373,8 @@ def _serve(
     finally:
         server.stop()
         follower.close()
+        if cache is not None:
+            cache.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     err = follower.error

@@ -18,6 +18,14 @@ A caller can demand a fresher answer: ``min_offsets={"0": 123}`` waits until the
 ``wait_ms``, then 504. ``min_offsets`` also takes the form ``0:123,3:9``, which needs no URL
 quoting. Waiting requests hold no thread: other requests are never queued behind them.
 
+``generation=G`` answers a read as of snapshot generation G instead: exactly the state G's
+checkpoint holds, never moving (404 listing the generations there are when G is not one of them;
+500 when G does not verify — never another generation). Such answers carry
+``X-Statesnap-Generation: G`` and ``X-Statesnap-Offsets`` = G's offsets (no lag or caught-up: a
+snapshot does not move, so ``min_offsets`` and ``caught_up`` with it are a 400). The first read of
+a generation loads it (waiting at most ``wait_ms``, then 504 while the load goes on); the server
+keeps the few most recently read generations in memory.
+
 Malformed or out-of-range parameters answer 400 with the reason.
 
 Length: one FastAPI app — its routes, their typed models (which the OpenAPI document shows) and
@@ -27,10 +35,11 @@ the headers every answer carries; metrics, waits, params and docs are modules of
 # No ``from __future__ import annotations`` here: FastAPI reads the route signatures at runtime and
 # they refer to names local to create_app().
 import base64
+import contextlib
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 from urllib.parse import unquote_to_bytes, urlencode
 
 import anyio.to_thread
@@ -42,9 +51,17 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CollectorRegistry
 from pydantic import BaseModel, Field
 
-from statesnap.errors import ConfigError, StatesnapError, TableStateError
+from statesnap.errors import (
+    CheckpointError,
+    ConfigError,
+    GenerationNotFoundError,
+    StatesnapError,
+    TableNotFoundError,
+    TableStateError,
+)
 from statesnap.redaction import scrub
 from statesnap.serve.docs import mount_docs
+from statesnap.serve.generations import DEFAULT_LOAD_SECONDS, GenerationCache, GenerationLoadTimeoutError
 from statesnap.serve.metrics import CONTENT_TYPE, FollowerCollector, HttpMetrics, MetricsMiddleware, render
 from statesnap.serve.params import ParameterError, parse_min_offsets
 from statesnap.serve.waits import DEFAULT_MAX_PENDING, FreshnessWaits, ServedReplica
@@ -61,10 +78,12 @@ __all__ = [
     "Item",
     "Message",
     "Problem",
+    "Reads",
     "Receive",
     "ScanPage",
     "Scope",
     "Send",
+    "SnapshotFreshness",
     "StatusModel",
     "create_app",
 ]
@@ -119,6 +138,31 @@ class Freshness:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class SnapshotFreshness:
+    """What a ``?generation=G`` answer reflects: generation G, at G's offsets, never moving."""
+
+    generation: int
+    offsets: dict[int, int]
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        offsets = json.dumps({str(p): o for p, o in sorted(self.offsets.items())}, separators=(",", ":"))
+        return [
+            (b"x-statesnap-generation", str(self.generation).encode()),
+            (b"x-statesnap-offsets", offsets.encode()),
+        ]
+
+
+class Reads(Protocol):
+    """The reads a route makes: of the live replica, or of one generation."""
+
+    def get_raw(self, key: bytes) -> bytes | None: ...
+
+    def scan(self, after: bytes | None, limit: int) -> list[tuple[bytes, bytes]]: ...
+
+    def keeps(self, key: bytes) -> bool: ...
+
+
 class _FreshnessHeaders:
     """Pure ASGI middleware adding the staleness headers to every answer: the snapshot a handler
     took before its read, or a fresh one for answers without a read (errors, health, metrics)."""
@@ -136,7 +180,7 @@ class _FreshnessHeaders:
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 snap = state.get(_FRESHNESS_KEY)
-                if not isinstance(snap, Freshness):
+                if not isinstance(snap, Freshness | SnapshotFreshness):
                     snap = Freshness.of(self.follower)
                 message["headers"] = [*message.get("headers", []), *snap.headers()]
             await send(message)
@@ -227,7 +271,7 @@ def _one_of(text: str | None, b64: str | None, name: str) -> bytes | None:
 
 
 def _page(
-    follower: ServedReplica, after: bytes | None, prefix: bytes | None, limit: int
+    follower: Reads, after: bytes | None, prefix: bytes | None, limit: int
 ) -> tuple[list[tuple[bytes, bytes]], bool]:
     """One page of the scan, and whether another may follow.
 
@@ -252,6 +296,14 @@ def _page(
     else:
         more = True
     return rows, more
+
+
+def _held(generations: GenerationCache) -> list[int]:
+    """The generations there are, oldest first, for a 404; empty when even the listing fails."""
+    try:
+        return sorted(generations.generations())
+    except StatesnapError:
+        return []
 
 
 def _validation_detail(exc: RequestValidationError) -> str:
@@ -291,12 +343,16 @@ def create_app(
     default_wait_ms: int = DEFAULT_WAIT_MS,
     max_wait_ms: int = MAX_WAIT_MS,
     max_pending_waits: int = DEFAULT_MAX_PENDING,
+    generations: GenerationCache | None = None,
+    load_timeout_ms: int = int(DEFAULT_LOAD_SECONDS * 1000),
 ) -> FastAPI:
     """The HTTP API over *follower*. The app does not start or close the follower: its owner
     (``statesnap serve``, a test, an embedding service) does.
 
     ``max_pending_waits`` bounds the requests waiting for freshness at once; beyond it a request
-    that would wait answers 503 with ``Retry-After``.
+    that would wait answers 503 with ``Retry-After``. *generations* serves ``?generation=G``
+    (without it such reads answer 400); its owner closes it. A read of a generation not yet
+    loaded waits ``wait_ms`` or, without one, *load_timeout_ms* for the load.
     """
     app = FastAPI(
         docs_url=None,
@@ -336,6 +392,11 @@ def create_app(
         body = {"detail": _validation_detail(exc), "errors": _validation_errors(exc)}
         return JSONResponse(body, status_code=400)
 
+    @app.exception_handler(GenerationLoadTimeoutError)
+    async def _load_timeout(_request: Request, exc: GenerationLoadTimeoutError) -> JSONResponse:
+        body = {"detail": str(exc), "generation": exc.generation}
+        return JSONResponse(body, status_code=504, headers={"Retry-After": "1"})
+
     @app.exception_handler(TableStateError)
     async def _not_ready(_request: Request, exc: TableStateError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=503, headers={"Retry-After": "1"})
@@ -361,9 +422,38 @@ def create_app(
                 503, f"table {follower.name!r} is {state}, not ready for reads", headers={"Retry-After": "1"}
             )
 
+    @contextlib.asynccontextmanager
+    async def generation_read(generation: int, request: Request, timeout: float) -> AsyncIterator[Reads]:
+        """Generation *generation*'s reader, loaded (or taken from the cache) for one answer."""
+        if generations is None:
+            raise HTTPException(400, "this server does not serve generations (started without a cache)")
+        try:
+            async with generations.lease(generation, timeout) as reader:
+                setattr(request.state, _FRESHNESS_KEY, SnapshotFreshness(generation, reader.offsets))
+                yield reader
+        except (GenerationNotFoundError, TableNotFoundError) as e:
+            held = await anyio.to_thread.run_sync(_held, generations)
+            detail = {"message": scrub(str(e)), "generation": generation, "generations": held}
+            raise HTTPException(404, detail) from None
+        except CheckpointError as e:  # does not verify: the error, never another generation
+            detail = {
+                "message": f"generation {generation} cannot be read: {type(e).__name__}: {scrub(str(e))}",
+                "generation": generation,
+            }
+            raise HTTPException(500, detail) from None
+
     async def consistency(
         request: Request,
         table: str,
+        generation: Annotated[
+            int | None,
+            Query(
+                ge=0,
+                description="Read as of this snapshot generation: exactly the state its checkpoint "
+                "holds, never moving (X-Statesnap-Generation and X-Statesnap-Offsets say which). "
+                "404 lists the generations there are; not with min_offsets or caught_up.",
+            ),
+        ] = None,
         min_offsets: Annotated[
             str | None,
             Query(
@@ -376,17 +466,33 @@ def create_app(
             bool, Query(description="Wait until every partition is at end-of-partition.")
         ] = False,
         wait_ms: Annotated[
-            int,
+            int | None,
             Query(
-                ge=0, le=max_wait_ms, description="How long to wait for min_offsets / caught_up; then 504."
+                ge=0,
+                le=max_wait_ms,
+                description=f"How long to wait for min_offsets / caught_up (default {default_wait_ms}) "
+                f"or for a generation to load (default {load_timeout_ms}); then 504.",
             ),
-        ] = default_wait_ms,
-    ) -> None:
-        """Table check, readiness, then the freshness the caller demands; records what the
-        answer will reflect for the staleness headers."""
+        ] = None,
+    ) -> AsyncIterator[Reads]:
+        """Table check, then what the answer reads: generation G's state, or the live replica
+        once ready and as fresh as the caller demands; records what the answer will reflect for
+        the headers."""
         require_table(table)
+        if generation is not None:
+            if min_offsets is not None or caught_up:
+                raise HTTPException(
+                    400,
+                    f"generation {generation} is a snapshot: it does not move, so min_offsets and "
+                    "caught_up do not go with generation",
+                )
+            timeout = (load_timeout_ms if wait_ms is None else wait_ms) / 1000
+            async with generation_read(generation, request, timeout) as reader:
+                yield reader
+            return
         require_running()
-        timeout = wait_ms / 1000
+        waited = default_wait_ms if wait_ms is None else wait_ms
+        timeout = waited / 1000
         if min_offsets is not None:
             try:
                 wanted = parse_min_offsets(min_offsets)
@@ -396,26 +502,36 @@ def create_app(
                 raise HTTPException(
                     504,
                     {
-                        "message": f"min_offsets not applied within {wait_ms} ms",
+                        "message": f"min_offsets not applied within {waited} ms",
                         "wanted": {str(p): o for p, o in wanted.items()},
                         "offsets": {str(p): o for p, o in follower.offsets.items()},
                     },
                 )
         if caught_up and not await waits.caught_up(timeout):
-            raise HTTPException(504, f"not caught up within {wait_ms} ms")
+            raise HTTPException(504, f"not caught up within {waited} ms")
         setattr(request.state, _FRESHNESS_KEY, Freshness.of(follower))
+        yield follower
 
     errors: dict[int | str, dict[str, Any]] = {
         400: {
             "model": Problem,
             "description": "Malformed or out-of-range parameter (e.g. min_offsets, limit).",
         },
-        404: {"model": Problem, "description": "No such table on this server (or no such key)."},
+        404: {
+            "model": Problem,
+            "description": "No such table on this server, no such key, or no such generation (the "
+            "answer lists the generations there are).",
+        },
+        500: {"model": Problem, "description": "The generation asked for does not verify (corrupt)."},
         503: {
             "model": Problem,
             "description": "The replica is still restoring (or failed), or too many requests wait.",
         },
-        504: {"model": Problem, "description": "min_offsets / caught_up not reached within wait_ms."},
+        504: {
+            "model": Problem,
+            "description": "min_offsets / caught_up not reached, or the generation not loaded, within "
+            "wait_ms.",
+        },
     }
 
     @app.get(
@@ -432,7 +548,8 @@ def create_app(
         responses=errors,
     )
     async def scan_keys(
-        _consistent: Annotated[None, Depends(consistency)],
+        reads: Annotated[Reads, Depends(consistency)],
+        request: Request,
         table: str,
         after: Annotated[str | None, Query(description="Start after this key (UTF-8).")] = None,
         after_b64: Annotated[str | None, Query(description="Start after this key (base64).")] = None,
@@ -442,14 +559,18 @@ def create_app(
     ) -> JSONResponse:
         start = _one_of(after, after_b64, "after")
         wanted = _one_of(prefix, prefix_b64, "prefix")
-        rows, more = await anyio.to_thread.run_sync(lambda: _page(follower, start, wanted, limit))
+        rows, more = await anyio.to_thread.run_sync(lambda: _page(reads, start, wanted, limit))
         items = [{**_text_or_b64("key", k), **_text_or_b64("value", v)} for k, v in rows]
         next_url = None
         if more and rows:
             query: dict[str, Any] = _text_or_b64("after", rows[-1][0])
             if wanted:
                 query.update(_text_or_b64("prefix", wanted))
-            next_url = f"/tables/{table}/keys?{urlencode({**query, 'limit': limit})}"
+            query["limit"] = limit
+            snap = getattr(request.state, _FRESHNESS_KEY, None)
+            if isinstance(snap, SnapshotFreshness):  # the next page of the same generation
+                query["generation"] = snap.generation
+            next_url = f"/tables/{table}/keys?{urlencode(query)}"
         return JSONResponse({"table": table, "items": items, "next": next_url})
 
     @app.get(
@@ -466,13 +587,13 @@ def create_app(
         },
     )
     async def get_key(
-        _consistent: Annotated[None, Depends(consistency)], request: Request, table: str, key: str
+        reads: Annotated[Reads, Depends(consistency)], request: Request, table: str, key: str
     ) -> Response:
         raw_key = _path_key(request, key)
-        value = follower.get_raw(raw_key)
+        value = reads.get_raw(raw_key)
         if value is None:
             detail = "key not found"
-            if not follower.keeps(raw_key):
+            if not reads.keeps(raw_key):
                 detail = "key not found: this replica's key filter does not keep it"
             return JSONResponse({"detail": detail}, status_code=404)
         return Response(value, media_type="application/octet-stream")
