@@ -40,17 +40,25 @@ import threading
 import time
 import uuid
 from collections.abc import Collection, Mapping
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, ClassVar, Generic
 
 from statesnap.blob import BlobStore
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository
 from statesnap.checkpoint.restore import SkippedCheckpoint
-from statesnap.checkpoint.selection import resume_offsets
+from statesnap.checkpoint.selection import TopicState, resume_offsets
 from statesnap.deadline import Deadline
 from statesnap.durations import parse_duration
-from statesnap.errors import CheckpointTimeoutError, KafkaError, OffsetOutOfRangeError, TableStateError
+from statesnap.errors import (
+    CheckpointTimeoutError,
+    ConfigError,
+    KafkaError,
+    OffsetOutOfRangeError,
+    TableStateError,
+)
 from statesnap.kafka.config import KafkaSettings
+from statesnap.kafka.partitioner import PartitionerSpec
 from statesnap.kafka.reader import ChangelogReader
 from statesnap.python.aio import AsyncWaiters
 from statesnap.python.consuming import CATCH_UP_POLL, TAIL_POLL, Consuming, RecordHandler, UpsertHandler
@@ -69,6 +77,7 @@ from statesnap.serde import SchemaRegistry, Serde, resolve_serde
 from statesnap.snapshot.participant import SnapshotTask
 from statesnap.stores import StateStore, auto_store_kind, open_state_store
 from statesnap.task.lifecycle import TaskPhase
+from statesnap.task.migration import Migration, StateVersion
 from statesnap.task.opening import OpenedTask, TaskEngine, check_table_name, open_task
 from statesnap.task.options import CheckpointOptions, GroupOptions, StaticShare, StoreName, StoreOptions
 from statesnap.task.restore import ProgressCallback, RestoreReport, gc_paused, restore_into_store
@@ -113,6 +122,9 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
         background: bool = True,
         row_filter: RowFilter | None = None,
         hooks: Hooks | None = None,
+        state_version: int = 1,
+        migrations: Mapping[int, Migration] | None = None,
+        start_from: int | None = None,
     ) -> None:
         """
         Args:
@@ -142,11 +154,23 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
             hooks: ``on_update``, ``on_checkpoint``, ``restore_listener`` (see
                 :mod:`statesnap.python.hooks` for when and on which thread each runs; also
                 settable as attributes before start()).
+            state_version: the version of the stored rows' format (bump it when a change to
+                *row_filter*, a serde or a handler changes what is stored); recorded in every
+                checkpoint. A checkpoint of another version is refused unless *migrations* bring
+                it up (see :mod:`statesnap.task.migration`).
+            migrations: ``{v: fn}``, ``fn(key, value) -> (key, value) | (key, value, partition)
+                | None`` on stored bytes, turning version ``v`` rows into ``v + 1``; run while
+                restoring, after which the next checkpoint is written at *state_version*.
+            start_from: restore exactly this snapshot generation, then continue from its offsets
+                (the same as ``CheckpointOptions(generation=...)``); later generations stay, new
+                ones are numbered above them.
         """
         self.topic = topic
         self.name = check_table_name(name or topic)
         self.settings = KafkaSettings(bootstrap_servers, dict(kafka_config or {}), timeout)
-        self.checkpoints = CheckpointOptions.of(checkpoints)
+        #: The state version of the rows this table writes, and how older ones are brought up.
+        self.state = StateVersion(state_version, migrations)
+        self.checkpoints = _starting_from(CheckpointOptions.of(checkpoints), start_from)
         # Without checkpoints, commit points still happen (group offsets, store upkeep): the
         # bundle's default intervals and clock apply.
         options = self.checkpoints or CheckpointOptions(location="")
@@ -255,7 +279,14 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
         started = time.monotonic()
         self._pick_store()
         manifest = restore_into_store(
-            task, task.state, self.store, self.row_filter, self.report, warn_if_empty=not self._writes
+            task,
+            task.state,
+            self.store,
+            self.row_filter,
+            self.report,
+            warn_if_empty=not self._writes,
+            versions=self._versions(),
+            partitioner=self._partitioner(),
         )
         self.report.load_seconds = time.monotonic() - started
         self._restored = manifest
@@ -287,6 +318,31 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
             self._restore_done.set()
         self.report.replay_seconds = time.monotonic() - started
         return self._started()
+
+    def _versions(self) -> StateVersion | None:
+        """The state version restores check: a writer's (its code reads the rows), or a reader's
+        given migrations; a plain reader reads any version as it is."""
+        return self.state if self._writes or self.state.migrations else None
+
+    def _partitioner(self) -> PartitionerSpec:
+        return self.group.partitioner if self.group is not None else "murmur2_random"
+
+    def restore_partitions(
+        self, task: OpenedTask, state: TopicState, *, first: bool
+    ) -> CheckpointManifest | None:
+        """A group member's gained partitions, restored (and migrated) like a start's."""
+        if task.repo is None:
+            return None
+        report = self.report if first else None
+        return restore_into_store(
+            task,
+            state,
+            self.store,
+            self.row_filter,
+            report,
+            versions=self._versions(),
+            partitioner=self._partitioner(),
+        )
 
     def _catch_up(self, progress: ProgressCallback | None) -> None:
         assert self._reader is not None
@@ -394,9 +450,15 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
             previous=manifest,
             refresh_interval=min(1.0, max(0.05, self._commit_interval.total_seconds() / 2)),
         )
+        self.snapshots.state_versions = self._state_versions()
         hook = self.on_checkpoint
         if hook is not None:
             self.snapshots.on_checkpoint = lambda m: call_safely("on_checkpoint", self.name, hook, m)
+
+    def _state_versions(self) -> dict[str, int]:
+        """What every manifest this task writes records: a table is one store, its own name (a
+        processor names each of its stores)."""
+        return {self.name: self.state.version}
 
     def _freeze(self, offsets: dict[int, int]) -> RestoreReport:
         """``tail=False``: the restored checkpoint is the table; nothing is consumed."""
@@ -541,3 +603,16 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
 
     def _table_name(self) -> str:
         return self.name
+
+
+def _starting_from(checkpoints: CheckpointOptions | None, start_from: int | None) -> CheckpointOptions | None:
+    """``start_from=G`` as the checkpoint options' exact generation (one way to say it inside)."""
+    if start_from is None:
+        return checkpoints
+    if checkpoints is None:
+        raise ConfigError(f"start_from={start_from} needs checkpoints to start from")
+    if checkpoints.generation is not None and checkpoints.generation != start_from:
+        raise ConfigError(
+            f"start_from={start_from} and CheckpointOptions(generation={checkpoints.generation}) disagree"
+        )
+    return replace(checkpoints, generation=start_from)

@@ -25,7 +25,12 @@ from typing import Any, Protocol
 
 from statesnap.checkpoint.manifest import CheckpointManifest, CheckpointState, PartitionCheckpoint
 from statesnap.checkpoint.repository import CheckpointRepository
-from statesnap.errors import CheckpointConflictError, StaleGenerationError, StatesnapError
+from statesnap.errors import (
+    CheckpointConflictError,
+    CheckpointMismatchError,
+    StaleGenerationError,
+    StatesnapError,
+)
 from statesnap.snapshot.model import Snapshot, SnapshotState, TaskSnapshot
 from statesnap.snapshot.store import SnapshotStore
 from statesnap.version import __version__
@@ -78,6 +83,7 @@ def manifest_of(snapshot: Snapshot, *, table: str, topic: str, cluster_id: str) 
             writer.setdefault("processor", task.writer["processor"])
     topic_ids = {str(t.writer["topic_id"]) for t in snapshot.tasks.values() if t.writer.get("topic_id")}
     writer.pop("topic_id", None)
+    writer.pop("state_versions", None)
     return CheckpointManifest(
         table=table,
         topic=topic,
@@ -88,7 +94,26 @@ def manifest_of(snapshot: Snapshot, *, table: str, topic: str, cluster_id: str) 
         state=CheckpointState.COMPLETED,
         writer=writer,
         topic_id=topic_ids.pop() if len(topic_ids) == 1 else None,
+        state_versions=_state_versions(snapshot, table),
     )
+
+
+def _state_versions(snapshot: Snapshot, table: str) -> dict[str, int]:
+    """The state version of each store, as every task that wrote one says: tasks of one snapshot
+    that disagree (two versions of the code in one consumer group) would mix formats in one
+    checkpoint, so that snapshot is refused rather than committed."""
+    versions: dict[str, int] = {}
+    for task in snapshot.tasks.values():
+        if table not in task.checkpoints:
+            continue
+        for store, version in dict(task.writer.get("state_versions") or {}).items():
+            if versions.setdefault(str(store), int(version)) != int(version):
+                raise CheckpointMismatchError(
+                    f"snapshot {snapshot.generation} of {table!r}: tasks wrote store {store!r} at state "
+                    f"versions {versions[str(store)]} and {version}; stop the old code's tasks before "
+                    "the new version's take part"
+                )
+    return versions
 
 
 class LocalOrchestrator:

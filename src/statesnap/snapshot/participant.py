@@ -79,6 +79,14 @@ class Participant:
         #: What every manifest's ``writer`` record says of the task's state beyond the engine (a
         #: processor's inputs and stores, so readers know them without its code).
         self.describes: Mapping[str, Any] = {}
+        #: The state version of each store this task writes (a table: its own name), recorded in
+        #: every manifest. Empty: every store at version 1, as manifests before versions said.
+        self.state_versions: Mapping[str, int] = {}
+
+    def same_versions(self, manifest: CheckpointManifest) -> bool:
+        """Whether *manifest*'s rows are of the state versions this task writes: files of
+        another version (a checkpoint this task migrated while restoring) are never built on."""
+        return all(manifest.state_version(s) == v for s, v in self.state_versions.items())
 
     @property
     def single(self) -> bool:
@@ -158,6 +166,7 @@ class Participant:
                 "engine": self.engine,
                 **self.describes,
                 **({"topic_id": self.topic_id} if self.topic_id else {}),
+                **({"state_versions": dict(self.state_versions)} if self.state_versions else {}),
                 **(writer or {}),
             },
         )
@@ -285,12 +294,21 @@ class SnapshotTask(Participant):
         return self.report(target, state, full=full)
 
     def unchanged(self, state: TaskState) -> bool:
+        """Nothing to checkpoint: same offsets as the last checkpoint, and its rows of this task's
+        state versions (after a migrated restore the next checkpoint writes the new version)."""
         prev = self.last_checkpoint
-        return prev is not None and all(prev.offsets.get(p) == off for p, off in state.offsets.items())
+        return (
+            prev is not None
+            and self.same_versions(prev)
+            and all(prev.offsets.get(p) == off for p, off in state.offsets.items())
+        )
 
     def report(self, target: Snapshot, state: TaskState, *, full: bool = False) -> CheckpointManifest | None:
-        """Write this task's files into the target generation and report them."""
+        """Write this task's files into the target generation and report them. Files of another
+        state version are not built on: every partition then gets a new base."""
         prev = self.last_checkpoint
+        if prev is not None and not self.same_versions(prev):
+            prev = None
         changed = [
             p
             for p, off in state.offsets.items()

@@ -43,6 +43,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 P = TypeVar("P", bound=Participant)
+S = TypeVar("S", bound=CheckpointSelector)
 
 
 class TaskEngine(StrEnum):
@@ -101,13 +102,12 @@ class OpenedTask:
             ends = log_ends(self.settings, self.topic, high_watermarks(self.settings, self.topic, partitions))
         return replace(self.facts.state, partitions=partitions, log_start=log_start, log_end=ends)
 
-    def selector(self) -> CheckpointSelector:
-        """The one chooser of the checkpoint to continue from (see the checkpoint options)."""
+    def selector(self, kind: type[S] = CheckpointSelector) -> S:  # type: ignore[assignment]
+        """The one chooser of the checkpoint to continue from (see the checkpoint options);
+        *kind*: a subclass that watches what it chooses (a restore that migrates)."""
         assert self.repo is not None
         assert self.checkpoints is not None
-        return CheckpointSelector(
-            self.repo, self.table, self.checkpoints.generation, self.checkpoints.require
-        )
+        return kind(self.repo, self.table, self.checkpoints.generation, self.checkpoints.require)
 
     def base_checkpoint(self) -> CheckpointManifest | None:
         """The newest checkpoint that verifies against the topic as it is (a writer that does not

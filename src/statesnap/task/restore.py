@@ -12,15 +12,18 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
 
 from statesnap.checkpoint import CheckpointManifest
-from statesnap.checkpoint.restore import SkippedCheckpoint
+from statesnap.checkpoint.restore import CheckpointSelector, SkippedCheckpoint
 from statesnap.checkpoint.selection import TopicState
 from statesnap.errors import GenerationNotFoundError
+from statesnap.kafka.partitioner import PartitionerSpec
 from statesnap.stores import StateStore
+from statesnap.task.migration import RowMigrator, StateVersion
 from statesnap.task.opening import OpenedTask
 from statesnap.task.rowfilter import RowFilter
 
@@ -39,6 +42,8 @@ class RestoreReport:
     load_seconds: float = 0.0
     replay_seconds: float = 0.0
     skipped: list[SkippedCheckpoint] = field(default_factory=list)
+    #: The state version the restored checkpoint's rows were migrated from (None: not migrated).
+    migrated_from: int | None = None
 
     @property
     def restore_seconds(self) -> float:
@@ -53,6 +58,7 @@ class RestoreReport:
             "replay_seconds": round(self.replay_seconds, 3),
             "restore_seconds": round(self.restore_seconds, 3),
             "skipped": [{"generation": s.generation, "reason": s.reason} for s in self.skipped],
+            **({"migrated_from": self.migrated_from} if self.migrated_from is not None else {}),
         }
 
 
@@ -73,6 +79,18 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+class _LoadingSelector(CheckpointSelector):
+    """The selector, remembering which candidate it is loading: each partition's rows are
+    migrated from the state version that candidate's manifest records."""
+
+    loading: CheckpointManifest | None = None
+
+    def candidates(self, state: TopicState | None, now: datetime) -> Iterator[CheckpointManifest]:
+        for item in super().candidates(state, now):
+            self.loading = item
+            yield item
+
+
 def restore_into_store(
     task: OpenedTask,
     state: TopicState,
@@ -81,6 +99,8 @@ def restore_into_store(
     report: RestoreReport | None = None,
     *,
     warn_if_empty: bool = False,
+    versions: StateVersion | None = None,
+    partitioner: PartitionerSpec = "murmur2_random",
 ) -> CheckpointManifest | None:
     """Load the checkpoint to continue from into *store*, for ``state.partitions``; None means
     replay them from the beginning. The one place any engine restores a checkpoint into a store:
@@ -91,6 +111,12 @@ def restore_into_store(
     (when given) gets the checkpoint used, the keys restored and the checkpoints skipped.
     *warn_if_empty*: readers (followers, dump) warn when the store holds no checkpoint at all
     (usually a typo'd URL); an owner's first start does not.
+
+    *versions*: the state version of a writer's code (readers pass None and load any version
+    as it is). A checkpoint of another version is migrated row by row while it loads (before
+    *row_filter*), or refused with :class:`~statesnap.errors.CheckpointMismatchError` naming both
+    versions — never mixed, never silently replayed instead. A migration that moves a key out of
+    its partition (by *partitioner*, or by the partition it names) is a ``ConfigError``.
 
     Raises :class:`GenerationNotFoundError` when the exact generation asked for is not in the
     store, and what the selector raises (``NoUsableCheckpointError`` …).
@@ -106,12 +132,26 @@ def restore_into_store(
                 f"no generation {options.generation} of table {task.table!r} in {repo.url} "
                 f"(generations there: {shown})"
             )
-    selector = task.selector()
+    selector = task.selector(_LoadingSelector)
     partitions = state.partitions
     before = len(store)
     loaded = [0]
+    migrators: dict[int, RowMigrator | None] = {}
+
+    def migrator() -> RowMigrator | None:
+        manifest = selector.loading
+        if versions is None or manifest is None:
+            return None
+        if manifest.generation not in migrators:
+            migrators[manifest.generation] = versions.migrator(
+                manifest, task.table, partitions=len(task.facts.all_partitions), partitioner=partitioner
+            )
+        return migrators[manifest.generation]
 
     def load(partition: int, rows: pa.Table) -> None:
+        step = migrator()
+        if step is not None:
+            rows = step.rows(partition, rows)
         kept = rows if row_filter is None else row_filter.rows(rows)
         loaded[0] += kept.num_rows
         store.load(partition, kept)
@@ -126,9 +166,22 @@ def restore_into_store(
         if report is not None:
             report.skipped = selector.skipped
     keys = len(store) - before
+    if manifest is not None and versions is not None:
+        versions.steps(manifest.state_version(task.table), store=task.table, generation=manifest.generation)
+    migrated = migrators.get(manifest.generation) if manifest is not None else None
+    if migrated is not None:
+        log.info(
+            "table %s: migrated checkpoint %d from state version %d to %d (%s)",
+            task.table,
+            manifest.generation if manifest is not None else -1,
+            migrated.source,
+            migrated.target,
+            migrated.counts.to_json(),
+        )
     if report is not None:
         report.checkpoint = manifest.generation if manifest is not None else None
         report.restored_keys = keys if manifest is not None else 0
+        report.migrated_from = migrated.source if migrated is not None else None
     if manifest is not None and keys < loaded[0]:
         # Every partition's base holds a key once: fewer keys than rows means some key lives
         # in two partitions, where "latest" depends on how partitions interleave.
