@@ -20,6 +20,8 @@ from statesnap.processor.buffer import WriteBuffer
 from statesnap.processor.context import ProcessorContext, Record
 from statesnap.processor.keyspace import (
     WINDOW_BYTES,
+    input_offset_key,
+    input_offset_value,
     partition_prefix,
     stream_time_key,
     stream_time_of,
@@ -77,10 +79,23 @@ class ProcessorHandler:
         value_serde: Serde,
         outputs: Outputs,
         dead_letter_topic: str | None,
+        inputs: Sequence[str] = (),
     ) -> None:
+        """*topic* is the first input; *inputs* every input (default: *topic* alone)."""
         self.name = name
         self.store = store
         self.topic = topic
+        self.inputs = tuple(inputs) or (topic,)
+        self.multi = len(self.inputs) > 1
+        #: Per partition, the first input's next offset at the last checkpoint: a row written for
+        #: another input's record carries the first input's offset (a checkpoint's rows lie below
+        #: its offsets, a delta's above its base's), so one written before the first input moved
+        #: on needs a new base file.
+        self._first_at_checkpoint: dict[int, int] = {}
+        #: Partitions whose other inputs moved since the last checkpoint: a checkpoint that finds
+        #: the first input's offset unchanged there re-references the old files and forgets the
+        #: store's changes, so the next one must write them whole.
+        self._others_moved: set[int] = set()
         self.handlers = tuple(handlers)
         self.punctuations = tuple(punctuations)
         self.key_serde = key_serde
@@ -139,6 +154,14 @@ class ProcessorHandler:
         cursor.partition = partition
         started = stream_time = self.stream_time(partition)
         offset = ts = -1
+        multi = self.multi
+        if multi:
+            # Rows carry offsets of the first input (the manifest's): another input's record
+            # writes at the first input's last applied offset.
+            first_next = int(self.positions().get(partition, 0))
+            base = self._first_at_checkpoint.setdefault(partition, first_next)
+            last_first = first_next - 1
+            others: dict[str, int] = {}
         undo, emitted = buffer.undo, outputs.pending  # the per-record hot path, inlined
         punctuations = bool(self.punctuations)
         for message in messages:
@@ -148,7 +171,16 @@ class ProcessorHandler:
             before = stream_time
             if ts > stream_time:  # noqa: PLR1730 - max() costs a call per record
                 stream_time = ts
-            offset = message.offset()
+            offset = record_offset = message.offset()
+            if multi:
+                topic = message.topic()  # type: ignore[attr-defined]
+                if topic == self.topic:
+                    last_first = offset
+                else:
+                    others[topic] = offset + 1
+                    offset = last_first
+                    if last_first < base:
+                        self._expired.add(partition)
             if until >= 0:
                 outputs.suppressed = offset < until
                 outputs.suppressed_records += outputs.suppressed
@@ -162,7 +194,7 @@ class ProcessorHandler:
                     vdes,
                     topic,
                     partition,
-                    offset,
+                    record_offset,
                     ts,
                     message,
                 )
@@ -187,6 +219,11 @@ class ProcessorHandler:
         self.processed += len(messages)
         if stream_time != started:
             buffer.put(stream_time_key(partition), stream_time_value(stream_time), offset, ts)
+            buffer.accept()
+        if multi and others:
+            self._others_moved.add(partition)
+            for other, next_offset in others.items():
+                buffer.put(input_offset_key(partition, other), input_offset_value(next_offset), offset, ts)
             buffer.accept()
         buffer.apply(partition)
         if offset >= 0:
@@ -215,20 +252,21 @@ class ProcessorHandler:
                 self.outputs.accept()
 
     def _failed(self, message: KafkaMessage, partition: int, error: Exception) -> None:
-        where = f"{self.topic}[{partition}]@{message.offset()}"
+        topic = message.topic() if self.multi else self.topic  # type: ignore[attr-defined]
+        where = f"{topic}[{partition}]@{message.offset()}"
         reason = f"{type(error).__name__}: {error}"
         if self.dead_letter_topic is None:
             raise HandlerError(
                 f"processor {self.name!r}: handler failed on {where}: {reason[:300]} (pass "
                 "dead_letter_topic= to set such records aside and go on)",
-                topic=self.topic,
+                topic=topic,
                 partition=partition,
                 offset=message.offset(),
             ) from error
         headers = [(k, v) for k, v in (message.headers() or ()) if v is not None]  # type: ignore[attr-defined]
         headers += [
             ("statesnap.error", reason[:1000].encode()),
-            ("statesnap.topic", self.topic.encode()),
+            ("statesnap.topic", topic.encode()),
             ("statesnap.partition", str(partition).encode()),
             ("statesnap.offset", str(message.offset()).encode()),
         ]
@@ -292,6 +330,16 @@ class ProcessorHandler:
 
     def checkpointed(self) -> None:
         self._expired.clear()
+        if self.multi:
+            positions = self.positions()
+            skipped = {
+                p
+                for p in self._others_moved
+                if int(positions.get(p, 0)) == self._first_at_checkpoint.get(p, int(positions.get(p, 0)))
+            }
+            self._expired |= skipped
+            self._others_moved.clear()
+            self._first_at_checkpoint.update({p: int(o) for p, o in positions.items()})
 
 
 def _name_of(fn: Any) -> str:

@@ -27,6 +27,9 @@ __all__ = [
     "PARTITION_BYTES",
     "WINDOW_BYTES",
     "check_store_name",
+    "input_offset_key",
+    "input_offset_of",
+    "input_offset_value",
     "kv_key",
     "partition_prefix",
     "split_key",
@@ -101,3 +104,19 @@ def stream_time_value(stream_time: int) -> bytes:
 def stream_time_of(raw: bytes | None) -> int:
     """A stored stream time; -1 (before any timestamp) when none is stored."""
     return -1 if raw is None else int(_SIGNED64.unpack(raw)[0])
+
+
+def input_offset_key(partition: int, topic: str) -> bytes:
+    """Where a task keeps the next offset to consume of another input than the first (whose
+    offsets are the manifest's): in the task's keyspace, so each checkpoint holds it with the
+    state it is valid for, atomically."""
+    return partition_prefix(META_STORE, partition) + b"input:" + topic.encode()
+
+
+def input_offset_value(next_offset: int) -> bytes:
+    return _SIGNED64.pack(next_offset)
+
+
+def input_offset_of(raw: bytes | None) -> int:
+    """A stored next offset; 0 (the beginning) when none is stored."""
+    return 0 if raw is None else int(_SIGNED64.unpack(raw)[0])

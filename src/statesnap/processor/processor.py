@@ -82,7 +82,8 @@ class ProcessorSettings:
 
 
 class Processor(Aggregations):
-    """A stateful processor over one input topic: handlers, named stores, outputs.
+    """A stateful processor over one input topic or several co-partitioned ones: handlers, named
+    stores, outputs.
 
     One task per input partition (all of them, a :class:`StaticShare`, or a consumer group's
     share with ``group``); a task's stores hold only its partition's keys.
@@ -106,12 +107,16 @@ class Processor(Aggregations):
         group: str | GroupOptions | None = None,
         dead_letter_topic: str | None = None,
         exactly_once: bool = False,
+        max_idle: str | float | timedelta = "500ms",
     ) -> None:
         """
         Args:
             name: the processor's name: its directory in the checkpoint store (as a table's).
-            inputs: the input topic (a list of one; co-partitioned multiple inputs are not
-                supported yet).
+            inputs: the input topic, or several co-partitioned ones (the same partition count;
+                partition p of every input belongs to task p, ``record.topic`` tells them apart).
+                Per task the handler gets the records of every input merged by timestamp (ties:
+                the input listed first), see :mod:`statesnap.processor.merge`; the checkpoint
+                holds every input's offsets. The manifest's offsets are the first input's.
             bootstrap_servers, kafka_config, timeout: the cluster, as for :class:`~statesnap.Table`.
             checkpoints: where checkpoints live (a URL, a blob store or :class:`CheckpointOptions`);
                 None: no checkpoints (every start processes the whole input).
@@ -130,15 +135,19 @@ class Processor(Aggregations):
                 ``statesnap-<name>``); a restart re-processes the records between the checkpoint
                 and those offsets for their state only. Readers use ``read_committed``; the
                 broker must implement transactions. Not with ``group`` (yet).
+            max_idle: with several inputs, once caught up, how long a task with records waiting
+                waits for an input that has neither delivered its next record nor reported its
+                end before it goes on without it (Kafka Streams' ``max.task.idle.ms``).
         """
         topics = [inputs] if isinstance(inputs, str) else list(inputs)
-        if len(topics) != 1:
-            raise ConfigError(
-                f"processor {name!r}: give exactly one input topic (got {len(topics)}); co-partitioned "
-                "multiple inputs are not supported yet"
-            )
+        if not topics or len(set(topics)) != len(topics):
+            raise ConfigError(f"processor {name!r}: give one or more distinct input topics (got {topics!r})")
         self.name = name
         self.inputs = tuple(topics)
+        self.max_idle = parse_duration(max_idle).total_seconds()
+        if self.max_idle < 0:
+            raise ConfigError(f"processor {name!r}: max_idle must not be negative, got {max_idle!r}")
+        _check_multiple_inputs(name, self.inputs, group=group, exactly_once=exactly_once)
         self._task: ProcessorTask | None = None
         self._specs: dict[str, StoreSpec] = {}
         for spec in stores:
@@ -202,6 +211,9 @@ class Processor(Aggregations):
                 f"processor {self.name!r}: exactly_once=True with a consumer group is not supported yet; "
                 "give partitions= (all, a list or a StaticShare) instead"
             )
+        _check_multiple_inputs(
+            self.name, self.inputs, group=copied._settings.group, exactly_once=copied.exactly_once
+        )
         copied._stopping = threading.Event()
         return copied
 
@@ -324,6 +336,8 @@ class Processor(Aggregations):
             make_handler=make_handler,
             describes=self.describe(),
             on_start=fence if self.exactly_once else None,
+            others=self.inputs[1:],
+            max_idle=self.max_idle,
             background=background,
             **settings_source,
         )
@@ -345,6 +359,7 @@ class Processor(Aggregations):
             value_serde=self.value_serde,
             outputs=outputs,
             dead_letter_topic=self.dead_letter_topic,
+            inputs=self.inputs,
         )
 
     def start(self, *, progress: ProgressCallback | None = None) -> RestoreReport:
@@ -438,3 +453,21 @@ class Processor(Aggregations):
         task = self._running("read a store")
         ks, vs = self._serdes(spec)
         return StoreReader(spec, ks, vs, task.readable_store("read a store"), task.partitions)
+
+
+def _check_multiple_inputs(
+    name: str, inputs: tuple[str, ...], *, group: str | GroupOptions | None, exactly_once: bool
+) -> None:
+    """What several inputs do not support yet, refused in one line."""
+    if len(inputs) < 2:
+        return
+    if group is not None:
+        raise ConfigError(
+            f"processor {name!r}: several inputs with a consumer group are not supported yet (a "
+            "member must get partition p of every input); give partitions= (all, a list or a StaticShare)"
+        )
+    if exactly_once:
+        raise ConfigError(
+            f"processor {name!r}: exactly_once=True with several inputs is not supported yet; use "
+            "at-least-once outputs or one input"
+        )

@@ -2,19 +2,23 @@
 
 Everything a table does around its handler — open, restore, catch up, commit points,
 checkpoints, snapshots, GC, consumer groups — a processor task does through the same code
-(:class:`~statesnap.Table`); only :meth:`ProcessorTask._new_handler` differs.
+(:class:`~statesnap.Table`); only :meth:`ProcessorTask._new_handler` differs, and with several
+inputs the reader: the table's reader of the first input is continued by a
+:class:`~statesnap.processor.inputs.MergedReader` of every input.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from statesnap.checkpoint import CheckpointManifest
 from statesnap.errors import OutputError
+from statesnap.kafka.reader import ChangelogReader
 from statesnap.processor.handler import ProcessorHandler
+from statesnap.processor.inputs import MergedReader, check_co_partitioned
 from statesnap.python.consuming import RecordHandler
 from statesnap.python.table import Table
 from statesnap.task.lifecycle import TaskPhase
@@ -38,12 +42,35 @@ class ProcessorTask(Table[bytes, bytes]):
         make_handler: Callable[[ProcessorTask], RecordHandler],
         describes: Mapping[str, Any],
         on_start: Callable[[ProcessorTask], None] | None = None,
+        others: Sequence[str] = (),
+        max_idle: float = 0.5,
         **table_options: Any,
     ) -> None:
+        """*others*: the inputs after the first (*topic*), co-partitioned with it; *max_idle*:
+        see :class:`MergedReader`."""
         self._make_handler = make_handler
         self._describes = dict(describes)
         self._on_start = on_start
+        self.others = tuple(others)
+        self.max_idle = max_idle
         super().__init__(topic, **table_options)
+
+    # The table's start (and its replay when the log moved under a checkpoint) assigns its reader
+    # of the first input once the store is restored; with other inputs that reader is continued
+    # by a merged reader of every input, at the offsets the restored store holds. (A reader
+    # factory hook in Table would say this more plainly.)
+    @property
+    def _reader(self) -> ChangelogReader | None:
+        return self.__dict__.get("_input_reader")
+
+    @_reader.setter
+    def _reader(self, reader: ChangelogReader | None) -> None:
+        if reader is not None and self.others and not isinstance(reader, MergedReader):
+            reader = cast(
+                ChangelogReader,
+                MergedReader.continuing(reader, self.others, self.store, max_idle=self.max_idle),
+            )
+        self.__dict__["_input_reader"] = reader
 
     def _new_handler(self) -> RecordHandler:
         handler = self._make_handler(self)
@@ -56,6 +83,8 @@ class ProcessorTask(Table[bytes, bytes]):
         return {} if self._reader is None else self._reader.positions
 
     def start(self, *, progress: ProgressCallback | None = None) -> RestoreReport:
+        if self.others and self._state is TaskPhase.NEW:
+            check_co_partitioned(self.name, self.settings, (self.topic, *self.others))
         if self._on_start is None or self._state is not TaskPhase.NEW:
             return super().start(progress=progress)
         self._on_start(self)

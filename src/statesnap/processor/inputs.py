@@ -1,0 +1,252 @@
+"""A processor's co-partitioned inputs read as one: partition p of every input belongs to task p.
+
+:class:`MergedReader` reads every input with its own :class:`~statesnap.kafka.reader.ChangelogReader`
+(each keeps its EOF, stall, out-of-range and retention checks), buffers what they fetch per
+(input, partition) and hands the task, per partition, the records of every input in the order
+:func:`~statesnap.processor.merge.pick` gives. To the task's loop it is the reader of the first
+input: ``positions`` are that input's applied next offsets (the manifest's); the other inputs'
+are written by the handler into the task's keyspace
+(:func:`~statesnap.processor.keyspace.input_offset_key`), so a checkpoint holds them with the
+state, and a restore reads them back from the restored store (:func:`restored_offsets`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from statesnap.errors import ConfigError, RecordsDeletedError
+from statesnap.kafka.admin import KafkaAdmin, log_start_offsets
+from statesnap.kafka.config import KafkaSettings
+from statesnap.kafka.reader import BATCH_SIZE, ChangelogReader
+from statesnap.processor.keyspace import input_offset_key, input_offset_of
+from statesnap.processor.merge import pick
+from statesnap.stores import StateStore
+
+__all__ = ["MAX_BUFFERED", "MergedReader", "check_co_partitioned", "restored_offsets"]
+
+log = logging.getLogger(__name__)
+
+#: Records buffered per input beyond which it is not polled (unless a partition waits for its
+#: head): a long run of one input's older records must not pull the other's history into memory.
+MAX_BUFFERED = 2 * BATCH_SIZE
+
+
+def check_co_partitioned(name: str, settings: KafkaSettings, topics: Sequence[str]) -> tuple[int, ...]:
+    """The partitions every input has; a :class:`ConfigError` naming the topics and their counts
+    when they differ (partition p of every input must belong to one task)."""
+    admin = KafkaAdmin(settings)
+    found = {topic: admin.partitions(topic) for topic in topics}
+    if len(set(found.values())) > 1:
+        counts = ", ".join(f"{topic!r} has {len(ps)}" for topic, ps in found.items())
+        raise ConfigError(
+            f"processor {name!r}: inputs are not co-partitioned ({counts} partitions); every input "
+            "needs the same partition count"
+        )
+    return found[topics[0]]
+
+
+def restored_offsets(store: StateStore, topic: str, partitions: Sequence[int]) -> dict[int, int]:
+    """The next offset of input *topic* per partition, as the (restored) store holds it."""
+    return {p: input_offset_of(store.get(input_offset_key(p, topic))) for p in partitions}
+
+
+def _timestamp(message: Any) -> int:
+    ts_type, ts = message.timestamp()
+    return int(ts) if ts_type else -1
+
+
+class MergedReader:
+    """Reads *primary* and *others* (one reader per input, over the same partitions) and returns
+    per partition the merged records of every input.
+
+    ``max_idle``: once the task follows (``tailing``), how long a partition with records waiting
+    may wait for an input that neither delivers nor reports its end (a slow fetch) before it goes
+    on without that input (Kafka Streams' ``max.task.idle.ms``); while catching up it waits (a
+    lost cluster is reported by the inputs' own stall checks)."""
+
+    def __init__(
+        self,
+        primary: ChangelogReader,
+        others: Sequence[ChangelogReader],
+        *,
+        max_idle: float,
+        log_starts: Mapping[str, Mapping[int, int]] | None = None,
+    ) -> None:
+        self.readers = (primary, *others)
+        self.topics = tuple(r.topic for r in self.readers)
+        self.topic = primary.topic
+        self.settings = primary.settings
+        self.max_idle = max_idle
+        #: Applied next offsets per input (index) and partition; ``positions`` is the first's.
+        self.applied_at: list[dict[int, int]] = [dict(r.positions) for r in self.readers]
+        self.positions: dict[int, int] = self.applied_at[0]
+        self._buffers: dict[tuple[int, int], deque[Any]] = {
+            (i, p): deque() for i in range(len(self.readers)) for p in self.positions
+        }
+        self._returned: dict[int, dict[int, int]] = {}
+        self._blocked_since: dict[int, float] = {}
+        self._tailing = False
+        self._check_log_starts(log_starts or {})
+
+    def _check_log_starts(self, log_starts: Mapping[str, Mapping[int, int]]) -> None:
+        """An input (not the first: the checkpoint's selection judges that one) whose restored
+        offset lies below its log start: retention deleted records the checkpoint never saw. The
+        first poll raises :class:`RecordsDeletedError` naming the input, partition and offsets, so
+        the task replays from the beginning or, with ``require``, fails — never skips input."""
+        self._deleted: RecordsDeletedError | None = None
+        for i, reader in enumerate(self.readers[1:], start=1):
+            starts = log_starts.get(reader.topic, {})
+            for p, pos in sorted(self.applied_at[i].items()):
+                low = starts.get(p, 0)
+                if 0 < pos < low or (pos == 0 < low and self._continues(p)):
+                    self._deleted = RecordsDeletedError(
+                        reader.topic, p, pos, low, self.settings.bootstrap_servers
+                    )
+                    return
+
+    def _continues(self, partition: int) -> bool:
+        """Whether the task continues a checkpoint there (the first input starts past 0)."""
+        return self.applied_at[0].get(partition, 0) > 0
+
+    @classmethod
+    def continuing(
+        cls,
+        primary: ChangelogReader,
+        others: Sequence[str],
+        store: StateStore,
+        *,
+        max_idle: float,
+    ) -> MergedReader:
+        """The merged reader continuing *primary* with *others* at the offsets *store* holds."""
+        partitions = tuple(sorted(primary.positions))
+        readers: list[ChangelogReader] = []
+        starts: dict[str, dict[int, int]] = {}
+        try:
+            for topic in others:
+                offsets = restored_offsets(store, topic, partitions)
+                if any(offsets.values()) or any(primary.positions.values()):
+                    starts[topic] = log_start_offsets(primary.settings, topic, partitions)
+                readers.append(ChangelogReader(primary.settings, topic, offsets))
+        except BaseException:
+            for reader in readers:
+                reader.close()
+            raise
+        return cls(primary, readers, max_idle=max_idle, log_starts=starts)
+
+    # --- the reader surface the task's loop uses --------------------------------------------
+
+    @property
+    def tailing(self) -> bool:
+        return self._tailing
+
+    @tailing.setter
+    def tailing(self, value: bool) -> None:
+        self._tailing = value
+        for reader in self.readers:
+            reader.tailing = value
+
+    def _ended(self, i: int, p: int) -> bool:
+        return not self._buffers[(i, p)] and p in self.readers[i].at_eof
+
+    @property
+    def at_eof(self) -> set[int]:
+        """Partitions at the end of every input, nothing buffered."""
+        return {p for p in self.positions if all(self._ended(i, p) for i in range(len(self.readers)))}
+
+    @property
+    def caught_up(self) -> bool:
+        return all(r.caught_up for r in self.readers) and not any(self._buffers.values())
+
+    def lag(self) -> dict[int, int]:
+        """Records behind per partition, summed over the inputs (buffered ones included)."""
+        lags = [r.lag() for r in self.readers]
+        return {
+            p: sum(lag.get(p, 0) for lag in lags)
+            + sum(len(self._buffers[(i, p)]) for i in range(len(self.readers)))
+            for p in self.positions
+        }
+
+    def _wants(self, i: int) -> bool:
+        """Poll input *i*: it has little buffered, or some partition waits for its head."""
+        reader = self.readers[i]
+        buffered = 0
+        for p in self.positions:
+            n = len(self._buffers[(i, p)])
+            if not n and p not in reader.at_eof:
+                return True
+            buffered += n
+        return buffered < MAX_BUFFERED
+
+    def poll(self, timeout: float = 0.5) -> dict[int, list[Any]]:
+        """Fetch from every input, then per partition the merged records that may go now (at most
+        a batch). :meth:`applied` must follow for each partition returned."""
+        if self._deleted is not None:
+            raise self._deleted
+        share = timeout / len(self.readers)
+        for i, reader in enumerate(self.readers):
+            if not self._wants(i):
+                continue
+            for p, messages in reader.poll(share).items():
+                # The reader's positions are what it fetched (where it would re-assign).
+                reader.applied(p, messages[-1].offset() + 1)
+                self._buffers[(i, p)].extend(messages)
+        for i, reader in enumerate(self.readers):
+            for p, fetched in reader.positions.items():
+                # At its end with nothing buffered: every record below is applied (markers moved it).
+                if not self._buffers[(i, p)] and fetched > self.applied_at[i].get(p, 0):
+                    self.applied_at[i][p] = fetched
+        out: dict[int, list[Any]] = {}
+        for p in self.positions:
+            merged = self._merge(p)
+            if merged:
+                out[p] = merged
+        return out
+
+    def _merge(self, p: int) -> list[Any]:
+        buffers = [self._buffers[(i, p)] for i in range(len(self.readers))]
+        ended = [p in r.at_eof for r in self.readers]
+        out: list[Any] = []
+        ends: dict[int, int] = {}
+        heads: list[int | None] = [_timestamp(b[0]) if b else None for b in buffers]
+        while len(out) < BATCH_SIZE:
+            i = pick(heads, ended)
+            if i is None:
+                i = self._after_idle(p, heads, ended)
+                if i is None:
+                    break
+            message = buffers[i].popleft()
+            out.append(message)
+            ends[i] = message.offset() + 1
+            heads[i] = _timestamp(buffers[i][0]) if buffers[i] else None
+        if out or not any(buffers):
+            self._blocked_since.pop(p, None)
+        if out:
+            self._returned[p] = ends
+        return out
+
+    def _after_idle(self, p: int, heads: list[int | None], ended: list[bool]) -> int | None:
+        """A following task does not wait past ``max_idle`` for an input that says nothing."""
+        if not self._tailing or all(h is None for h in heads):
+            return None
+        now = time.monotonic()
+        since = self._blocked_since.setdefault(p, now)
+        if now - since < self.max_idle:
+            return None
+        waiting = [self.topics[i] for i, h in enumerate(heads) if h is None and not ended[i]]
+        log.info("partition %d: no record of %s for %.1fs; going on without them", p, waiting, now - since)
+        return pick(heads, [True] * len(heads))
+
+    def applied(self, partition: int, next_offset: int) -> None:
+        """The task applied the batch :meth:`poll` returned for *partition* (every input's part
+        of it; *next_offset* is the last record's and is not needed)."""
+        del next_offset
+        for i, end in self._returned.pop(partition, {}).items():
+            self.applied_at[i][partition] = end
+
+    def close(self) -> None:
+        for reader in self.readers:
+            reader.close()
