@@ -29,9 +29,9 @@ from statesnap.errors import CheckpointMismatchError, ConfigError
 from statesnap.kafka.partitioner import PartitionerSpec, resolve_partitioner
 
 __all__ = [
+    "MigratedRow",
     "Migration",
     "MigrationCounts",
-    "MigrationResult",
     "RowMigrator",
     "StateVersion",
     "migrate_rows",
@@ -39,8 +39,8 @@ __all__ = [
 
 #: A migration step: a stored row in, the next version's row out (None drops it; a 3-tuple names
 #: the new key's partition).
-MigrationResult: TypeAlias = tuple[bytes, bytes] | tuple[bytes, bytes, int] | None
-Migration: TypeAlias = Callable[[bytes, bytes], MigrationResult]
+MigratedRow: TypeAlias = tuple[bytes, bytes] | tuple[bytes, bytes, int] | None
+Migration: TypeAlias = Callable[[bytes, bytes], MigratedRow]
 
 #: Versions are int32 in manifests; nobody needs more.
 _MAX_VERSION = 2**31 - 1

@@ -1,0 +1,225 @@
+"""Migrating a checkpoint offline: one generation's rows, brought to a new state version, written
+as a new generation (``statesnap checkpoints migrate``).
+
+The steps, in order: find the table and the source generation (the newest that verifies, or the
+one asked for) and check it verifies, checksums included; say which migrations run (its recorded
+state version up to the target, refused in one line when the versions do not match the ones asked
+for); run them over every partition (a key moved out of its partition is refused, as when a
+restore migrates); a dry run stops here with the counts and a sample. Otherwise pin the source
+generation (a rollback point GC never deletes) and commit the migrated rows as a new generation,
+numbered like any other (above the high-water mark), every partition a new base file, the manifest
+recording the new state version. A table then restored by code of that version loads it as it is.
+
+Python only: the migrated partitions are held in memory until they are written (a table that does
+not fit is migrated lazily, while restoring, instead).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from statesnap.blob import BlobStore, open_blob_store
+from statesnap.checkpoint.manifest import CheckpointManifest
+from statesnap.checkpoint.repository import CheckpointRepository, locate_table
+from statesnap.checkpoint.restore import CheckpointSelector
+from statesnap.checkpoint.writer import PartitionUpdate
+from statesnap.errors import (
+    CheckpointMismatchError,
+    ConfigError,
+    CorruptCheckpointError,
+    SnapshotNotFoundError,
+)
+from statesnap.kafka.config import KafkaSettings
+from statesnap.kafka.partitioner import PartitionerSpec, resolve_partitioner
+from statesnap.snapshot.api import SnapshotApi
+from statesnap.task.migration import Migration, MigrationCounts, RowMigrator, StateVersion
+from statesnap.task.write import write_checkpoint
+
+__all__ = ["OfflineMigration", "migrate_checkpoint"]
+
+log = logging.getLogger(__name__)
+
+#: Rows a dry run shows (changed or dropped ones, first found).
+SAMPLE_ROWS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class OfflineMigration:
+    """What ``migrate_checkpoint`` did (or, on a dry run, would do)."""
+
+    table: str
+    url: str
+    source_generation: int
+    from_version: int
+    to_version: int
+    counts: MigrationCounts
+    dry_run: bool
+    #: The new generation (None on a dry run).
+    generation: int | None = None
+    seconds: float = 0.0
+    #: (partition, old key, old value, new key, new value); new ones None for a dropped row.
+    samples: tuple[tuple[int, bytes, bytes, bytes | None, bytes | None], ...] = field(default=())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "table": self.table,
+            "location": self.url,
+            "source_generation": self.source_generation,
+            "generation": self.generation,
+            "from_version": self.from_version,
+            "to_version": self.to_version,
+            "dry_run": self.dry_run,
+            **self.counts.to_json(),
+            "seconds": round(self.seconds, 3),
+            "sample": [
+                {
+                    "partition": p,
+                    "key": _shown(k),
+                    "value": _shown(v),
+                    "new_key": None if nk is None else _shown(nk),
+                    "new_value": None if nv is None else _shown(nv),
+                }
+                for p, k, v, nk, nv in self.samples
+            ],
+        }
+
+    def summary(self) -> str:
+        counts = self.counts
+        what = (
+            f"dry run: generation {self.source_generation} of {self.table} would become"
+            if self.dry_run
+            else f"migrated generation {self.source_generation} of {self.table} (now pinned) into "
+            f"generation {self.generation}:"
+        )
+        return (
+            f"{what} state version {self.to_version} from {self.from_version}; "
+            f"{counts.kept} kept, {counts.changed} changed, {counts.dropped} dropped"
+        )
+
+
+def migrate_checkpoint(
+    checkpoints: str | BlobStore,
+    table: str,
+    migration: Migration | Mapping[int, Migration],
+    *,
+    from_version: int | None = None,
+    to_version: int | None = None,
+    generation: int | None = None,
+    dry_run: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+    cluster_id: str | None = None,
+    partitioner: PartitionerSpec = "murmur2_random",
+    snapshot_store: str | None = None,
+    kafka: KafkaSettings | None = None,
+    sample: int = SAMPLE_ROWS,
+) -> OfflineMigration:
+    """Migrate *generation* (default: the newest that verifies) of *table* into a new generation.
+
+    *migration*: one function taking the source's rows to *to_version* in one step, or
+    ``{v: fn}`` chained as ``Table(migrations=...)`` chains them. *from_version* (default: the
+    version the manifest records) must be the recorded one; *to_version* defaults to the next.
+    The source generation is pinned before the new one is written. Refused, before anything is
+    written: a missing or unverifiable generation, versions that do not match, a migration that
+    moves a key out of its partition.
+    """
+    started = time.monotonic()
+    blob = (
+        open_blob_store(checkpoints, **dict(storage_options or {}))
+        if isinstance(checkpoints, str)
+        else checkpoints
+    )
+    blob.check(writable=not dry_run)
+    repo = locate_table(blob, table, cluster_id)
+    source = _source(repo, table, generation)
+    found = source.state_version(table)
+    if from_version is not None and from_version != found:
+        raise CheckpointMismatchError(
+            f"{table}: generation {source.generation} holds state version {found}, not {from_version}"
+        )
+    target = to_version if to_version is not None else found + 1
+    if target <= found:
+        raise ConfigError(f"--to-version {target} must be above the checkpoint's state version {found}")
+    if callable(migration):
+        steps: tuple[Migration, ...] = (migration,)
+    else:
+        steps = StateVersion(target, migration).steps(found, store=table, generation=source.generation)
+    descriptor = repo.descriptor() or {}
+    partitions = int(descriptor.get("partitions") or 0) or (max(source.partitions, default=-1) + 1)
+    migrator = RowMigrator(
+        table, found, target, steps, resolve_partitioner(partitioner), partitions, sample_size=sample
+    )
+    updates: dict[int, PartitionUpdate] = {}
+    for p, rows in repo.iter_partitions(source):
+        migrated = migrator.rows(p, rows)
+        updates[p] = PartitionUpdate(p, source.partitions[p].position, base=migrated)
+    result = OfflineMigration(
+        table, repo.url, source.generation, found, target, migrator.counts, dry_run,
+        samples=tuple(migrator.samples),
+    )  # fmt: skip
+    if dry_run:
+        return _finished(result, None, started)
+    api = SnapshotApi.for_repo(repo, table, snapshot_store=snapshot_store, kafka=kafka)
+    try:
+        api.pin(source.generation)
+    finally:
+        api.close()
+    manifest = write_checkpoint(
+        repo,
+        table=table,
+        topic=source.topic,
+        cluster_id=source.cluster_id,
+        updates=updates,
+        previous=source,
+        extra={
+            "state_versions": {table: target},
+            "migrated_from": {"generation": source.generation, "state_version": found},
+            **({"topic_id": source.topic_id} if source.topic_id else {}),
+        },
+        snapshot_store=snapshot_store,
+        kafka=kafka,
+    )
+    log.info("%s: generation %d migrated into %d", repo.url, source.generation, manifest.generation)
+    return _finished(result, manifest, started)
+
+
+def _finished(
+    result: OfflineMigration, manifest: CheckpointManifest | None, started: float
+) -> OfflineMigration:
+    return replace(
+        result,
+        generation=manifest.generation if manifest is not None else None,
+        seconds=time.monotonic() - started,
+    )
+
+
+def _source(repo: CheckpointRepository, table: str, generation: int | None) -> CheckpointManifest:
+    """The generation to migrate, verified as a restore would (checksums included)."""
+    if generation is None:
+        newest = CheckpointSelector(repo, table, require_checkpoint=True).newest_verified(
+            None, datetime.now(UTC)
+        )
+        assert newest is not None  # require_checkpoint raises instead
+        return newest
+    verdict = repo.verify(generation, deep=True)
+    if verdict.vanished:
+        raise SnapshotNotFoundError(f"no generation {generation} of table {table!r} in {repo.url}")
+    if not verdict.ok or verdict.manifest is None:
+        raise CorruptCheckpointError(
+            f"generation {generation} of table {table!r} does not verify, not migrated: "
+            + "; ".join(verdict.problems[:3])
+        )
+    return verdict.manifest
+
+
+def _shown(data: bytes) -> str:
+    """Bytes for a person: text where it is text, else hex (truncated either way)."""
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        text = data.hex()
+    return text if len(text) <= 120 else text[:117] + "…"
