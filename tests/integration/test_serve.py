@@ -622,8 +622,8 @@ SERVE_MAIN = (
 
 def test_serve_command_end_to_end(kafka: Any, s3_location: Any, tmp_path: Any) -> None:
     """The `serve` command in its own process: listens at once, turns healthy, answers lookups and
-    read-your-writes while records keep arriving, keeps only --key-prefix keys, stops cleanly on
-    SIGTERM with exit code 0."""
+    read-your-writes while records keep arriving, keeps only --key-prefix keys, answers
+    ?generation=1 as the owner's checkpoint holds it, stops cleanly on SIGTERM with exit code 0."""
     topic, produced = checkpointed_topic(kafka, s3_location, count=500)
     port = free_port()
     args = [
@@ -688,6 +688,11 @@ def test_serve_command_end_to_end(kafka: Any, s3_location: Any, tmp_path: Any) -
                 assert r.status_code == 200, r.text
                 assert r.content == b"v%d" % i
             assert "statesnap_follower_keys" in http.get("/metrics").text
+            # As of the owner's checkpoint (generation 1): its keys, not the ones written since.
+            r = http.get(f"/tables/{topic}/keys", params={"generation": 1, "limit": 1000})
+            assert r.status_code == 200, r.text
+            assert r.headers["x-statesnap-generation"] == "1"
+            assert {i["key"].encode(): i["value"].encode() for i in r.json()["items"]} == kept
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(30)

@@ -77,7 +77,7 @@ def test_a_slow_load_times_out_naming_its_generation_and_a_failed_one_is_not_cac
 
     async def scenario() -> None:
         source.release.clear()
-        with pytest.raises(GenerationLoadTimeoutError, match="generation 3 not loaded within 0.05 s"):
+        with pytest.raises(GenerationLoadTimeoutError, match=r"generation 3 not loaded within 0\.05 s"):
             async with cache.lease(3, 0.05):
                 pass
         source.release.set()
