@@ -1,0 +1,237 @@
+"""A processor over two co-partitioned inputs: restore + tail == processing everything == a plain
+consumer loop that merges the inputs by timestamp; every input's offsets in the checkpoint.
+
+Proven on Tansu (the dev broker): nothing here depends on broker behaviour beyond ordered
+partitions, record timestamps and partition EOF."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from integration.conftest import KafkaTool
+from statesnap import CheckpointOptions, Processor, ProcessorContext, Record
+from statesnap.errors import ConfigError
+from statesnap.processor.keyspace import input_offset_key, input_offset_of
+
+BASE = 1_700_000_000_000
+PARTITIONS = 2
+
+Event = tuple[int, int, bytes, int]  # (timestamp, partition, key, amount)
+
+
+def ledger(name: str, inputs: list[str], bootstrap: str, url: str | None, **options: Any) -> Processor:
+    """An order-sensitive fold per key (a hash chain over both inputs): any change in the order
+    the handler sees records changes the result."""
+    proc = Processor(
+        name,
+        inputs=inputs,
+        bootstrap_servers=bootstrap,
+        checkpoints=None if url is None else CheckpointOptions(url, interval="1h", commit_interval="50ms"),
+        stores=["ledger"],
+        value_serde="json",
+        **options,
+    )
+    first = inputs[0]
+
+    @proc.handler
+    def fold(record: Record, ctx: ProcessorContext) -> None:
+        store = ctx.stores["ledger"]
+        state = store.get(record.key, {"n": 0, "h": 0})
+        sign = 1 if record.topic == first else -1
+        store[record.key] = {"n": state["n"] + 1, "h": (state["h"] * 31 + sign * record.value) % 1_000_003}
+
+    return proc
+
+
+def events(rng: random.Random, start: int, stop: int) -> list[Event]:
+    """Events with timestamps in [start, stop) s after BASE, in time order (ties included)."""
+    out = []
+    for t in range(start, stop):
+        for _ in range(rng.randint(0, 3)):
+            key = rng.randint(0, 7)
+            out.append((BASE + t * 1000, key % PARTITIONS, f"k{key}".encode(), rng.randint(1, 99)))
+    return out
+
+
+def produce(bootstrap: str, topic: str, batch: Iterable[Event]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2})
+    for ts, partition, key, amount in batch:
+        producer.produce(topic, json.dumps(amount).encode(), key, partition=partition, timestamp=ts)
+    assert producer.flush(15) == 0
+
+
+def produce_split(bootstrap: str, topics: list[str], rng: random.Random, start: int, stop: int) -> int:
+    batch = events(rng, start, stop)
+    sides: list[list[Event]] = [[], []]
+    for e in batch:
+        sides[rng.randint(0, 1)].append(e)
+    for topic, side in zip(topics, sides, strict=True):
+        produce(bootstrap, topic, side)
+    return len(batch)
+
+
+def read_input(bootstrap: str, topic: str) -> list[tuple[int, int, int, bytes, int]]:
+    """(partition, timestamp, offset, key, amount) of every record: a plain consumer to EOF."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "test-truth",
+            "enable.partition.eof": True,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    from confluent_kafka import TopicPartition
+
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    out, ended, deadline = [], set(), time.monotonic() + 30
+    try:
+        while len(ended) < PARTITIONS and time.monotonic() < deadline:
+            for m in consumer.consume(1000, 0.1):
+                if m.error() is not None:
+                    ended.add(m.partition())
+                    continue
+                out.append((m.partition(), m.timestamp()[1], m.offset(), m.key(), json.loads(m.value())))
+    finally:
+        consumer.close()
+    assert len(ended) == PARTITIONS
+    return out
+
+
+def recompute(bootstrap: str, topics: list[str]) -> dict[bytes, dict[str, int]]:
+    """The ground truth, not statesnap: per partition, both inputs sorted by (timestamp, input,
+    offset) — the merge, since each input's timestamps never go down — folded as the handler
+    folds."""
+    rows = [
+        (p, ts, i, off, key, amount)
+        for i, t in enumerate(topics)
+        for p, ts, off, key, amount in read_input(bootstrap, t)
+    ]
+    state: dict[bytes, dict[str, int]] = {}
+    for _p, _ts, i, _off, key, amount in sorted(rows):
+        s = state.get(key, {"n": 0, "h": 0})
+        state[key] = {"n": s["n"] + 1, "h": (s["h"] * 31 + (1 if i == 0 else -1) * amount) % 1_000_003}
+    return state
+
+
+def contents(proc: Processor) -> dict[bytes, dict[str, int]]:
+    return dict(proc.store("ledger").items())
+
+
+def test_two_inputs_restore_plus_tail_equals_everything_and_a_plain_merge(
+    kafka: KafkaTool, topic_name: str, tmp_path: Path
+) -> None:
+    topics = [
+        kafka.create_topic(f"{topic_name}-a", PARTITIONS),
+        kafka.create_topic(f"{topic_name}-b", PARTITIONS),
+    ]
+    url = str(tmp_path / "ckpt")
+    rng = random.Random(18)
+    first_half = produce_split(kafka.bootstrap, topics, rng, 0, 150)
+    first = ledger("join", topics, kafka.bootstrap, url)
+    assert first.run(follow=False).replayed_records == first_half
+    manifest = first.last_checkpoint
+    assert manifest is not None
+    assert manifest.topic == topics[0]
+    second_half = produce_split(kafka.bootstrap, topics, rng, 150, 300)
+
+    resumed = ledger("join", topics, kafka.bootstrap, url)
+    report = resumed.start()
+    try:
+        assert report.checkpoint == manifest.generation
+        assert report.replayed_records == second_half  # each input resumed at its own offset
+        restored = contents(resumed)
+        ends = {
+            p: max(off for q, _, off, _, _ in read_input(kafka.bootstrap, topics[1]) if q == p) + 1
+            for p in range(PARTITIONS)
+        }
+        held = {
+            p: input_offset_of(resumed.task.store.get(input_offset_key(p, topics[1])))
+            for p in range(PARTITIONS)
+        }
+        assert held == ends  # the second input's offsets live in the task's keyspace
+    finally:
+        resumed.close()
+    scratch = ledger("scratch", topics, kafka.bootstrap, None)
+    scratch.start()
+    try:
+        everything = contents(scratch)
+    finally:
+        scratch.close()
+    truth = recompute(kafka.bootstrap, topics)
+    assert restored == everything == truth
+    assert sum(v["n"] for v in truth.values()) == first_half + second_half
+    last = resumed.last_checkpoint
+    assert last is not None
+    assert last.writer["processor"]["inputs"] == topics
+
+
+def wait_for_records(proc: Processor, total: int) -> None:
+    deadline = time.monotonic() + 30
+    while sum(v["n"] for v in contents(proc).values()) < total:
+        assert time.monotonic() < deadline, "the processor did not process every record in 30s"
+        time.sleep(0.05)
+
+
+def test_checkpoints_keep_what_only_the_other_input_changed(
+    kafka: KafkaTool, topic_name: str, tmp_path: Path
+) -> None:
+    """A checkpoint that finds the first input's offset of a partition unchanged references its
+    old files; what the second input changed there must reach the next checkpoint (a new base)."""
+    topics = [
+        kafka.create_topic(f"{topic_name}-a", PARTITIONS),
+        kafka.create_topic(f"{topic_name}-b", PARTITIONS),
+    ]
+    url = str(tmp_path / "ckpt")
+    produce(kafka.bootstrap, topics[0], [(BASE + i, i % 2, b"k%d" % (i % 2), i) for i in range(10)])
+    proc = ledger("join", topics, kafka.bootstrap, url)
+    proc.start()
+    try:
+        assert proc.checkpoint() is not None
+        # Only the second input moves in partition 0; both move in partition 1.
+        produce(
+            kafka.bootstrap, topics[1], [(BASE + 100 + i, i % 2, b"k%d" % (i % 2), 7 + i) for i in range(6)]
+        )
+        produce(kafka.bootstrap, topics[0], [(BASE + 200, 1, b"k1", 5)])
+        wait_for_records(proc, 17)
+        assert proc.checkpoint() is not None
+        produce(kafka.bootstrap, topics[0], [(BASE + 300 + i, i % 2, b"k%d" % (i % 2), 3) for i in range(4)])
+        wait_for_records(proc, 21)
+        assert proc.checkpoint() is not None
+        live = contents(proc)
+    finally:
+        proc.close(checkpoint=False)
+    frozen = ledger("join", topics, kafka.bootstrap, url)
+    report = frozen.start()
+    try:
+        assert report.replayed_records == 0
+        assert not report.skipped
+        assert contents(frozen) == live == recompute(kafka.bootstrap, topics)
+    finally:
+        frozen.close(checkpoint=False)
+
+
+def test_inputs_must_be_co_partitioned(kafka: KafkaTool, topic_name: str) -> None:
+    a = kafka.create_topic(f"{topic_name}-a", 2)
+    b = kafka.create_topic(f"{topic_name}-b", 3)
+    proc = ledger("skewed", [a, b], kafka.bootstrap, None)
+    with pytest.raises(ConfigError, match=rf"not co-partitioned \('{a}' has 2, '{b}' has 3 partitions\)"):
+        proc.start()
+
+
+def test_what_several_inputs_do_not_support_yet_is_refused() -> None:
+    with pytest.raises(ConfigError, match="several inputs with a consumer group"):
+        ledger("g", ["a", "b"], "127.0.0.1:1", None, group="g")
+    with pytest.raises(ConfigError, match="exactly_once=True with several inputs"):
+        ledger("e", ["a", "b"], "127.0.0.1:1", None, exactly_once=True)
+    with pytest.raises(ConfigError, match="distinct input topics"):
+        ledger("d", ["a", "a"], "127.0.0.1:1", None)
