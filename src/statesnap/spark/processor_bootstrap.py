@@ -201,6 +201,11 @@ def bootstrap_processor(
     here, they override it. *progress* hears ``(records, tasks done, tasks)`` while the job runs.
     """
     started = time.monotonic()
+    if len(proc.inputs) > 1:
+        raise ConfigError(
+            f"processor {proc.name!r} has {len(proc.inputs)} inputs; a Spark bootstrap runs one input "
+            "only (yet): run it with the python engine (proc.run(), statesnap run --engine python)"
+        )
     options = _options_of(proc)
     chosen = checkpoints if checkpoints is not None else options["checkpoints"]
     if chosen is None:
