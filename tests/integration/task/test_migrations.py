@@ -1,0 +1,268 @@
+"""State versions, migrations and start-from on the real dev broker (Tansu proved every test here;
+none depends on a behaviour where Tansu and Apache Kafka differ: produce, consume to partition EOF).
+
+Ground truth is independent of statesnap: a plain confluent-kafka consumer loop reads the topic
+(``kafka.read_all``) and the KTable rule (last write wins, a tombstone deletes) builds the table a
+full replay under the new code must hold (#20).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statesnap import CheckpointOptions, Table
+from statesnap.blob import open_blob_store
+from statesnap.checkpoint.manifest import FileKind
+from statesnap.checkpoint.repository import CheckpointRepository, locate_table
+from statesnap.errors import CheckpointMismatchError, ConfigError
+from statesnap.snapshot.api import SnapshotApi
+from statesnap.task.offline_migration import migrate_checkpoint
+from statesnap.task.rowfilter import RowFilter
+
+pytestmark = pytest.mark.integration
+
+PARTITIONS = 3
+
+
+def keep(*fields: str) -> Any:
+    """A value projection keeping *fields* of a JSON object (idempotent, as a writer's must be:
+    a restore applies it again to the rows it wrote)."""
+
+    def project(value: bytes) -> bytes:
+        obj = json.loads(value)
+        return json.dumps({f: obj[f] for f in fields if f in obj}, sort_keys=True).encode()
+
+    return project
+
+
+V1, V2 = keep("a", "b"), keep("a")
+
+
+def v1_to_v2(key: bytes, value: bytes) -> tuple[bytes, bytes]:
+    """The worked migration: version-1 rows hold {a, b}; version 2 keeps only a."""
+    return key, V2(value)
+
+
+def batch(rng: random.Random, n: int, tag: str) -> list[tuple[int, bytes, bytes | None]]:
+    out: list[tuple[int, bytes, bytes | None]] = []
+    for i in range(n):
+        key = b"k%03d" % rng.randrange(50)
+        value = None if rng.random() < 0.1 else json.dumps({"a": i, "b": tag, "c": "x" * (i % 7)}).encode()
+        out.append((key[-1] % PARTITIONS, key, value))
+    return out
+
+
+def table(
+    kafka: Any, topic: str, url: str | CheckpointOptions, projection: Any, **kw: Any
+) -> Table[bytes, bytes]:
+    return Table(
+        topic,
+        bootstrap_servers=kafka.bootstrap,
+        checkpoints=url,
+        background=False,
+        row_filter=RowFilter(value_projection=projection),
+        **kw,
+    )
+
+
+def full_replay(kafka: Any, topic: str, projection: Any) -> dict[bytes, bytes]:
+    """The table a full replay under *projection* holds, from a plain consumer loop."""
+    return {k: projection(v) for k, v in kafka.truth(kafka.read_all(topic, range(PARTITIONS))).items()}
+
+
+def generation_rows(repo: CheckpointRepository, generation: int) -> dict[bytes, bytes]:
+    manifest = repo.read_manifest(generation)
+    out: dict[bytes, bytes] = {}
+    for _, rows in repo.iter_partitions(manifest):
+        out.update(zip(rows.column("key").to_pylist(), rows.column("value").to_pylist(), strict=True))
+    return out
+
+
+@pytest.fixture
+def version_1(kafka: Any, tmp_path: Path) -> dict[str, Any]:
+    """A topic whose generation 1 was written by version-1 code (``tail()`` adds records it does
+    not hold)."""
+    rng = random.Random(20)
+    topic = kafka.create_topic(f"mig-{uuid.uuid4().hex[:12]}", PARTITIONS)
+    url = (tmp_path / "cp").as_uri()
+    produced = kafka.produce(topic, batch(rng, 300, "one"))
+    t = table(kafka, topic, url, V1)
+    t.start()
+    try:
+        manifest = t.checkpoint()
+        assert manifest is not None
+        assert manifest.generation == 1
+        assert manifest.state_version(topic) == 1
+        assert manifest.state_versions == {topic: 1}  # recorded, not implied
+    finally:
+        t.close(checkpoint=False)
+    return {
+        "topic": topic,
+        "url": url,
+        "n": len(produced),
+        "tail": lambda: len(kafka.produce(topic, batch(rng, 120, "two"))),
+    }
+
+
+def test_projection_change_is_refused_without_a_migration_and_equals_full_replay_with_one(
+    kafka: Any, version_1: dict[str, Any]
+) -> None:
+    topic, url = version_1["topic"], version_1["url"]
+    tail = version_1["tail"]()
+    new_code = table(kafka, topic, url, V2, state_version=2)
+    with pytest.raises(CheckpointMismatchError) as e:
+        new_code.start()
+    new_code.close(checkpoint=False)
+    assert "state version 1" in str(e.value)
+    assert "version 2" in str(e.value)
+    assert "\n" not in str(e.value)
+
+    migrated = table(kafka, topic, url, V2, state_version=2, migrations={1: v1_to_v2})
+    report = migrated.start()
+    try:
+        assert report.checkpoint == 1
+        assert report.migrated_from == 1
+        assert report.replayed_records == tail  # from generation 1's offsets, not 0
+        assert dict(migrated.raw_items()) == full_replay(kafka, topic, V2)
+        manifest = migrated.checkpoint()
+        assert manifest is not None
+        assert manifest.generation == 2
+        assert manifest.state_version(topic) == 2
+        # A full base per partition: no file of the version-1 generation is built on.
+        assert all(f.kind is FileKind.BASE and f.path.startswith(f"data/{2:020d}/") for f in manifest.files)
+    finally:
+        migrated.close(checkpoint=False)
+
+    # The new code restarts from its own generation without migrating; the old code is refused.
+    again = table(kafka, topic, url, V2, state_version=2)
+    report = again.start()
+    try:
+        assert (report.checkpoint, report.migrated_from) == (2, None)
+        assert dict(again.raw_items()) == full_replay(kafka, topic, V2)
+    finally:
+        again.close(checkpoint=False)
+    old_code = table(kafka, topic, url, V1)
+    with pytest.raises(CheckpointMismatchError, match="newer than this code's version 1"):
+        old_code.start()
+    old_code.close(checkpoint=False)
+
+
+def test_offline_migration_equals_the_lazy_one_and_pins_its_source(
+    kafka: Any, version_1: dict[str, Any]
+) -> None:
+    topic, url = version_1["topic"], version_1["url"]
+    repo = locate_table(open_blob_store(url), topic)
+    dry = migrate_checkpoint(url, topic, v1_to_v2, dry_run=True)
+    assert (dry.generation, dry.from_version, dry.to_version) == (None, 1, 2)
+    assert dry.counts.kept + dry.counts.changed + dry.counts.dropped == repo.read_manifest(1).keys
+    assert dry.counts.changed > 0
+    assert dry.samples
+    assert repo.generations() == [1]  # a dry run writes nothing
+
+    offline = migrate_checkpoint(url, topic, {1: v1_to_v2}, to_version=2)
+    assert offline.generation == 2
+    assert repo.read_manifest(2).state_version(topic) == 2
+    api = SnapshotApi.for_repo(repo, topic)
+    try:
+        assert api.get(1).pinned
+    finally:
+        api.close()
+
+    # The lazy one: version-2 code restoring generation 1 (nothing past its offsets to consume)
+    # writes its first checkpoint at version 2 even though no offset moved.
+    lazy = table(kafka, topic, url, V2, state_version=2, migrations={1: v1_to_v2}, start_from=1)
+    report = lazy.start()
+    try:
+        assert (report.checkpoint, report.migrated_from, report.replayed_records) == (1, 1, 0)
+        lazy_manifest = lazy.checkpoint()
+        assert lazy_manifest is not None
+        assert lazy_manifest.generation == 3
+        assert lazy_manifest.offsets == repo.read_manifest(2).offsets
+    finally:
+        lazy.close(checkpoint=False)
+    assert generation_rows(repo, 2) == generation_rows(repo, 3) == full_replay(kafka, topic, V2)
+
+    # And a table of version 2 restores the newest (the lazy one's) as it is.
+    after = table(kafka, topic, url, V2, state_version=2)
+    report = after.start()
+    try:
+        assert (report.checkpoint, report.migrated_from) == (3, None)
+        assert dict(after.raw_items()) == full_replay(kafka, topic, V2)
+    finally:
+        after.close(checkpoint=False)
+
+
+def test_start_from_equals_reprocessing_up_to_its_offsets_plus_the_rest(kafka: Any, tmp_path: Path) -> None:
+    rng = random.Random(21)
+    topic = kafka.create_topic(f"from-{uuid.uuid4().hex[:12]}", PARTITIONS)
+    url = (tmp_path / "cp").as_uri()
+    owner: Table[bytes, bytes] = Table(
+        topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False
+    )
+    owner.start()
+    produced: list[Any] = []
+    offsets: dict[int, dict[int, int]] = {}
+    try:
+        for gen in (1, 2, 3):
+            produced += kafka.produce(topic, batch(rng, 150, f"g{gen}"))
+            kafka.drain(owner, kafka.end_offsets(produced, range(PARTITIONS)))
+            manifest = owner.checkpoint()
+            assert manifest is not None
+            assert manifest.generation == gen
+            offsets[gen] = manifest.offsets
+    finally:
+        owner.close(checkpoint=False)
+    produced += kafka.produce(topic, batch(rng, 80, "tail"))
+    repo = locate_table(open_blob_store(url), topic)
+    api = SnapshotApi.for_repo(repo, topic)
+    try:
+        api.pin(2)
+    finally:
+        api.close()
+    before = {g: repo.store.read(repo.key(f"snapshots/{g:020d}.json")) for g in (1, 2, 3)}
+
+    # Ground truth: re-process, with a plain consumer loop, everything below generation 1's
+    # offsets, then the rest.
+    records = kafka.read_all(topic, range(PARTITIONS))
+    upto = [r for r in records if r.offset < offsets[1][r.partition]]
+    rest = [r for r in records if r.offset >= offsets[1][r.partition]]
+    expected = kafka.truth(upto)
+    for r in rest:
+        if r.value is None:
+            expected.pop(r.key, None)
+        else:
+            expected[r.key] = r.value
+
+    with pytest.raises(ConfigError, match="disagree"):
+        Table(
+            topic,
+            bootstrap_servers=kafka.bootstrap,
+            checkpoints=CheckpointOptions(url, generation=2),
+            start_from=1,
+        )
+    t: Table[bytes, bytes] = Table(
+        topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False, start_from=1
+    )
+    report = t.start()
+    try:
+        assert report.checkpoint == 1
+        assert report.replayed_records == len(rest)
+        assert dict(t.raw_items()) == expected
+        manifest = t.checkpoint()
+        assert manifest is not None
+        assert manifest.generation == 4  # numbered above the later generations
+    finally:
+        t.close(checkpoint=False)
+    assert set(repo.generations()) == {1, 2, 3, 4}  # later generations stay
+    assert {g: repo.store.read(repo.key(f"snapshots/{g:020d}.json")) for g in (1, 2, 3)} == before
+    api = SnapshotApi.for_repo(repo, topic)
+    try:
+        assert api.get(2).pinned
+    finally:
+        api.close()
