@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from integration.conftest import KafkaTool
 from statesnap import CheckpointOptions, Processor, ProcessorContext, Record
 from statesnap.errors import ConfigError, EngineOptionError
-from statesnap.processor.running import run_processor
 from statesnap.processor.keyspace import input_offset_key, input_offset_of
+from statesnap.processor.running import run_processor
 
 BASE = 1_700_000_000_000
 PARTITIONS = 2
@@ -91,17 +91,22 @@ def read_input(bootstrap: str, topic: str) -> list[tuple[int, int, int, bytes, i
             "fetch.wait.max.ms": 10,
         }
     )
-    from confluent_kafka import TopicPartition
-
     consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    out, ended, deadline = [], set(), time.monotonic() + 30
+    out: list[tuple[int, int, int, bytes, int]] = []
+    ended: set[int] = set()
+    deadline = time.monotonic() + 30
     try:
         while len(ended) < PARTITIONS and time.monotonic() < deadline:
             for m in consumer.consume(1000, 0.1):
+                partition, offset, key, value = m.partition(), m.offset(), m.key(), m.value()
+                assert partition is not None
                 if m.error() is not None:
-                    ended.add(m.partition())
+                    ended.add(partition)
                     continue
-                out.append((m.partition(), m.timestamp()[1], m.offset(), m.key(), json.loads(m.value())))
+                assert offset is not None
+                assert key is not None
+                assert value is not None
+                out.append((partition, m.timestamp()[1], offset, key, json.loads(value)))
     finally:
         consumer.close()
     assert len(ended) == PARTITIONS
