@@ -4,8 +4,11 @@ Two modes: *default* (CI, a few minutes on two cores) and *long* (more kills, ev
 S3 too, the Spark streaming kill), chosen by ``STATESNAP_FAULTS=long`` or ``--faults=long`` (the
 option exists when pytest is pointed at tests/faults; the variable always works).
 
-Session services (``broker``, ``s3_server``) come from tests/conftest.py and are never killed here:
-tests that kill a broker or an S3 endpoint start their own.
+Session services come from tests/conftest.py and are never killed here: tests that kill a broker or
+an S3 endpoint start their own. The suite's broker is Apache Kafka (the session's ``apache_kafka``),
+the broker users run: every kill, corruption and race here is proven on it. Only a machine without
+Java or the jars ``scripts/setup.sh`` fetches falls back to the embedded Tansu broker, and the run's
+header says so.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from faults.ledger import (
     pytest_terminal_summary,
     session_ledger,
 )
-from statesnap.devstack import EmbeddedBroker, EmbeddedS3
+from statesnap.devstack import ApacheKafkaBroker, EmbeddedBroker, EmbeddedS3
+from statesnap.devstack.apache import apache_kafka_missing
 
 __all__ = ["pytest_runtest_makereport", "pytest_sessionfinish", "pytest_terminal_summary"]
 
@@ -74,10 +78,28 @@ def ledger(request: pytest.FixtureRequest) -> CaseLedger:
     return CaseLedger(session_ledger(request.config), request.node.nodeid)
 
 
+def pytest_report_header(config: pytest.Config) -> str | None:
+    missing = apache_kafka_missing()
+    return None if missing is None else f"fault suite broker: Tansu ({missing})"
+
+
 @pytest.fixture(scope="session")
-def kafka(broker: EmbeddedBroker) -> Iterator[KafkaTool]:
-    """Producer, admin and plain consumer on the session broker (as tests/integration has it)."""
-    tool = KafkaTool(broker.bootstrap_servers)
+def fault_broker(request: pytest.FixtureRequest) -> EmbeddedBroker | ApacheKafkaBroker:
+    """Apache Kafka, else (no Java or jars) the embedded Tansu broker."""
+    name = "apache_kafka" if apache_kafka_missing() is None else "broker"
+    found: EmbeddedBroker | ApacheKafkaBroker = request.getfixturevalue(name)
+    return found
+
+
+@pytest.fixture
+def bootstrap(fault_broker: EmbeddedBroker | ApacheKafkaBroker) -> str:
+    return fault_broker.bootstrap_servers
+
+
+@pytest.fixture(scope="session")
+def kafka(fault_broker: EmbeddedBroker | ApacheKafkaBroker) -> Iterator[KafkaTool]:
+    """Producer, admin and plain consumer on the suite's broker (as tests/integration has it)."""
+    tool = KafkaTool(fault_broker.bootstrap_servers)
     yield tool
     tool.close()
     tool._producer = None  # destroyed now, while its broker still answers

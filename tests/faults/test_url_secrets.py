@@ -12,8 +12,8 @@ with ``SASL_SSL://`` schemes, inside ``--kafka-config bootstrap.servers=``). Bef
 ``user:SECRET@`` came back in "Could not connect to the endpoint URL".
 
 Each form counts once in the fault summary's "url forms tried". Broker behaviour: the forms that
-reach Kafka run against the session's Tansu broker; what they prove (the broker list is refused
-before any connection) does not depend on the broker.
+reach Kafka run against the fault suite's broker (Apache Kafka); what they prove (the broker list is
+refused before any connection) does not depend on the broker.
 """
 
 from __future__ import annotations
