@@ -1,10 +1,11 @@
 """A windowed stream–stream join: each ad click joined with the impressions of the same ad in the
 10 minutes before it, whichever of the two arrives first.
 
-Impressions and clicks share the ``ad-events`` topic, keyed by ad id (``{"type": "impression" |
-"click", "id": ...}``); each side waits in a window store for its partner, and both buffers stay
-bounded: a minute's bucket leaves its store at retention (12 minutes), however long the stream
-runs. Joined pairs go to ``ad-clicks-joined``. Run it like ``examples/tally.py``.
+Impressions (``ad-impressions``) and clicks (``ad-clicks``) are two co-partitioned topics keyed by
+ad id (``{"id": ...}``); the processor reads both (``record.topic`` says which), merged by record
+timestamp per partition. Each side waits in a window store for its partner, and both buffers stay
+bounded: a minute's bucket leaves its store at retention (12 minutes), however long the streams
+run. Joined pairs go to ``ad-clicks-joined``. Run it like ``examples/tally.py``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ BUCKETS = Windows.tumbling("1m", grace="1m", retention="12m")
 
 proc = Processor(
     "ad-joins",
-    inputs=["ad-events"],
+    inputs=["ad-impressions", "ad-clicks"],
     bootstrap_servers=os.environ.get("STATESNAP_BOOTSTRAP_SERVERS", "localhost:9092"),
     checkpoints=os.environ.get("STATESNAP_CHECKPOINTS", "/tmp/statesnap-examples"),
     stores=[StoreSpec("impressions", window=BUCKETS), StoreSpec("clicks", window=BUCKETS)],
@@ -31,7 +32,9 @@ proc = Processor(
 @proc.handler
 def join(record: Record, ctx: ProcessorContext) -> None:
     event = record.value
-    mine, theirs = ("impressions", "clicks") if event["type"] == "impression" else ("clicks", "impressions")
+    mine, theirs = (
+        ("impressions", "clicks") if record.topic == "ad-impressions" else ("clicks", "impressions")
+    )
     # Impressions join the clicks up to 10 minutes after them; clicks the impressions before them.
     lo, hi = (
         (record.timestamp, record.timestamp + WITHIN_MS)

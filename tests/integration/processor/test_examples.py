@@ -134,22 +134,25 @@ def test_windowed_count_with_retention(kafka: KafkaTool, tmp_path: Path) -> None
 
 
 def test_windowed_stream_stream_join(kafka: KafkaTool, tmp_path: Path) -> None:
-    kafka.create_topic("ad-events", 1)
+    """Two co-partitioned inputs, impressions and clicks, merged by timestamp."""
+    kafka.create_topic("ad-impressions", 1)
+    kafka.create_topic("ad-clicks", 1)
     kafka.create_topic("ad-clicks-joined", 1)
     minute = 60_000
-    events = [
-        ("ad1", {"type": "impression", "id": "i1"}, BASE),
-        ("ad1", {"type": "click", "id": "c1"}, BASE + 2 * minute),  # joins i1
-        ("ad2", {"type": "click", "id": "c2"}, BASE + 3 * minute),  # its impression comes later...
-        ("ad2", {"type": "impression", "id": "i2"}, BASE + 2 * minute),  # ...out of order: joins c2
-        ("ad1", {"type": "click", "id": "c3"}, BASE + 15 * minute),  # i1 is too old
-    ]
+    produce(
+        kafka,
+        "ad-clicks",
+        [
+            ("ad1", {"id": "c1"}, BASE + 2 * minute),  # joins i1
+            ("ad2", {"id": "c2"}, BASE + 3 * minute),  # its impression is produced later...
+            ("ad1", {"id": "c3"}, BASE + 15 * minute),  # i1 is too old
+        ],
+    )
+    # ...but is older: the merge hands it to the handler first; joins c2.
+    impressions = [("ad1", {"id": "i1"}, BASE), ("ad2", {"id": "i2"}, BASE + 2 * minute)]
     # An hour of unrelated impressions: the join buffers must stay bounded by retention.
-    events += [
-        (f"ad{9 + i % 4}", {"type": "impression", "id": f"x{i}"}, BASE + 16 * minute + i * 5_000)
-        for i in range(720)
-    ]
-    produce(kafka, "ad-events", events)
+    impressions += [(f"ad{9 + i % 4}", {"id": f"x{i}"}, BASE + 16 * minute + i * 5_000) for i in range(720)]
+    produce(kafka, "ad-impressions", impressions)
     run_example("join", kafka, tmp_path)
     assert outputs(kafka, "ad-clicks-joined") == [
         ("ad1", {"impression": "i1", "click": "c1"}),
