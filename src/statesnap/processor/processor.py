@@ -45,6 +45,7 @@ from statesnap.durations import parse_duration
 from statesnap.errors import ConfigError, TableStateError
 from statesnap.processor.aggregations import Aggregations
 from statesnap.processor.handler import Handler, ProcessorHandler, Punctuation
+from statesnap.processor.migrations import StoreMigration, row_migrations
 from statesnap.processor.outputs import Outputs
 from statesnap.processor.stores import StoreReader, StoreSpec
 from statesnap.processor.task import ProcessorTask
@@ -53,6 +54,7 @@ from statesnap.python.consuming import TAIL_POLL, RecordHandler
 from statesnap.python.reads import SerdeName, SerdeOf
 from statesnap.serde import SchemaRegistry, Serde, resolve_serde
 from statesnap.stores import StateStore
+from statesnap.task.migration import StateVersion
 from statesnap.task.options import CheckpointOptions, GroupOptions, StaticShare, StoreName, StoreOptions
 from statesnap.task.restore import ProgressCallback, RestoreReport
 
@@ -75,6 +77,7 @@ class ProcessorSettings:
     timeout: float = 15.0
     partitions: Collection[int] | StaticShare | None = None
     group: str | GroupOptions | None = None
+    start_from: int | None = None
 
     def table_options(self) -> dict[str, Any]:
         """The settings as the engine's table task takes them."""
@@ -108,6 +111,10 @@ class Processor(Aggregations):
         dead_letter_topic: str | None = None,
         exactly_once: bool = False,
         max_idle: str | float | timedelta = "500ms",
+        state_version: int = 1,
+        migrations: Mapping[int, Mapping[str, StoreMigration]] | None = None,
+        start_from: int | None = None,
+        confirm: bool = False,
     ) -> None:
         """
         Args:
@@ -138,6 +145,17 @@ class Processor(Aggregations):
             max_idle: with several inputs, once caught up, how long a task with records waiting
                 waits for an input that has neither delivered its next record nor reported its
                 end before it goes on without it (Kafka Streams' ``max.task.idle.ms``).
+            state_version: the version of what the stores hold (bump it when a change to the
+                code changes what is stored); recorded in every checkpoint. A checkpoint of
+                another version is refused unless *migrations* bring it up.
+            migrations: per version and store, ``{1: {"balances": fn}}``: ``fn(key, value) ->
+                (key, value) | None`` on the store's key and value bytes as stored (the key
+                without the keyspace prefix, a window store's without its window start), turning
+                version-1 rows into version 2; run while restoring
+                (:mod:`statesnap.processor.migrations`).
+            start_from: restore exactly snapshot generation G, then continue from its offsets.
+            confirm: with ``exactly_once=True`` and *start_from*, say that outputs of the
+                records after G are produced again (they were committed once already).
         """
         topics = [inputs] if isinstance(inputs, str) else list(inputs)
         if not topics or len(set(topics)) != len(topics):
@@ -148,6 +166,10 @@ class Processor(Aggregations):
         if self.max_idle < 0:
             raise ConfigError(f"processor {name!r}: max_idle must not be negative, got {max_idle!r}")
         _check_multiple_inputs(name, self.inputs, group=group, exactly_once=exactly_once)
+        _check_start_from(name, start_from, exactly_once=exactly_once, confirm=confirm)
+        self.state_version = StateVersion(state_version).version
+        self.migrations = dict(migrations or {})
+        self.confirm = confirm
         self._task: ProcessorTask | None = None
         self._specs: dict[str, StoreSpec] = {}
         for spec in stores:
@@ -176,6 +198,7 @@ class Processor(Aggregations):
             timeout=timeout,
             partitions=partitions,
             group=group,
+            start_from=start_from,
         )
         self._outputs: Outputs | None = None
         self._stopping = threading.Event()
@@ -213,6 +236,9 @@ class Processor(Aggregations):
             )
         _check_multiple_inputs(
             self.name, self.inputs, group=copied._settings.group, exactly_once=copied.exactly_once
+        )
+        _check_start_from(
+            self.name, copied._settings.start_from, exactly_once=copied.exactly_once, confirm=copied.confirm
         )
         copied._stopping = threading.Event()
         return copied
@@ -338,6 +364,8 @@ class Processor(Aggregations):
             on_start=fence if self.exactly_once else None,
             others=self.inputs[1:],
             max_idle=self.max_idle,
+            state_version=self.state_version,
+            migrations=row_migrations(self.name, self._specs, self.migrations),
             background=background,
             **settings_source,
         )
@@ -470,4 +498,13 @@ def _check_multiple_inputs(
         raise ConfigError(
             f"processor {name!r}: exactly_once=True with several inputs is not supported yet; use "
             "at-least-once outputs or one input"
+        )
+
+
+def _check_start_from(name: str, start_from: int | None, *, exactly_once: bool, confirm: bool) -> None:
+    if start_from is not None and exactly_once and not confirm:
+        raise ConfigError(
+            f"processor {name!r}: start_from={start_from} with exactly_once=True produces the outputs of "
+            f"the records after generation {start_from} again (they were committed once); pass "
+            "confirm=True to go on"
         )

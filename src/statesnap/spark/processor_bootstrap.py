@@ -232,6 +232,15 @@ def bootstrap_processor(
         remote_executors=not is_local(spark),
     )
     writer.participant.describes = proc.describe()
+    writer.participant.state_versions = {proc.name: proc.state_version}
+    previous = writer.previous
+    if previous is not None and previous.state_version(proc.name) != proc.state_version:
+        writer.close()
+        raise ConfigError(
+            f"processor {proc.name!r} is state version {proc.state_version} and checkpoint generation "
+            f"{previous.generation} holds version {previous.state_version(proc.name)}; a Spark bootstrap "
+            "does not migrate (yet): restore it once in Python (proc.run(follow=False)), then bootstrap"
+        )
     try:
         return _Run(spark, proc, writer, emit, progress, started, min_partitions).run(aggregation)
     finally:
