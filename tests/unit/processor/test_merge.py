@@ -6,6 +6,7 @@ broker-backed proof is tests/integration/processor/test_multiple_inputs.py (Tans
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,3 +142,26 @@ def test_catching_up_hands_records_in_merge_order_however_they_arrive(
     assert merged.caught_up
     assert merged.positions == {0: len(data[0])}
     assert [a[0] for a in merged.applied_at] == [len(ts) for ts in data]
+
+
+class SilentReader(FakeReader):
+    """An input that neither delivers nor reports its end (a fetch that does not come back)."""
+
+    def poll(self, timeout: float) -> dict[int, list[Any]]:
+        del timeout
+        return {}
+
+
+def test_a_following_task_goes_on_without_a_silent_input_after_max_idle() -> None:
+    """Catching up, a partition waits for every input's head (determinism); following, it waits
+    at most ``max_idle`` for an input that says nothing."""
+    loud: Any = FakeReader("t0", [1, 2], [])
+    merged = MergedReader(loud, [SilentReader("t1", [], [])], max_idle=0.05)  # type: ignore[list-item]
+    for _ in range(3):
+        assert merged.poll(0) == {}
+    assert not merged.caught_up
+    merged.tailing = True
+    assert merged.poll(0) == {}  # the idle time starts now
+    time.sleep(0.06)
+    (batch,) = merged.poll(0).values()
+    assert [m.offset() for m in batch] == [0, 1]
