@@ -19,11 +19,11 @@ from statesnap.cli.options import (
 )
 from statesnap.cli.output import Output
 from statesnap.durations import parse_duration
-from statesnap.errors import CheckpointError, CorruptCheckpointError, TableNotFoundError
+from statesnap.errors import CheckpointError, CorruptCheckpointError, EngineOptionError, TableNotFoundError
 from statesnap.snapshot.api import SnapshotApi
 from statesnap.snapshot.audit import verify_table_metadata
 
-__all__ = ["checkpoints", "common", "gc", "list_cmd", "show", "verify"]
+__all__ = ["checkpoints", "common", "gc", "list_cmd", "migrate", "show", "verify"]
 
 
 @click.group()
@@ -234,3 +234,88 @@ def gc(
             for r in reports
         ),
     )
+
+
+@checkpoints.command()
+@click.argument("url", envvar="STATESNAP_CHECKPOINTS")
+@click.option("--table", required=True, envvar="STATESNAP_TABLE", help="The table to migrate.")
+@click.option(
+    "--function",
+    "function",
+    required=True,
+    metavar="MODULE:FN",
+    help="fn(key, value) -> (key, value) | (key, value, partition) | None on stored bytes (None drops the "
+    "row), or a {version: fn} dict chained up to --to-version; MODULE is imported from the current "
+    "directory or PYTHONPATH.",
+)
+@click.option(
+    "--from-version", type=int, default=None, help="The source's state version [default: as recorded]."
+)
+@click.option("--to-version", type=int, default=None, help="The state version written [default: the next].")
+@click.option("--generation", type=int, default=None, help="The generation to migrate [default: the newest].")
+@click.option(
+    "--partitioner",
+    type=click.Choice(["murmur2_random", "consistent_random"]),
+    default="murmur2_random",
+    show_default=True,
+    help="The producers' partitioner: a changed key must stay in its partition.",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["python", "spark"]),
+    default="python",
+    show_default=True,
+    help="Only python (the migrated table is held in memory until written).",
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Print counts (kept, changed, dropped) and a sample; write nothing."
+)
+@snapshot_cluster_options
+@storage_options
+@json_option
+def migrate(
+    url: str,
+    table: str,
+    function: str,
+    from_version: int | None,
+    to_version: int | None,
+    generation: int | None,
+    partitioner: str,
+    engine: str,
+    dry_run: bool,
+    storage_pairs: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Migrate a checkpoint of --table offline into a NEW generation at a new state version.
+
+    The source generation is pinned (a rollback point GC keeps) and left as it is; the new one is
+    numbered above every other, each partition a new base file, its manifest recording the new
+    state version, so code of that version restores it without migrating. A key the migration
+    moves out of its partition is refused, as is a --from-version the checkpoint does not hold.
+    """
+    if engine == "spark":
+        raise EngineOptionError(
+            "checkpoints migrate runs on the python engine only; for a table too large for memory, "
+            "register the migration with the table's code instead (it runs while restoring)"
+        )
+    from statesnap.task.offline_migration import load_migration, migrate_checkpoint
+
+    result = migrate_checkpoint(
+        url,
+        table,
+        load_migration(function),
+        from_version=from_version,
+        to_version=to_version,
+        generation=generation,
+        dry_run=dry_run,
+        storage_options=pairs_to_dict(storage_pairs, "--storage-option"),
+        partitioner="consistent_random" if partitioner == "consistent_random" else "murmur2_random",
+        **snapshot_store_args(),
+    )
+    if as_json or not dry_run:
+        Output(as_json).result(result)
+        return
+    click.echo(result.summary())
+    for row in result.to_json()["sample"]:
+        after = "dropped" if row["new_key"] is None else f"{row['new_key']!r} = {row['new_value']!r}"
+        click.echo(f"  p{row['partition']}: {row['key']!r} = {row['value']!r}  ->  {after}")

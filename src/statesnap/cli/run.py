@@ -25,7 +25,7 @@ from statesnap.cli.output import Output
 from statesnap.cli.progress import ConsoleProgress
 from statesnap.cli.tables import FollowSignals, cli_session, share_of
 from statesnap.durations import parse_duration
-from statesnap.errors import InvalidDurationError
+from statesnap.errors import ConfigError, InvalidDurationError
 from statesnap.kafka.config import config_from_env, parse_properties
 from statesnap.materialize import Engine, FollowOptions, SparkOptions
 
@@ -130,7 +130,18 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     "and go. Not with --instance/--instances. [env: STATESNAP_GROUP]",
 )
 @click.option(
-    "--generation", type=int, default=None, help="Continue from this snapshot generation, not the newest."
+    "--from-generation",
+    "--generation",
+    "generation",
+    type=int,
+    default=None,
+    help="Restore exactly this snapshot generation, not the newest, and continue from its offsets: later "
+    "generations stay, new ones are numbered above them (--generation is its older name).",
+)
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="With --from-generation and exactly-once outputs: emit again the outputs after that generation.",
 )
 @click.option("--snapshot-timeout", default=None, help="Fail snapshots not done by then [default: 60s].")
 @shutdown_timeout_option
@@ -164,6 +175,7 @@ def run(
     instances: int | None,
     group: str | None,
     generation: int | None,
+    yes: bool,
     snapshot_timeout: str | None,
     shutdown_timeout: str,
     snapshot_store: str | None,
@@ -225,6 +237,12 @@ def run(
     proc = with_overrides(load_processor(app), overrides)
     if exactly_once:
         proc = proc.replace(exactly_once=True)
+    if generation is not None and proc.exactly_once and not yes:
+        raise ConfigError(
+            f"--from-generation {generation} re-processes the input from that snapshot's offsets: this "
+            "processor's exactly-once outputs after it will be emitted again (consumers see them twice); "
+            "add --yes to go ahead"
+        )
     out = Output(as_json, quiet)
     stop = threading.Event()
     signals = FollowSignals(stop) if follow else None

@@ -144,7 +144,13 @@ def start_with_progress(table: Restorable, quiet: bool) -> RestoreReport:
     "checkpoints those it hands over). Not with --instance/--instances. [env: STATESNAP_GROUP]",
 )
 @click.option(
-    "--generation", type=int, default=None, help="Continue from this snapshot generation, not the newest."
+    "--from-generation",
+    "--generation",
+    "generation",
+    type=int,
+    default=None,
+    help="Restore exactly this snapshot generation, not the newest, and continue from its offsets: later "
+    "generations stay, new ones are numbered above them (--generation is its older name).",
 )
 @click.option("--snapshot-timeout", default="60s", show_default=True, help="Fail snapshots not done by then.")
 @shutdown_timeout_option

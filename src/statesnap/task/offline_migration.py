@@ -16,7 +16,9 @@ not fit is migrated lazily, while restoring, instead).
 
 from __future__ import annotations
 
+import importlib
 import logging
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -40,7 +42,7 @@ from statesnap.snapshot.api import SnapshotApi
 from statesnap.task.migration import Migration, MigrationCounts, RowMigrator, StateVersion
 from statesnap.task.write import write_checkpoint
 
-__all__ = ["OfflineMigration", "migrate_checkpoint"]
+__all__ = ["OfflineMigration", "load_migration", "migrate_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -223,3 +225,24 @@ def _shown(data: bytes) -> str:
     except UnicodeDecodeError:
         text = data.hex()
     return text if len(text) <= 120 else text[:117] + "…"
+
+
+def load_migration(spec: str) -> Migration | Mapping[int, Migration]:
+    """The migration ``MODULE:NAME`` names (a function, or ``{v: fn}``), the module imported from
+    the current directory or ``PYTHONPATH``; anything else is one :class:`ConfigError`."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"{spec!r} is not MODULE:FUNCTION (as in mymigrations:v1_to_v2)")
+    if "" not in sys.path:
+        sys.path.insert(0, "")  # the current directory, as `python -m` imports from it
+    try:
+        found: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            found = getattr(found, part)
+    except Exception as e:  # a missing module or name, or the user's module raising on import
+        raise ConfigError(f"cannot load migration {spec!r}: {type(e).__name__}: {e}") from e
+    if not callable(found) and not isinstance(found, Mapping):
+        raise ConfigError(
+            f"{spec!r} is a {type(found).__name__}, not a function or a {{version: function}} dict"
+        )
+    return found  # type: ignore[no-any-return]
