@@ -17,7 +17,7 @@ from statesnap.cli.options import (
 from statesnap.cli.output import Output
 from statesnap.snapshot.api import SnapshotApi, snapshot_json
 from statesnap.snapshot.clone import clone_generation
-from statesnap.snapshot.diff import diff_snapshots
+from statesnap.snapshot.diff import SnapshotDiff, diff_snapshots
 from statesnap.snapshot.model import Snapshot, SnapshotState
 
 __all__ = [
@@ -186,24 +186,48 @@ def unpin(url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool, g
     show_default=True,
     help="spark: run the join on Spark (for tables larger than memory).",
 )
+@click.option(
+    "--store",
+    "store_name",
+    default=None,
+    metavar="STORE",
+    help="Of a processor, diff only this store (default: every store, each counted on its own).",
+)
 def diff(
-    url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool, old: int, new: int, engine: str
+    url: str,
+    table: str,
+    storage_pairs: tuple[str, ...],
+    as_json: bool,
+    old: int,
+    new: int,
+    engine: str,
+    store_name: str | None,
 ) -> None:
-    """Keys added, removed and changed between snapshots OLD and NEW."""
+    """Keys added, removed and changed between snapshots OLD and NEW.
+
+    Of a processor, per store (its own bookkeeping never counted): a key is a store's key in one
+    partition (a window store's with its window start), examples shown as STORE:KEY.
+    """
     api = _api(url, table, storage_pairs)
     for generation in (old, new):
         api.get(generation)  # SnapshotNotFoundError naming it, on both engines, before any work
     if engine == "spark":
         from statesnap.cli.spark_engine import diff_on_spark
 
-        result = diff_on_spark(api, old, new, pairs_to_dict(storage_pairs, "--storage-option"))
+        options = pairs_to_dict(storage_pairs, "--storage-option")
+        result = diff_on_spark(api, old, new, options, store=store_name)
     else:
-        result = diff_snapshots(api.repo, old, new)
-    Output(as_json).show(
-        result.to_json(),
-        f"{old} → {new}: +{result.added} added, -{result.removed} removed, ~{result.changed} changed, "
-        f"{result.unchanged} unchanged ({result.old} → {result.new} keys)",
+        result = diff_snapshots(api.repo, old, new, store=store_name)
+    Output(as_json).show(result.to_json(), _diff_lines(f"{old} → {new}", result))
+
+
+def _diff_lines(head: str, result: SnapshotDiff) -> Iterator[str]:
+    yield (
+        f"{head}: +{result.added} added, -{result.removed} removed, ~{result.changed} changed, "
+        f"{result.unchanged} unchanged ({result.old} → {result.new} keys)"
     )
+    for name, store in sorted(result.stores.items()):
+        yield from _diff_lines(f"  store {name}", store)
 
 
 @snapshot.command()

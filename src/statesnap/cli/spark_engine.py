@@ -19,8 +19,10 @@ from statesnap.cli.interrupts import (
     wait_on_signals,
 )
 from statesnap.cli.progress import activity_bar, stderr_as_it_is
+from statesnap.errors import ConfigError
+from statesnap.processor.readback import processor_stores
 from statesnap.snapshot.diff import SAMPLE as DIFF_SAMPLE
-from statesnap.snapshot.diff import SnapshotDiff
+from statesnap.snapshot.diff import SnapshotDiff, diff_stores, identity_columns, is_processor, show_row
 
 __all__ = ["POLL_SECONDS", "SESSION_START_TIMEOUT_SECONDS", "diff_on_spark", "interrupted", "spark_session"]
 
@@ -141,57 +143,80 @@ def interrupted() -> bool:
 
 
 def diff_on_spark(
-    api: Any, old: int, new: int, storage_options: dict[str, str] | None = None
+    api: Any, old: int, new: int, storage_options: dict[str, str] | None = None, *, store: str | None = None
 ) -> SnapshotDiff:
-    """The snapshot diff as a Spark join (for tables larger than one process's memory)."""
-    from pyspark.sql import functions as sf
-
+    """The snapshot diff as a Spark join (for tables larger than one process's memory): the same
+    counts, stores and examples as :func:`statesnap.snapshot.diff.diff_snapshots`."""
+    old_manifest, new_manifest = api.repo.read_manifest(old), api.repo.read_manifest(new)
+    processor = is_processor(old_manifest) or is_processor(new_manifest)
+    if not processor and store is not None:
+        raise ConfigError(
+            f"{new_manifest.table!r} is a table, not a processor: it has no stores; diff it without --store"
+        )
+    stores = diff_stores(old_manifest, new_manifest, store) if processor else {}  # refused before Spark
     from statesnap.spark import read_table
 
     spark = spark_session()
     try:
         url, table = api.repo.store.url, api.table
 
-        def frame(gen: int) -> Any:
+        def frame(manifest: Any, name: str | None) -> Any:
+            if name is not None and (not is_processor(manifest) or name not in processor_stores(manifest)):
+                return None  # the store is not in this generation: all its rows added or removed
             return read_table(
-                spark, url, table, generation=gen, cluster_id=api.cluster_id, storage_options=storage_options
+                spark,
+                url,
+                table,
+                generation=manifest.generation,
+                cluster_id=api.cluster_id,
+                storage_options=storage_options,
+                store=name,
             )
 
-        a = frame(old).select("key", sf.col("value").alias("a"))
-        b = frame(new).select("key", sf.col("value").alias("b"))
-        joined = a.join(b, "key", "full_outer")
-        row = joined.agg(
-            sf.count("a").alias("old"),
-            sf.count("b").alias("new"),
-            sf.sum(sf.when(sf.col("a").isNull(), 1).otherwise(0)).alias("added"),
-            sf.sum(sf.when(sf.col("b").isNull(), 1).otherwise(0)).alias("removed"),
-            sf.sum(
-                sf.when(
-                    sf.col("a").isNotNull() & sf.col("b").isNotNull() & (sf.col("a") != sf.col("b")), 1
-                ).otherwise(0)
-            ).alias("changed"),
-            sf.sum(sf.when(sf.col("a") == sf.col("b"), 1).otherwise(0)).alias("unchanged"),
-        ).collect()[0]
-        kinds = {
-            "added": sf.col("a").isNull(),
-            "removed": sf.col("b").isNull(),
-            "changed": sf.col("a").isNotNull() & sf.col("b").isNotNull() & (sf.col("a") != sf.col("b")),
-        }
-        examples = {  # the same sample the Python engine gives (diff_snapshots), keys in order
-            kind: [
-                bytes(r["key"]).decode("utf-8", "backslashreplace")
-                for r in joined.filter(mask).select("key").orderBy("key").limit(DIFF_SAMPLE).collect()
-            ]
-            for kind, mask in kinds.items()
-        }
-        return SnapshotDiff(
-            old=int(row["old"]),
-            new=int(row["new"]),
-            added=int(row["added"] or 0),
-            removed=int(row["removed"] or 0),
-            changed=int(row["changed"] or 0),
-            unchanged=int(row["unchanged"] or 0),
-            examples=examples,
-        )
+        if not processor:
+            return _spark_diff(frame(old_manifest, None), frame(new_manifest, None), ["key"], show_row(None))
+        per_store = {}
+        for name, info in stores.items():
+            a, b = frame(old_manifest, name), frame(new_manifest, name)
+            a = b.limit(0) if a is None else a
+            b = a.limit(0) if b is None else b
+            per_store[name] = _spark_diff(a, b, identity_columns(info), show_row(info))
+        return SnapshotDiff.of_stores(per_store, DIFF_SAMPLE)
     finally:
         spark.stop()
+
+
+def _spark_diff(old: Any, new: Any, keys: list[str], show: Any) -> SnapshotDiff:
+    """Rows *old* and *new* identified by *keys* (each with a ``value``), joined on Spark."""
+    from pyspark.sql import functions as sf
+
+    a = old.select(*keys, sf.col("value").alias("a"))
+    b = new.select(*keys, sf.col("value").alias("b"))
+    joined = a.join(b, keys, "full_outer")
+    kinds = {
+        "added": sf.col("a").isNull(),
+        "removed": sf.col("b").isNull(),
+        "changed": sf.col("a").isNotNull() & sf.col("b").isNotNull() & (sf.col("a") != sf.col("b")),
+    }
+    row = joined.agg(
+        sf.count("a").alias("old"),
+        sf.count("b").alias("new"),
+        *(sf.sum(sf.when(mask, 1).otherwise(0)).alias(kind) for kind, mask in kinds.items()),
+        sf.sum(sf.when(sf.col("a") == sf.col("b"), 1).otherwise(0)).alias("unchanged"),
+    ).collect()[0]
+    examples = {  # the sample the Python engine gives: identity columns ascending, bytes unsigned
+        kind: [
+            show(r.asDict())
+            for r in joined.filter(mask).select(*keys).orderBy(*keys).limit(DIFF_SAMPLE).collect()
+        ]
+        for kind, mask in kinds.items()
+    }
+    return SnapshotDiff(
+        old=int(row["old"]),
+        new=int(row["new"]),
+        added=int(row["added"] or 0),
+        removed=int(row["removed"] or 0),
+        changed=int(row["changed"] or 0),
+        unchanged=int(row["unchanged"] or 0),
+        examples=examples,
+    )
