@@ -46,6 +46,7 @@ from statesnap.materialize import materialize as materialize_table
 from statesnap.materialize.python_run import Restorable, restore_with_progress
 from statesnap.python.follower import ReadOnlyTable
 from statesnap.serde import resolve_serde
+from statesnap.task.migration import StateVersion
 from statesnap.task.options import CheckpointOptions, GroupOptions, SnapshotOptions, StaticShare, StoreOptions
 from statesnap.task.restore import RestoreReport
 
@@ -152,6 +153,14 @@ def start_with_progress(table: Restorable, quiet: bool) -> RestoreReport:
     help="Restore exactly this snapshot generation, not the newest, and continue from its offsets: later "
     "generations stay, new ones are numbered above them (--generation is its older name).",
 )
+@click.option(
+    "--state-version",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="The state version checkpoints are written at; a checkpoint of another version is refused "
+    "(migrate it first: statesnap checkpoints migrate).",
+)
 @click.option("--snapshot-timeout", default="60s", show_default=True, help="Fail snapshots not done by then.")
 @shutdown_timeout_option
 @snapshot_store_option
@@ -188,6 +197,7 @@ def materialize(
     instances: int | None,
     group: str | None,
     generation: int | None,
+    state_version: int,
     snapshot_timeout: str,
     shutdown_timeout: str,
     snapshot_store: str | None,
@@ -234,6 +244,7 @@ def materialize(
                 share=share,
                 spark=SparkOptions(conf, spark_checkpoint_location, session),
                 progress=progress,
+                state=StateVersion(state_version),
             )
         except (click.ClickException, StatesnapError):
             raise

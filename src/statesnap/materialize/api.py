@@ -18,6 +18,7 @@ from statesnap.materialize.engine import Engine, EngineChoice, choose_engine, es
 from statesnap.materialize.options import FollowOptions, SparkOptions
 from statesnap.materialize.progress import MaterializeProgress
 from statesnap.materialize.result import MaterializeResult
+from statesnap.task.migration import StateVersion
 from statesnap.task.options import CheckpointOptions, GroupOptions, StaticShare, StoreName, StoreOptions
 
 __all__ = ["materialize"]
@@ -39,6 +40,7 @@ def materialize(
     share: StaticShare | GroupOptions | None = None,
     spark: SparkOptions | None = None,
     progress: MaterializeProgress | None = None,
+    state: StateVersion | None = None,
 ) -> MaterializeResult:
     """Restore *topic*'s table (``name``, default the topic) from its newest usable checkpoint,
     read to the end of the topic and write a checkpoint; running it again is incremental.
@@ -57,6 +59,9 @@ def materialize(
             consumer group (:class:`GroupOptions`, with ``follow`` only).
         spark: what only the Spark engine honours (Spark settings, streaming checkpoint).
         progress: told what happens while the run goes (see :class:`MaterializeProgress`).
+        state: the state version checkpoints are written at, and (Python engine) migrations
+            from older ones, run while restoring (see :mod:`statesnap.task.migration`); a
+            checkpoint of another version is refused without them.
 
     An option the chosen engine cannot honour is refused before any work
     (:class:`~statesnap.errors.EngineOptionError`); a missing topic or broker fails at once.
@@ -74,6 +79,7 @@ def materialize(
             "store": store is not None,
             "instances": isinstance(share, StaticShare),
             "group": isinstance(share, GroupOptions),
+            "migrations": bool(state is not None and state.migrations),
         },
         spark_only={
             "spark_checkpoint_location": bool(spark_options.checkpoint_location),
@@ -88,8 +94,8 @@ def materialize(
         from statesnap.materialize.spark_run import run_on_spark
 
         return run_on_spark(settings, topic, table, options, choice=choice, follow=following,
-                            spark_options=spark_options, progress=listener)  # fmt: skip
-    return _in_python(settings, topic, table, options, choice, following, store, share, listener)
+                            spark_options=spark_options, progress=listener, state=state)  # fmt: skip
+    return _in_python(settings, topic, table, options, choice, following, store, share, listener, state)
 
 
 def _in_python(
@@ -102,6 +108,7 @@ def _in_python(
     store: StoreName | StoreOptions | None,
     share: StaticShare | GroupOptions | None,
     progress: MaterializeProgress,
+    state: StateVersion | None = None,
 ) -> MaterializeResult:
     from statesnap.materialize.python_run import open_table, run_in_python
 
@@ -115,6 +122,7 @@ def _in_python(
         kafka_config=settings.config,
         timeout=settings.timeout,
         background=follow is not None,
+        state=state,
     )
     instances = share.instances if isinstance(share, StaticShare) else None
     return run_in_python(opened, choice=choice, follow=follow, progress=progress, instances=instances)

@@ -21,6 +21,7 @@ from statesnap.materialize.options import FollowOptions
 from statesnap.materialize.progress import MaterializeProgress, Stage
 from statesnap.materialize.result import Followed, MaterializeResult, records_between
 from statesnap.python.table import Table
+from statesnap.task.migration import StateVersion
 from statesnap.task.options import CheckpointOptions, GroupOptions, StaticShare, StoreOptions
 from statesnap.task.restore import ProgressCallback, RestoreReport
 
@@ -41,8 +42,10 @@ def open_table(
     kafka_config: Mapping[str, Any],
     timeout: float,
     background: bool,
+    state: StateVersion | None = None,
 ) -> Table:
     """The table a run materializes (the one place that knows ``Table``'s keywords)."""
+    state = state or StateVersion()
     return Table(
         topic,
         bootstrap_servers=bootstrap_servers,
@@ -54,6 +57,8 @@ def open_table(
         partitions=share if isinstance(share, StaticShare) else None,
         group=share if isinstance(share, GroupOptions) else None,
         background=background,
+        state_version=state.version,
+        migrations=state.migrations,
     )
 
 

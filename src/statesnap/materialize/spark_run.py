@@ -24,6 +24,7 @@ from statesnap.materialize.engine import EngineChoice
 from statesnap.materialize.options import FollowOptions, SparkOptions
 from statesnap.materialize.progress import MaterializeProgress, Stage
 from statesnap.materialize.result import Followed, MaterializeResult
+from statesnap.task.migration import StateVersion
 from statesnap.task.options import CheckpointOptions
 from statesnap.task.restore import RestoreReport
 
@@ -43,6 +44,7 @@ def run_on_spark(
     follow: FollowOptions | None,
     spark_options: SparkOptions,
     progress: MaterializeProgress,
+    state: StateVersion | None = None,
 ) -> MaterializeResult:
     """Bootstrap (or, with *follow*, continuously materialize) *topic* into checkpoints on Spark.
 
@@ -60,9 +62,9 @@ def run_on_spark(
     spark = _session(spark_options)
     try:
         if follow is None:
-            return _bootstrap(spark, settings, topic, table, checkpoints, choice, progress, started)
+            return _bootstrap(spark, settings, topic, table, checkpoints, choice, progress, started, state)
         return _follow(spark, settings, topic, table, checkpoints, choice, follow, spark_options,
-                       progress, started)  # fmt: skip
+                       progress, started, state)  # fmt: skip
     finally:
         spark.stop()
 
@@ -93,11 +95,12 @@ def _bootstrap(
     choice: EngineChoice,
     progress: MaterializeProgress,
     started: float,
+    state: StateVersion | None = None,
 ) -> MaterializeResult:
     from statesnap.spark.bootstrap import BootstrapSpec, run_bootstrap
 
     spec = BootstrapSpec(settings.bootstrap_servers, topic, table, checkpoints, settings.config,
-                         timeout=settings.timeout)  # fmt: skip
+                         timeout=settings.timeout, state=state or StateVersion())  # fmt: skip
     progress.stage(Stage.READING)
     with _job(progress, f"bootstrapping {topic}"):
 
@@ -131,6 +134,7 @@ def _follow(
     spark_options: SparkOptions,
     progress: MaterializeProgress,
     started: float,
+    state: StateVersion | None = None,
 ) -> MaterializeResult:
     """Run the streaming materializer until *follow* says stop, then commit the final
     checkpoint within its shutdown timeout."""
@@ -147,6 +151,7 @@ def _follow(
         checkpoint_location=location,
         kafka_config=settings.config,
         timeout=settings.timeout,
+        state_version=(state or StateVersion()).version,
     )
     progress.stage(Stage.FOLLOWING)
     following = time.monotonic()

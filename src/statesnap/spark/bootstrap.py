@@ -46,6 +46,7 @@ from statesnap.spark.kafka_io import change_table, iter_range, split_ranges
 from statesnap.spark.options import KafkaSourceOptions
 from statesnap.spark.workers import is_local
 from statesnap.spark.writer import SparkTableWriter
+from statesnap.task.migration import StateVersion, check_base
 from statesnap.task.options import CheckpointOptions
 from statesnap.task.restore import RestoreReport
 
@@ -103,7 +104,8 @@ class BootstrapSpec:
     defaults to ``spark-bootstrap``). ``min_partitions``: at least this many tasks (default: the
     cluster's default parallelism, splitting only ranges of more than 2 × 200k records; an
     explicit value splits down to single records). ``timeout``: how long an unreachable cluster
-    is waited for.
+    is waited for. ``state``: the state version the checkpoints are written at (one of another
+    version is refused: Spark runs no migrations).
     """
 
     bootstrap_servers: str
@@ -113,6 +115,7 @@ class BootstrapSpec:
     kafka_config: Mapping[str, Any] = field(default_factory=dict)
     min_partitions: int | None = None
     timeout: float = 15.0
+    state: StateVersion = field(default_factory=StateVersion)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kafka_config", MappingProxyType(dict(self.kafka_config)))
@@ -128,6 +131,7 @@ def bootstrap(
     kafka_config: Mapping[str, Any] | None = None,
     min_partitions: int | None = None,
     timeout: float = 15.0,
+    state_version: int = 1,
 ) -> CheckpointManifest:
     """Write a checkpoint of *topic*'s table as of now, using the whole Spark cluster.
 
@@ -147,6 +151,7 @@ def bootstrap(
         kafka_config or {},
         min_partitions,
         timeout,
+        StateVersion(state_version),
     )
     return run_bootstrap(spark, spec).manifest
 
@@ -166,6 +171,8 @@ def run_bootstrap(spark: Any, spec: BootstrapSpec, *, progress: Progress | None 
         remote_executors=not is_local(spark),
     )
     try:
+        check_base(spec.state, writer.previous, spec.table, engine="spark")
+        writer.participant.state_versions = {spec.table: spec.state.version}
         return _bootstrap(spark, writer, spec.min_partitions, started, progress)
     finally:
         writer.close()

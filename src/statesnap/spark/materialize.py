@@ -67,6 +67,7 @@ from statesnap.spark.registration import register
 from statesnap.spark.source import RANGES_SOURCE_NAME
 from statesnap.spark.workers import is_local
 from statesnap.spark.writer import SparkTableWriter
+from statesnap.task.migration import StateVersion, check_base
 from statesnap.task.options import CheckpointOptions
 from statesnap.task.restore import RestoreReport
 
@@ -106,6 +107,7 @@ class StreamMaterializer:
         observer: Observer | None,
         timer_interval: float = 1.0,
         timeout: float = 15.0,
+        state: StateVersion | None = None,
     ) -> None:
         if compact_after < 1:
             raise ConfigError(f"compact_after must be >= 1, got {compact_after}")
@@ -128,6 +130,13 @@ class StreamMaterializer:
             remote_executors=not is_local(spark),
         )
         self.participant = self.writer.participant
+        state = state or StateVersion()
+        try:
+            check_base(state, self.writer.previous, table, engine="spark")
+        except BaseException:
+            self.writer.close()
+            raise
+        self.participant.state_versions = {table: state.version}
         self.repo = self.writer.repo
         self.opts = self.writer.opts
         self.cluster_id = self.writer.cluster_id
@@ -510,6 +519,7 @@ def materialize_stream(
     query_name: str | None = None,
     observer: Observer | None = None,
     timeout: float = 15.0,
+    state_version: int = 1,
 ) -> StreamMaterializer:
     """Start materializing *topic* into checkpoints of *table*; returns the running handle.
 
@@ -525,7 +535,8 @@ def materialize_stream(
     than ``compact_after`` delta files (or more delta than base bytes) get a new base.
     ``available_now`` processes what exists and stops. Stop with
     :meth:`StreamMaterializer.stop` (which commits a final checkpoint). ``observer`` sees each
-    step of a batch; ``timeout`` bounds waits for the cluster's metadata.
+    step of a batch; ``timeout`` bounds waits for the cluster's metadata. ``state_version``: the
+    version the checkpoints are written at (one of another version is refused: no migrations here).
     """
     options = stream_checkpoints(checkpoints)
     trigger_seconds = options.commit_interval.total_seconds()
@@ -541,6 +552,7 @@ def materialize_stream(
         observer=observer,
         timer_interval=max(0.2, min(trigger_seconds, 1.0)),
         timeout=timeout,
+        state=StateVersion(state_version),
     )
     if available_now:
         trigger: dict[str, Any] = {"availableNow": True}

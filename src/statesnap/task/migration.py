@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statesnap.checkpoint.manifest import CheckpointManifest
-from statesnap.errors import CheckpointMismatchError, ConfigError
+from statesnap.errors import CheckpointMismatchError, ConfigError, EngineOptionError
 from statesnap.kafka.partitioner import PartitionerSpec, resolve_partitioner
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "MigrationCounts",
     "RowMigrator",
     "StateVersion",
+    "check_base",
     "migrate_rows",
 ]
 
@@ -112,6 +113,21 @@ class StateVersion:
         if not steps:
             return None
         return RowMigrator(store, found, self.version, steps, resolve_partitioner(partitioner), partitions)
+
+
+def check_base(state: StateVersion, previous: CheckpointManifest | None, store: str, *, engine: str) -> None:
+    """A writer that builds on *previous*'s files without loading them into a store (Spark's
+    bootstrap and streaming materializer) can continue only a checkpoint of its own state
+    version: another is refused in one line (with migrations registered, they run where rows are
+    loaded: a Python table's restore, or ``statesnap checkpoints migrate``)."""
+    if previous is None:
+        return
+    if state.steps(previous.state_version(store), store=store, generation=previous.generation):
+        raise EngineOptionError(
+            f"{store}: generation {previous.generation} holds state version "
+            f"{previous.state_version(store)} and the {engine} engine does not run migrations; migrate it "
+            f"with the python engine or `statesnap checkpoints migrate` first (to version {state.version})"
+        )
 
 
 @dataclass(slots=True)
