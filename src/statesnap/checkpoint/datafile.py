@@ -29,6 +29,7 @@ __all__ = [
     "encode",
     "latest_per_key",
     "merge",
+    "sorted_rows",
 ]
 
 #: Kafka's record timestamps: milliseconds since the epoch, an instant.
@@ -58,11 +59,18 @@ def empty_table() -> pa.Table:
     return SCHEMA.empty_table()
 
 
+def sorted_rows(table: pa.Table) -> pa.Table:
+    """*table* in the data-file schema, sorted by key: the rows exactly as :func:`encode` writes
+    them (a base's persisted key index names rows by their position in the file)."""
+    table = table.select(SCHEMA.names).cast(SCHEMA)
+    if not _sorted_by_key(table):
+        table = table.sort_by("key")
+    return table
+
+
 def encode(table: pa.Table, *, sort: bool = True) -> EncodedFile:
     """Serialize rows to Parquet bytes; sorts by key unless the caller already did."""
-    table = table.select(SCHEMA.names).cast(SCHEMA)
-    if sort and not _sorted_by_key(table):
-        table = table.sort_by("key")
+    table = sorted_rows(table) if sort else table.select(SCHEMA.names).cast(SCHEMA)
     sink = pa.BufferOutputStream()
     pq.write_table(
         table,

@@ -30,6 +30,7 @@ __all__ = [
     "NextOffset",
     "PartitionCheckpoint",
     "canonical_checksum",
+    "index_path",
     "leader_epoch_of",
 ]
 
@@ -46,6 +47,15 @@ SUPPORTED_FORMAT_VERSIONS = frozenset({1, 2})
 _DATA_PATH_RE = re.compile(r"^data/(\d{1,20})/[A-Za-z0-9_][A-Za-z0-9._-]*\.parquet$")
 _DATA_NAME_RE = re.compile(r"^data/\d+/p(\d+)-(base|delta)-(\d{1,18})\.parquet$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+#: A base file's persisted key index: beside it, same generation, partition and ``<n>``.
+_INDEX_SUFFIX = ".keyidx"
+
+
+def index_path(base_path: str) -> str:
+    """Where the key index of the base file at *base_path* lives (``p<p>-index-<n>.keyidx``)."""
+    head, _, name = base_path.rpartition("/")
+    return f"{head}/{name.replace('-base-', '-index-', 1).removesuffix('.parquet')}{_INDEX_SUFFIX}"
+
 
 #: The state version of a store a manifest does not name (every manifest written before versions
 #: were recorded): the version every table and store starts at.
@@ -53,10 +63,12 @@ UNVERSIONED = 1
 
 
 class FileKind(StrEnum):
-    """A data file's role: a partition's full contents, or changes to apply on top (in order)."""
+    """A data file's role: a partition's full contents, or changes to apply on top (in order);
+    or a base's persisted key index (never a data file: it rides on its base's entry)."""
 
     BASE = "base"
     DELTA = "delta"
+    INDEX = "index"
 
 
 def canonical_checksum(obj: Mapping[str, Any]) -> str:
@@ -116,6 +128,10 @@ class DataFile:
     #: A delta's: the ``next_offset`` of the file it applies on top of, so a partition's files form
     #: a chain in which a missing or reordered delta shows (None where the writer did not record it).
     after: int | None = None
+    #: A base's persisted key index (its ``rows`` are the base's), or None: then a restore builds
+    #: the index. Nested in the base's entry, so every writer that carries a base into a later
+    #: manifest carries its index, and readers that do not know it ignore it (no format bump).
+    index: DataFile | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kind", FileKind(self.kind))
@@ -132,6 +148,8 @@ class DataFile:
             obj["next_offset"] = self.next_offset
         if self.after is not None:
             obj["after"] = self.after
+        if self.index is not None:
+            obj["index"] = self.index.to_json()
         return obj
 
     @property
@@ -153,10 +171,15 @@ class DataFile:
         kind = obj.get("kind")
         if kind not in ("base", "delta"):
             raise CorruptCheckpointError(f"{path}: unknown file kind {str(kind)[:40]!r}")
+        index = None
+        if obj.get("index") is not None:
+            if kind != "base":
+                raise CorruptCheckpointError(f"{path}: a {kind} file with a key index")
+            index = cls._index_from_json(obj["index"], path)
         sha = as_str(obj.get("sha256"), f"{path}: sha256")
         if not _SHA256_RE.fullmatch(sha):
             raise CorruptCheckpointError(f"{path}: sha256 is not 64 hex digits")
-        return cls(
+        parsed = cls(
             path,
             FileKind(kind),
             as_int(obj.get("rows"), f"{path}: rows"),
@@ -164,6 +187,33 @@ class DataFile:
             sha,
             as_optional_int(obj.get("next_offset"), f"{path}: next_offset"),
             as_optional_int(obj.get("after"), f"{path}: after"),
+            index,
+        )
+        if index is not None and index.rows != parsed.rows:
+            raise CorruptCheckpointError(
+                f"{index.path}: indexes {index.rows} rows, its base holds {parsed.rows}"
+            )
+        return parsed
+
+    @classmethod
+    def _index_from_json(cls, obj: Any, base: str) -> DataFile:
+        """A base's index entry: it must sit beside *base* under the name :func:`index_path` gives
+        (an index of another partition, generation or file is not this base's)."""
+        obj = as_map(obj, f"{base}: index")
+        path = as_str(obj.get("path"), f"{base}: index path")
+        if path != index_path(base) or obj.get("kind") != FileKind.INDEX.value:
+            raise CorruptCheckpointError(
+                f"{base}: key index {path[:120]!r} does not belong to this base file"
+            )
+        sha = as_str(obj.get("sha256"), f"{path}: sha256")
+        if not _SHA256_RE.fullmatch(sha):
+            raise CorruptCheckpointError(f"{path}: sha256 is not 64 hex digits")
+        return cls(
+            path,
+            FileKind.INDEX,
+            as_int(obj.get("rows"), f"{path}: rows"),
+            as_int(obj.get("bytes"), f"{path}: bytes", lo=1),
+            sha,
         )
 
 
@@ -320,11 +370,22 @@ class CheckpointManifest:
 
     @property
     def files(self) -> list[DataFile]:
+        """The data files (Parquet), partition by partition in the order they apply."""
         return [f for _, pc in sorted(self.partitions.items()) for f in pc.files]
 
     @property
+    def index_files(self) -> list[DataFile]:
+        """The bases' persisted key indexes (restores read them when present)."""
+        return [f.index for f in self.files if f.index is not None]
+
+    @property
+    def all_files(self) -> list[DataFile]:
+        """Every file the checkpoint references: what GC keeps, verify checks and clone copies."""
+        return [*self.files, *self.index_files]
+
+    @property
     def total_bytes(self) -> int:
-        return sum(f.bytes for f in self.files)
+        return sum(f.bytes for f in self.all_files)
 
     @property
     def total_rows(self) -> int:
@@ -396,6 +457,7 @@ class CheckpointManifest:
             p = as_partition(name)
             partitions[p] = PartitionCheckpoint.from_json(p, entry)
         paths = [f.path for pc in partitions.values() for f in pc.files]
+        paths += [f.index.path for pc in partitions.values() for f in pc.files if f.index is not None]
         if len(paths) != len(set(paths)):
             raise CorruptCheckpointError("a data file is listed twice")
         generation = as_int(obj.get("generation"), "generation")

@@ -7,6 +7,7 @@ A :class:`CheckpointRepository` is the only component that knows the storage lay
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -28,6 +29,7 @@ from statesnap.checkpoint.manifest import (
     FileKind,
     PartitionCheckpoint,
     canonical_checksum,
+    index_path,
 )
 from statesnap.errors import (
     BlobExistsError,
@@ -37,8 +39,10 @@ from statesnap.errors import (
     CorruptCheckpointError,
     TableNotFoundError,
 )
+from statesnap.stores.keyindex import HashSeed, KeyIndex, attach
 
 __all__ = [
+    "INDEX_MIN_ROWS",
     "IO_THREADS",
     "READ_AHEAD",
     "CheckpointRepository",
@@ -56,6 +60,10 @@ IO_THREADS = 8
 #: Partitions a restore decodes ahead of its consumer: decoding is CPU-bound, so one per core (at
 #: least two); each decoded partition is held until taken. Downloads run IO_THREADS ahead.
 READ_AHEAD = min(IO_THREADS, max(2, os.cpu_count() or 2))
+#: A base of fewer rows gets no persisted key index: a restore builds one in under ~8 ms (65 k
+#: keys, measured; ~100 ns a key), about what one more object-store request costs, and the
+#: table's many small partitions then cost no extra files.
+INDEX_MIN_ROWS = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +75,18 @@ class VerifyResult:
     problems: tuple[str, ...]
     #: The manifest was deleted (by GC or a user) while it was being verified: not corrupt, gone.
     vanished: bool = False
+    #: Those of ``problems`` that concern a base's key index alone (missing, damaged): the
+    #: checkpoint is not ``ok`` but still ``restorable`` (restores build the index instead).
+    index_problems: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    @property
+    def restorable(self) -> bool:
+        """Whether its data files are whole, whatever its key indexes' state."""
+        return len(self.problems) == len(self.index_problems)
 
 
 class CheckpointRepository:
@@ -171,23 +187,66 @@ class CheckpointRepository:
         return datafile.merge([self.read_file(f) for f in files])
 
     def decode_partition(
-        self, manifest: CheckpointManifest, partition: int, downloads: list[Future[bytes]]
+        self,
+        manifest: CheckpointManifest,
+        partition: int,
+        downloads: list[Future[bytes]],
+        index: Future[bytes] | None = None,
     ) -> pa.Table:
-        """:meth:`load_partition` for files whose downloads are under way (one future per file)."""
+        """:meth:`load_partition` for files whose downloads are under way (one future per file);
+        with *index* (the download of its base's key index), the index rides along with the
+        table (:func:`~statesnap.stores.keyindex.attach`) once it verifies (see :meth:`read_index`)."""
         pc = manifest.partitions[partition]
         pairs = zip(pc.files, downloads, strict=True)
-        return checked_merge(pc, [self.decode_file(f, d.result()) for f, d in pairs], source=self.url)
+        table = checked_merge(pc, [self.decode_file(f, d.result()) for f, d in pairs], source=self.url)
+        if index is not None:
+            found = self.read_index(pc, index, table)
+            if found is not None:
+                attach(table, found)
+        return table
+
+    @staticmethod
+    def indexed_base(pc: PartitionCheckpoint) -> DataFile | None:
+        """The partition's index entry when a restore can use it: its base alone is the partition
+        (the index names rows by position; rows merged with deltas are not at those positions)."""
+        files = pc.files
+        return files[0].index if len(files) == 1 and files[0].kind is FileKind.BASE else None
+
+    def read_index(self, pc: PartitionCheckpoint, download: Future[bytes], rows: pa.Table) -> KeyIndex | None:
+        """The partition's persisted key index for its verified *rows*, or None (the store then
+        builds it). A missing or damaged index is logged and ignored, not a reason to skip the
+        checkpoint: it is derived from the base, which verified, so the state is whole without it;
+        and a GC of a statesnap before indexes (which sees it as an unreferenced file) may have
+        deleted it. ``checkpoints verify`` reports it as damage all the same."""
+        f = self.indexed_base(pc)
+        if f is None:
+            return None
+        where = f"{self.url}/{f.path}"
+        try:
+            data = download.result()
+            if len(data) != f.bytes:
+                raise CorruptCheckpointError(
+                    f"{where}: size {len(data)} != {f.bytes} recorded in the manifest"
+                )
+            if hashlib.sha256(data).hexdigest() != f.sha256:
+                raise CorruptCheckpointError(f"{where}: checksum mismatch")
+            return KeyIndex.from_bytes(data, rows=rows.num_rows, source=where)
+        except (BlobNotFoundError, CorruptCheckpointError) as e:
+            log.warning("key index ignored, the store builds it: %s", e)
+            return None
 
     def iter_partitions(
-        self, manifest: CheckpointManifest, partitions: list[int] | None = None
+        self, manifest: CheckpointManifest, partitions: list[int] | None = None, *, indexes: bool = False
     ) -> Iterator[tuple[int, pa.Table]]:
         """Load partitions, yielding in order. Two windows ahead of the caller: downloads of the
         next :data:`IO_THREADS` partitions (S3 latency hides behind them; compressed bytes are
         small) and decodes of the next :data:`READ_AHEAD` (CPU-bound; a decoded partition is
         held until taken). A restore into a store that does not keep the decoded tables (RocksDB)
-        so holds a few partitions at a time, not the whole table (issue 9: bounded memory)."""
+        so holds a few partitions at a time, not the whole table (issue 9: bounded memory).
+        *indexes*: also download each base's persisted key index where a store can use it (see
+        :meth:`decode_partition`), beside its files."""
         wanted = iter(sorted(manifest.partitions) if partitions is None else partitions)
-        fetching: deque[tuple[int, list[Future[bytes]]]] = deque()
+        fetching: deque[tuple[int, list[Future[bytes]], Future[bytes] | None]] = deque()
         decoding: deque[tuple[int, Future[pa.Table]]] = deque()
         with (
             ThreadPoolExecutor(IO_THREADS, thread_name_prefix="statesnap-fetch") as fetch_pool,
@@ -197,13 +256,22 @@ class CheckpointRepository:
             def fetch_next() -> None:
                 p = next(wanted, None)
                 if p is not None:
-                    files = manifest.partitions[p].files
-                    fetching.append((p, [fetch_pool.submit(self.fetch_file, f) for f in files]))
+                    pc = manifest.partitions[p]
+                    index = self.indexed_base(pc) if indexes else None
+                    fetching.append(
+                        (
+                            p,
+                            [fetch_pool.submit(self.fetch_file, f) for f in pc.files],
+                            fetch_pool.submit(self.store.read, self.key(index.path)) if index else None,
+                        )
+                    )
 
             def decode_next() -> None:
                 if fetching:
-                    p, downloads = fetching.popleft()
-                    decoding.append((p, decode_pool.submit(self.decode_partition, manifest, p, downloads)))
+                    p, downloads, index = fetching.popleft()
+                    decoding.append(
+                        (p, decode_pool.submit(self.decode_partition, manifest, p, downloads, index))
+                    )
                     fetch_next()
 
             for _ in range(IO_THREADS):
@@ -218,15 +286,17 @@ class CheckpointRepository:
             finally:
                 for _, table in decoding:
                     table.cancel()
-                for _, downloads in fetching:
+                for _, downloads, index in fetching:
                     for d in downloads:
                         d.cancel()
+                    if index is not None:
+                        index.cancel()
 
     def verify(self, generation: int, *, deep: bool = True) -> VerifyResult:
         """Check a generation as a restore would: manifest readable, COMPLETED, of this table
         directory's table and cluster (and the descriptor's topic), every file present with the
-        right size (and, when *deep*, checksum and Parquet structure). A generation deleted while
-        it was checked is reported ``vanished``, not corrupt."""
+        right size (and, when *deep*, checksum and Parquet structure; a key index's checksum and
+        header). A generation deleted while it was checked is reported ``vanished``, not corrupt."""
         try:
             manifest = self.read_manifest(generation)
         except BlobNotFoundError:
@@ -235,12 +305,14 @@ class CheckpointRepository:
             return VerifyResult(generation, None, (str(e),))
         problems = self._identity_problems(manifest)
         present = {b.key: b.size for b in self.store.list(self.key(layout.DATA_DIR) + "/")}
-        for f in manifest.files:
+        index_problems: list[str] = []
+        for f in manifest.all_files:
             size = present.get(self.key(f.path))
+            found = problems if f.kind is not FileKind.INDEX else index_problems
             if size is None:
-                problems.append(f"{f.path}: data file missing")
+                found.append(f"{f.path}: {'key index' if f.kind is FileKind.INDEX else 'data file'} missing")
             elif size != f.bytes:
-                problems.append(f"{f.path}: size {size} != {f.bytes} recorded in the manifest")
+                found.append(f"{f.path}: size {size} != {f.bytes} recorded in the manifest")
         if deep and not problems:
 
             def check(partition: int) -> str | None:
@@ -250,11 +322,24 @@ class CheckpointRepository:
                     return str(e)
                 return None
 
+            def check_index(f: DataFile) -> str | None:
+                try:
+                    data = self.fetch_file(f)
+                    if hashlib.sha256(data).hexdigest() != f.sha256:
+                        raise CorruptCheckpointError(f"{self.url}/{f.path}: checksum mismatch")
+                    KeyIndex.from_bytes(data, rows=f.rows, source=f"{self.url}/{f.path}")
+                except CorruptCheckpointError as e:
+                    return str(e)
+                return None
+
             with ThreadPoolExecutor(READ_AHEAD) as pool:
                 problems.extend(p for p in pool.map(check, sorted(manifest.partitions)) if p)
+                if not index_problems:
+                    index_problems.extend(p for p in pool.map(check_index, manifest.index_files) if p)
+        problems += index_problems
         if problems and not self.store.exists(self.key(layout.manifest_key(generation))):
             return VerifyResult(generation, None, (), vanished=True)  # GC took it meanwhile
-        return VerifyResult(generation, manifest, tuple(problems))
+        return VerifyResult(generation, manifest, tuple(problems), index_problems=tuple(index_problems))
 
     def _identity_problems(self, manifest: CheckpointManifest) -> list[str]:
         problems = []
@@ -288,8 +373,11 @@ class CheckpointRepository:
         return top + 1
 
     def write_file(self, generation: int, partition: int, kind: str, n: int, table: pa.Table) -> DataFile:
-        """Write one data file (write-once) and describe it for the manifest."""
-        encoded = datafile.encode(table)
+        """Write one data file (write-once) and describe it for the manifest; a base of at least
+        :data:`INDEX_MIN_ROWS` rows gets its key index written beside it, after it (see
+        :meth:`write_index`)."""
+        rows = datafile.sorted_rows(table)
+        encoded = datafile.encode(rows, sort=False)
         rel = layout.data_key(generation, partition, kind, n)
         try:
             self.store.write(self.key(rel), encoded.data, if_absent=True)
@@ -297,13 +385,30 @@ class CheckpointRepository:
             raise CheckpointConflictError(
                 f"{self.url}/{rel} already exists: another writer is using generation {generation}"
             ) from e
+        base = kind == "base"
         return DataFile(
             rel,
-            FileKind.BASE if kind == "base" else FileKind.DELTA,
+            FileKind.BASE if base else FileKind.DELTA,
             encoded.rows,
             len(encoded.data),
             encoded.sha256,
+            index=self.write_index(rel, rows) if base else None,
         )
+
+    def write_index(self, base: str, rows: pa.Table) -> DataFile | None:
+        """Write the persisted key index of the base file *base* (its *rows*, in file order) under
+        a fresh random seed, or None for a small base (:data:`INDEX_MIN_ROWS`). The base is
+        written first, so a same-named index exists only beside its own base: one already there
+        (a retried Spark task's) is described, not rewritten."""
+        if rows.num_rows < INDEX_MIN_ROWS:
+            return None
+        rel = index_path(base)
+        data = KeyIndex.of_keys(rows.column("key"), HashSeed.fresh()).to_bytes()
+        try:
+            self.store.write(self.key(rel), data, if_absent=True)
+        except BlobExistsError:
+            data = self.store.read(self.key(rel))
+        return DataFile(rel, FileKind.INDEX, rows.num_rows, len(data), hashlib.sha256(data).hexdigest())
 
     def ensure_descriptor(
         self, table: str, topic: str, cluster_id: str, partitions: int, snapshot_store: str = "blob"

@@ -64,6 +64,9 @@ class CheckpointSelector:
     generation: int | None = None
     require_checkpoint: bool = False
     skipped: list[SkippedCheckpoint] = field(default_factory=list)
+    #: Download bases' persisted key indexes with their files (a columnar store reads them
+    #: instead of building its index; other stores ignore them, so their restore may say False).
+    key_indexes: bool = True
 
     def candidates(self, state: TopicState | None, now: datetime) -> Iterator[CheckpointManifest]:
         """Manifests newest first that parse, belong to this table and may be continued; every
@@ -110,7 +113,7 @@ class CheckpointSelector:
             verdict = self.repo.verify(manifest.generation, deep=deep)
             if verdict.vanished:
                 continue  # deleted by GC since it was listed: the next-older one
-            if verdict.ok:
+            if verdict.restorable:  # a damaged key index is rebuilt by the restore, not fatal
                 return manifest
             self._skip(manifest.generation, "; ".join(verdict.problems))
         self._none_usable()
@@ -131,7 +134,7 @@ class CheckpointSelector:
 
         def fill(item: CheckpointManifest) -> None:
             wanted = [p for p in partitions if p in item.partitions]
-            for p, rows in self.repo.iter_partitions(item, wanted):
+            for p, rows in self.repo.iter_partitions(item, wanted, indexes=self.key_indexes):
                 load(p, rows)
 
         for _attempt in range(RESTORE_ATTEMPTS):

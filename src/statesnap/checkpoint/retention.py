@@ -142,10 +142,14 @@ def collect_garbage(
     kept = retained_generations(ages, policy, now, keep=keep)
     report.retained = sorted(kept, reverse=True)
     report.deleted_generations = sorted(set(manifests) - kept)
-    referenced = {f.path for gen in kept if (m := manifests.get(gen)) is not None for f in m.files}
+    # Key indexes are kept and deleted with the manifests that list them, as data files are.
+    referenced = {f.path for gen in kept if (m := manifests.get(gen)) is not None for f in m.all_files}
     referenced |= set(referenced_elsewhere)
     doomed_refs = {
-        f.path for gen in report.deleted_generations if (m := manifests.get(gen)) is not None for f in m.files
+        f.path
+        for gen in report.deleted_generations
+        if (m := manifests.get(gen)) is not None
+        for f in m.all_files
     }
     for rel in sorted(present):
         if layout.data_generation(rel) is None or rel in referenced:

@@ -199,7 +199,7 @@ def clone_generation(
         generation,
         repo.url,
         target.url,
-        len(manifest.files),
+        len(manifest.all_files),
         manifest.total_bytes,
         copied,
         pin,
@@ -225,14 +225,15 @@ def _verified(repo: CheckpointRepository, table: str, generation: int) -> Checkp
 def _copy_files(
     repo: CheckpointRepository, target: CheckpointRepository, manifest: CheckpointManifest
 ) -> dict[str, int]:
-    """Every data file of the manifest at the same path under the target; counts per method."""
+    """Every file of the manifest (data files and key indexes) at the same path under the target;
+    counts per method."""
 
     def one(path: str) -> str:
         return copy_blob(repo.store, repo.key(path), target.store, target.key(path))
 
     copied: dict[str, int] = {}
     with ThreadPoolExecutor(IO_THREADS, thread_name_prefix="statesnap-clone") as pool:
-        for how in pool.map(one, [f.path for f in manifest.files]):
+        for how in pool.map(one, [f.path for f in manifest.all_files]):
             copied[how] = copied.get(how, 0) + 1
     return copied
 

@@ -63,10 +63,13 @@ class ChangeFolder:
 def write_data_file(
     repo: CheckpointRepository, generation: int, partition: int, kind: str, n: int, rows: pa.Table
 ) -> DataFile:
-    """Write one data file from a task; a retried task finds its own file and reuses it.
+    """Write one data file from a task (a base with its key index: see
+    :meth:`CheckpointRepository.write_file`); a retried task finds its own file and reuses it.
 
     Safe because a file's name fixes its content: the same generation, partition and range
-    always fold to the same rows, and :func:`datafile.encode` is deterministic.
+    always fold to the same rows, and :func:`datafile.encode` is deterministic. A base's index is
+    not (its seed is random), but any index of the same name indexes the same rows: the one there
+    is described, or written if the earlier attempt died before it.
     """
     try:
         return repo.write_file(generation, partition, kind, n, rows)
@@ -74,12 +77,14 @@ def write_data_file(
         rel = layout.data_key(generation, partition, kind, n)
         data = repo.store.read(repo.key(rel))
         count = pq.read_metadata(pa.BufferReader(data)).num_rows
+        base = kind == "base"
         return DataFile(
             rel,
-            FileKind.BASE if kind == "base" else FileKind.DELTA,
+            FileKind.BASE if base else FileKind.DELTA,
             count,
             len(data),
             hashlib.sha256(data).hexdigest(),
+            index=repo.write_index(rel, datafile.sorted_rows(rows)) if base else None,
         )
 
 

@@ -34,7 +34,7 @@ from statesnap.stores.base import (
     decode_changes,
 )
 from statesnap.stores.columnar_base import BATCH, Base, PartitionKeys, merge
-from statesnap.stores.keyindex import ADD, MIX, P
+from statesnap.stores.keyindex import attached
 
 __all__ = ["ColumnarStore"]
 
@@ -72,35 +72,34 @@ class ColumnarStore:
         return blob_origin(self._over.get(key))
 
     def get(self, key: bytes) -> bytes | None:
-        """The lookup hot path (>= 500 k/s): one tuple holds all the probe reads, the hash is
+        """The lookup hot path (>= 500 k/s): one tuple per key index holds all the probe reads
+        (usually one index; one per partition restored with a persisted index), the hash is
         inlined (keyindex.key_hash), the home slot usually holds the key's entry (see
         keyindex.KeyIndex; the same probe as columnar_base.Base.contains)."""
         blob = self._over.get(key)
         if blob is not None:
             return None if blob[0] >= 0x80 else blob[HEADER_SIZE:]
-        base = self._base
-        probe = base.probe
-        if probe is None:
-            probe = base.ready_probe()
-            if probe is None:
-                return None
-        entries, scale, views, local_bits, local_mask, segment_mask = probe
-        h = _from_bytes(key, "little") * MIX % P
-        h = (h * h + ADD) % P
-        i = h * scale >> 30
-        top = h << 32
-        e = entries[i]
-        while e < top:
-            i += 1
+        probes = self._base.probes
+        if probes is None:
+            probes = self._base.ready_probes()
+        k = _from_bytes(key, "little")
+        for entries, scale, p, mix, add, views, local_bits, local_mask, segment_mask in probes:
+            h = k * mix % p
+            h = (h * h + add) % p
+            i = h * scale >> 30
+            top = h << 32
             e = entries[i]
-        top += 0x100000000
-        while e < top:
-            ko, kd, vo, vd = views[e >> local_bits & segment_mask]
-            j = e & local_mask
-            if kd[ko[j] : ko[j + 1]] == key:
-                return vd[vo[j] : vo[j + 1]].tobytes()
-            i += 1
-            e = entries[i]
+            while e < top:
+                i += 1
+                e = entries[i]
+            top += 0x100000000
+            while e < top:
+                ko, kd, vo, vd = views[e >> local_bits & segment_mask]
+                j = e & local_mask
+                if kd[ko[j] : ko[j + 1]] == key:
+                    return vd[vo[j] : vo[j + 1]].tobytes()
+                i += 1
+                e = entries[i]
         return None
 
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
@@ -267,11 +266,14 @@ class ColumnarStore:
             self._over_sorted = None
 
     def load(self, partition: int, rows: pa.Table) -> None:
-        """Keep the rows' Arrow chunks as the partition's base (partitions hold disjoint keys)."""
+        """Keep the rows' Arrow chunks as the partition's base (partitions hold disjoint keys),
+        with the key index the checkpoint holds for them when the restore read one
+        (:func:`~statesnap.stores.keyindex.attached`): then nothing is hashed or sorted."""
         if rows.num_rows == 0:
             return
+        index = attached(rows)
         self._base = self._base.with_partition(
-            partition, rows.select(datafile.SCHEMA.names).cast(datafile.SCHEMA)
+            partition, rows.select(datafile.SCHEMA.names).cast(datafile.SCHEMA), index
         )
         self._version += 1
 

@@ -5,17 +5,23 @@ building it is a pass of Python work per row — 5+ s for 10 M keys. This index 
 per key and builds in a few numpy passes.
 
 The hash of a key is ``h**2 + ADD mod P`` where ``h = int.from_bytes(key, "little") * MIX mod P``,
-for a prime P below 2**30 and MIX, ADD drawn at random when the process starts: keys cannot be
-crafted to collide (Python's dict seeds its hash for the same reason), and the index lives in
-memory only, never in a file. The table below places entries by the hash's size, so hashes must
-spread evenly over the range. MIX alone spreads keys whose residue would crowd one end (small
-little-endian integers) but keeps sequential keys on a lattice, and for ~1 % of draws the lattice
-piles entries into runs (mean probe 4-170 slots measured over 300 draws, ``key-<i>`` and integer
-keys); the square breaks the lattice (mean 0.86-0.99 slots in every draw, for sequential strings,
-little- and big-endian integers and random bytes alike). That is a few cheap operations from
-Python (every factor fits one machine digit of a Python int, so CPython takes its single-digit
-paths; a mod-2**61-1 mix measured 2.5x dearer per lookup), and in numpy a Horner pass per 8-byte
-word.
+for a prime P below 2**30 and MIX, ADD drawn at random (a :class:`HashSeed`): keys cannot be
+crafted to collide (Python's dict seeds its hash for the same reason). An index built in memory
+uses the process's seed, drawn when it starts. A *persisted* index (written beside a partition's
+base file, :meth:`KeyIndex.to_bytes`, so a restore reads it instead of building it) carries its
+own seed, drawn fresh for each file: a key's producer never sees it (it lives in the checkpoint
+store, beside the rows themselves), and one leaked seed would only slow probes of that one file
+until its base is rewritten. What matters holds either way: a probe compares the full key, so a
+collision, crafted or not, costs time, never correctness.
+
+The table below places entries by the hash's size, so hashes must spread evenly over the range.
+MIX alone spreads keys whose residue would crowd one end (small little-endian integers) but keeps
+sequential keys on a lattice, and for ~1 % of draws the lattice piles entries into runs (mean
+probe 4-170 slots measured over 300 draws, ``key-<i>`` and integer keys); the square breaks the
+lattice (mean 0.86-0.99 slots in every draw, for sequential strings, little- and big-endian
+integers and random bytes alike). That is a few cheap operations from Python (every factor fits
+one machine digit of a Python int, so CPython takes its single-digit paths; a mod-2**61-1 mix
+measured 2.5x dearer per lookup), and in numpy a Horner pass per 8-byte word.
 
 The index is one array of ``hash << 32 | row`` entries, sorted by hash and laid out as an
 *ordered linear-probing table*: the entry of hash h sits at or after its home slot
@@ -29,10 +35,15 @@ resolved by comparing the full key, so collisions cost time, never correctness.
 from __future__ import annotations
 
 import secrets
+import struct
+import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+
+from statesnap.errors import CorruptCheckpointError
 
 __all__ = [
     "ADD",
@@ -41,9 +52,12 @@ __all__ = [
     "MAX_ROWS",
     "MIX",
     "ROW_BITS",
+    "HashSeed",
     "KeyIndex",
     "P",
     "array_hashes",
+    "attach",
+    "attached",
     "binary_parts",
     "key_hash",
 ]
@@ -96,10 +110,50 @@ EMPTY = (1 << 64) - 1
 _SPILL = 64
 ROW_BITS = 32
 MAX_ROWS = 1 << ROW_BITS
+#: The persisted index's header: magic, format, hash bits, p, mix, add, scale, rows, slots.
+_HEADER = struct.Struct("<8sII6Q")
+_MAGIC = b"SSKEYIX\x00"
+_FORMAT = 1
+assert _HEADER.size == 64  # the slots start 8-aligned in the file and in a bytes object
 
 
-def key_hash(key: bytes) -> int:
-    """The hash of one key (below :data:`P`), equal to :func:`array_hashes` of it."""
+@dataclass(frozen=True, slots=True)
+class HashSeed:
+    """The hash's parameters: the prime ``p`` and the random ``mix`` and ``add`` (module docstring)."""
+
+    p: int
+    mix: int
+    add: int
+
+    @classmethod
+    def fresh(cls) -> HashSeed:
+        """A new random seed, for one persisted index file."""
+        p = _random_prime()
+        rng = secrets.SystemRandom()
+        return cls(p, rng.randrange(1 << 20, p), rng.randrange(p))
+
+    @classmethod
+    def process(cls) -> HashSeed:
+        """This process's seed (:data:`P`, :data:`MIX`, :data:`ADD`, read when called)."""
+        return cls(P, MIX, ADD)
+
+    def hash(self, key: bytes) -> int:
+        h = int.from_bytes(key, "little") * self.mix % self.p
+        return (h * h + self.add) % self.p
+
+    def plausible(self) -> bool:
+        """Whether a seed read from a file could have been drawn by :meth:`fresh`."""
+        return (
+            (1 << (HASH_BITS - 1)) <= self.p < (1 << HASH_BITS)
+            and _is_prime(self.p)
+            and (0 < self.mix < self.p and 0 <= self.add < self.p)
+        )
+
+
+def key_hash(key: bytes, seed: HashSeed | None = None) -> int:
+    """The hash of one key (below the seed's prime), equal to :func:`array_hashes` of it."""
+    if seed is not None:
+        return seed.hash(key)
     h = int.from_bytes(key, "little") * MIX % P
     return (h * h + ADD) % P
 
@@ -120,8 +174,9 @@ def binary_parts(arr: pa.Array) -> tuple[np.ndarray, pa.Buffer]:
 _CHUNK = 1 << 15
 
 
-def array_hashes(arr: pa.Array) -> np.ndarray:
+def array_hashes(arr: pa.Array, seed: HashSeed | None = None) -> np.ndarray:
     """:func:`key_hash` of every value of a binary array, as uint32 (vectorized)."""
+    seed = seed if seed is not None else HashSeed.process()
     n = len(arr)
     offs, data = binary_parts(arr)
     out = np.empty(n, np.uint32)
@@ -133,7 +188,7 @@ def array_hashes(arr: pa.Array) -> np.ndarray:
     size = raw.size
     words = np.ndarray(shape=(size - 7,), dtype="<u8", buffer=raw, strides=(1,))
     # (1 << 64) % P moves one 8-byte word up in the Horner pass.
-    p, c64, u3, mix, add = (np.uint64(x) for x in (P, (1 << 64) % P, 3, MIX, ADD))
+    p, c64, u3, mix, add = (np.uint64(x) for x in (seed.p, (1 << 64) % seed.p, 3, seed.mix, seed.add))
     last = np.int64(size - 8)
     for lo in range(0, n, _CHUNK):
         hi = min(lo + _CHUNK, n)
@@ -167,14 +222,19 @@ def array_hashes(arr: pa.Array) -> np.ndarray:
 class KeyIndex:
     """``hash << 32 | row`` entries in an ordered linear-probing table; rows are the caller's ids."""
 
-    __slots__ = ("entries_view", "scale", "table")
+    __slots__ = ("entries_view", "rows", "scale", "seed", "table")
 
     # The lookup hot path (ColumnarStore.get, >= 500 k/s from Python) inlines candidates().
 
-    def __init__(self, hashes: list[np.ndarray | None], first_rows: list[int]) -> None:
-        """*hashes*: per block of rows; each is dropped from the list once copied, so a restore's
-        peak memory holds the entries and at most one block's hashes, not both in full."""
+    def __init__(
+        self, hashes: list[np.ndarray | None], first_rows: list[int], seed: HashSeed | None = None
+    ) -> None:
+        """*hashes*: per block of rows (hashed with *seed*, the process's by default); each is
+        dropped from the list once copied, so a restore's peak memory holds the entries and at
+        most one block's hashes, not both in full."""
+        self.seed = seed if seed is not None else HashSeed.process()
         n = sum(len(h) for h in hashes if h is not None)
+        self.rows = n
         if n >= MAX_ROWS:
             raise ValueError(f"key index holds at most {MAX_ROWS - 1} rows, got {n}")
         packed = np.empty(n, np.uint64)
@@ -193,7 +253,7 @@ class KeyIndex:
         packed.sort()  # numpy's SIMD sort, in place: ~0.2 s for 10 M entries
         slots = max(1, int(n * _SLOTS_PER_KEY))
         # Hashes are below P, not 2**30: scale them onto the slots by P itself.
-        self.scale = scale = (slots << HASH_BITS) // P
+        self.scale = scale = (slots << HASH_BITS) // self.seed.p
         # Entry k goes to max(home_k, slot_{k-1} + 1): slot_k - k is a running maximum of
         # home_k - k, computed a slice at a time (whole-array temporaries would cost 3 x 8 bytes
         # a key at the restore's peak). Slots only grow, so the scatter writes in order; the
@@ -223,6 +283,64 @@ class KeyIndex:
         self.table = table
         self.entries_view = table.data
 
+    @classmethod
+    def of_keys(cls, keys: pa.Array | pa.ChunkedArray, seed: HashSeed) -> KeyIndex:
+        """The index of *keys* whose rows are their positions (0, 1, …): a base file's index."""
+        chunks = keys.chunks if isinstance(keys, pa.ChunkedArray) else [keys]
+        hashes: list[np.ndarray | None] = []
+        firsts: list[int] = []
+        at = 0
+        for chunk in chunks:
+            hashes.append(array_hashes(chunk, seed))
+            firsts.append(at)
+            at += len(chunk)
+        return cls(hashes, firsts, seed)
+
+    def to_bytes(self) -> bytes:
+        """The persisted form: a 64-byte header (magic, version, seed, scale, rows, slots), then the
+        table's slots as little-endian uint64, read back without a copy by :meth:`from_bytes`."""
+        header = _HEADER.pack(
+            _MAGIC,
+            _FORMAT,
+            HASH_BITS,
+            self.seed.p,
+            self.seed.mix,
+            self.seed.add,
+            self.scale,
+            self.rows,
+            len(self.table),
+        )
+        return header + self.table.astype("<u8", copy=False).tobytes()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, *, rows: int, source: str = "key index") -> KeyIndex:
+        """The index :meth:`to_bytes` wrote, for a base of *rows* rows, its slots a view of *data*
+        (no copy). Raises :class:`CorruptCheckpointError` when the file cannot be that index: every
+        probe stays inside the table (homes below its length, a free slot last) whatever the
+        entries say; rows an entry names are checked by the store that adopts it."""
+        if len(data) < _HEADER.size:
+            raise CorruptCheckpointError(f"{source}: {len(data)} bytes, shorter than a key index header")
+        magic, fmt, bits, p, mix, add, scale, n, slots = _HEADER.unpack_from(data)
+        if magic != _MAGIC or fmt != _FORMAT or bits != HASH_BITS:
+            raise CorruptCheckpointError(f"{source}: not a key index of format {_FORMAT}")
+        seed = HashSeed(p, mix, add)
+        if not seed.plausible():
+            raise CorruptCheckpointError(f"{source}: implausible hash parameters")
+        if n != rows:
+            raise CorruptCheckpointError(f"{source}: indexes {n} rows, its base file holds {rows}")
+        if len(data) != _HEADER.size + 8 * slots or slots < 1 or (p - 1) * scale >> HASH_BITS >= slots:
+            raise CorruptCheckpointError(
+                f"{source}: {slots} slots do not fit {len(data)} bytes or scale {scale}"
+            )
+        table = np.frombuffer(data, dtype="<u8", count=slots, offset=_HEADER.size)
+        if int(table[-1]) != EMPTY:
+            raise CorruptCheckpointError(f"{source}: the table does not end with a free slot")
+        index = cls.__new__(cls)
+        index.seed, index.rows, index.scale = seed, n, scale
+        index.table = table.view(np.uint64)
+        index.entries_view = index.table.data
+        return index
+
     @property
     def nbytes(self) -> int:
         return int(self.entries_view.nbytes)
@@ -236,8 +354,9 @@ class KeyIndex:
 
     def candidates(self, key: bytes) -> list[int]:
         """Rows whose key hashes like *key* (usually one, or none)."""
-        h = int.from_bytes(key, "little") * MIX % P
-        h = (h * h + ADD) % P
+        seed = self.seed
+        h = int.from_bytes(key, "little") * seed.mix % seed.p
+        h = (h * h + seed.add) % seed.p
         entries = self.entries_view
         i = h * self.scale >> HASH_BITS
         top = h << 32
@@ -252,3 +371,23 @@ class KeyIndex:
             i += 1
             e = entries[i]
         return out
+
+
+#: Tables a restore decoded, with the persisted index read beside them (see :func:`attach`).
+_ATTACHED: dict[int, tuple[weakref.ref[pa.Table], KeyIndex]] = {}
+
+
+def attach(table: pa.Table, index: KeyIndex) -> None:
+    """Let *index* ride along with *table* to whichever store loads it. The restore path hands
+    every store a plain table (the memory and RocksDB stores copy its rows and ignore this); the
+    columnar store asks :func:`attached`. By identity: a table a row filter, cast or merge made
+    anew has no index, so an index never describes rows other than those it was written for.
+    The entry goes when the table does."""
+    key = id(table)
+    _ATTACHED[key] = (weakref.ref(table, lambda _ref: _ATTACHED.pop(key, None)), index)
+
+
+def attached(table: pa.Table) -> KeyIndex | None:
+    """The index :func:`attach` gave this very table object, or None."""
+    item = _ATTACHED.get(id(table))
+    return item[1] if item is not None and item[0]() is table else None
