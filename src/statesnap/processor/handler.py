@@ -129,6 +129,8 @@ class ProcessorHandler:
         #: The input positions (next offsets) applied so far: what exactly-once outputs commit
         #: as the group's offsets. The task sets it; its reader owns them.
         self.positions: Callable[[], Mapping[int, int]] = dict
+        #: The other inputs' applied positions, per topic (the task sets it too).
+        self.other_positions: Callable[[], Mapping[str, Mapping[int, int]]] = dict
         #: Per partition: (offset, timestamp) of the last record handled (expiry tombstones'
         #: origin), and partitions whose expired windows must leave the next checkpoint's files.
         self._last: dict[int, tuple[int, int]] = {}
@@ -148,7 +150,7 @@ class ProcessorHandler:
         if outputs.failure is not None:  # outputs that never committed: the state must not move on
             raise outputs.failure
         if outputs.due():  # the positions and the producer hold exactly the batches before this one
-            outputs.commit(self.positions(), OUTPUT_FLUSH_TIMEOUT)
+            self.commit_outputs()
         # Exactly-once restore: below this offset the outputs are committed, re-process for state only.
         until = outputs.replay_until.get(partition, -1)
         cursor.partition = partition
@@ -162,6 +164,9 @@ class ProcessorHandler:
             base = self._first_at_checkpoint.setdefault(partition, first_next)
             last_first = first_next - 1
             others: dict[str, int] = {}
+            untils = {t: u.get(partition, -1) for t, u in outputs.replay_until_of.items()}
+            first_topic = self.topic
+            replaying = until >= 0 or any(u >= 0 for u in untils.values())
         undo, emitted = buffer.undo, outputs.pending  # the per-record hot path, inlined
         punctuations = bool(self.punctuations)
         for message in messages:
@@ -174,14 +179,19 @@ class ProcessorHandler:
             offset = record_offset = message.offset()
             if multi:
                 topic = message.topic()  # type: ignore[attr-defined]
-                if topic == self.topic:
+                if topic == first_topic:
                     last_first = offset
+                    record_until = until
                 else:
                     others[topic] = offset + 1
-                    offset = last_first
+                    record_until = untils.get(topic, -1)
+                    offset = last_first  # the row's offset: the first input's
                     if last_first < base:
                         self._expired.add(partition)
-            if until >= 0:
+                if replaying:  # each input's records below its own committed offset
+                    outputs.suppressed = record_offset < record_until
+                    outputs.suppressed_records += outputs.suppressed
+            elif until >= 0:
                 outputs.suppressed = offset < until
                 outputs.suppressed_records += outputs.suppressed
             cursor.offset, cursor.timestamp, cursor.stream_time = offset, ts, stream_time
@@ -214,7 +224,7 @@ class ProcessorHandler:
                     self._punctuate(before, stream_time)
             finally:
                 cursor.active = False
-        if until >= 0:
+        if until >= 0 or (multi and replaying):
             outputs.suppressed = False
         self.processed += len(messages)
         if stream_time != started:
@@ -287,7 +297,10 @@ class ProcessorHandler:
     def commit_outputs(self) -> None:
         """Deliver what was emitted (exactly-once: commit it with the input positions) — before
         any checkpoint may claim those positions."""
-        self.outputs.commit(self.positions(), OUTPUT_FLUSH_TIMEOUT)
+        if self.multi:
+            self.outputs.commit(self.positions(), OUTPUT_FLUSH_TIMEOUT, self.other_positions())
+        else:
+            self.outputs.commit(self.positions(), OUTPUT_FLUSH_TIMEOUT)
 
     def _expire_windows(self) -> None:
         """Delete windows past retention, oldest first (a window store's keys sort by start)."""

@@ -49,6 +49,8 @@ class Outputs:
         #: Per input partition, the offset below which outputs are already committed: records
         #: below it are re-processed for their state only (exactly-once restore; empty otherwise).
         self.replay_until: dict[int, int] = {}
+        #: The same for the inputs after the first: per topic, per partition.
+        self.replay_until_of: dict[str, dict[int, int]] = {}
         #: Records re-processed with emission suppressed.
         self.suppressed_records = 0
         #: Set when outputs can no longer be committed (exactly-once): the processor must stop.
@@ -152,10 +154,16 @@ class Outputs:
         """Whether outputs must be committed before the next batch (a long-open transaction)."""
         return False
 
-    def commit(self, positions: Mapping[int, int], timeout: float) -> None:
+    def commit(
+        self,
+        positions: Mapping[int, int],
+        timeout: float,
+        others: Mapping[str, Mapping[int, int]] | None = None,
+    ) -> None:
         """A commit point: at least once, every emitted record is delivered (*positions*, the
-        input offsets applied so far, matter only to exactly-once outputs)."""
-        del positions
+        first input's offsets applied so far, and *others*, the other inputs', matter only to
+        exactly-once outputs)."""
+        del positions, others
         self.flush(timeout)
 
     def close(self) -> None:

@@ -165,7 +165,7 @@ class Processor(Aggregations):
         self.max_idle = parse_duration(max_idle).total_seconds()
         if self.max_idle < 0:
             raise ConfigError(f"processor {name!r}: max_idle must not be negative, got {max_idle!r}")
-        _check_multiple_inputs(name, self.inputs, group=group, exactly_once=exactly_once)
+        _check_multiple_inputs(name, self.inputs, group=group)
         _check_start_from(name, start_from, exactly_once=exactly_once, confirm=confirm)
         self.state_version = StateVersion(state_version).version
         self.migrations = dict(migrations or {})
@@ -234,9 +234,7 @@ class Processor(Aggregations):
                 f"processor {self.name!r}: exactly_once=True with a consumer group is not supported yet; "
                 "give partitions= (all, a list or a StaticShare) instead"
             )
-        _check_multiple_inputs(
-            self.name, self.inputs, group=copied._settings.group, exactly_once=copied.exactly_once
-        )
+        _check_multiple_inputs(self.name, self.inputs, group=copied._settings.group)
         _check_start_from(
             self.name, copied._settings.start_from, exactly_once=copied.exactly_once, confirm=copied.confirm
         )
@@ -344,6 +342,7 @@ class Processor(Aggregations):
                         self.value_serde,
                         topic=self.inputs[0],
                         group_id=offsets_group_of(self.name),
+                        others=self.inputs[1:],
                     )
                     if self.exactly_once
                     else Outputs(task.settings, self.key_serde, self.value_serde)
@@ -483,9 +482,7 @@ class Processor(Aggregations):
         return StoreReader(spec, ks, vs, task.readable_store("read a store"), task.partitions)
 
 
-def _check_multiple_inputs(
-    name: str, inputs: tuple[str, ...], *, group: str | GroupOptions | None, exactly_once: bool
-) -> None:
+def _check_multiple_inputs(name: str, inputs: tuple[str, ...], *, group: str | GroupOptions | None) -> None:
     """What several inputs do not support yet, refused in one line."""
     if len(inputs) < 2:
         return
@@ -493,11 +490,6 @@ def _check_multiple_inputs(
         raise ConfigError(
             f"processor {name!r}: several inputs with a consumer group are not supported yet (a "
             "member must get partition p of every input); give partitions= (all, a list or a StaticShare)"
-        )
-    if exactly_once:
-        raise ConfigError(
-            f"processor {name!r}: exactly_once=True with several inputs is not supported yet; use "
-            "at-least-once outputs or one input"
         )
 
 

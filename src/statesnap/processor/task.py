@@ -76,11 +76,19 @@ class ProcessorTask(Table[bytes, bytes]):
         handler = self._make_handler(self)
         if isinstance(handler, ProcessorHandler):
             handler.positions = self.input_positions
+            handler.other_positions = self.other_positions
         return handler
 
     def input_positions(self) -> Mapping[int, int]:
         """The next offset to consume per input partition, of what the handler applied."""
         return {} if self._reader is None else self._reader.positions
+
+    def other_positions(self) -> Mapping[str, Mapping[int, int]]:
+        """The same for every input after the first, per topic."""
+        reader: object = self._reader
+        if not isinstance(reader, MergedReader):
+            return {}
+        return {topic: dict(reader.applied_at[i]) for i, topic in enumerate(reader.topics) if i}
 
     def start(self, *, progress: ProgressCallback | None = None) -> RestoreReport:
         if self.others and self._state is TaskPhase.NEW:

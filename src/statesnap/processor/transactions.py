@@ -7,7 +7,9 @@ checkpoint's offsets C never pass the group's committed offsets K.
 
 On start (:meth:`TransactionalOutputs.open`): ``init_transactions`` with the task's stable
 ``transactional.id`` fences the previous incarnation (a zombie's open transaction is aborted),
-then K is read with ``read_committed``. Records in [C, K) are re-processed for their state only:
+then K is read with ``read_committed``. With several inputs, every input's offsets are in each
+transaction and K is per input: a record is re-processed for its state only when it lies below
+its own input's K. Records in [C, K) are re-processed for their state only:
 their outputs are already committed (``Outputs.replay_until``). A transaction that fails to
 commit is aborted and the processor stops (its state is past outputs that never committed);
 a restart re-processes from the checkpoint.
@@ -95,9 +97,15 @@ class TransactionalOutputs(Outputs):
         topic: str,
         group_id: str,
         producer_config: Mapping[str, Any] | None = None,
+        others: tuple[str, ...] = (),
     ) -> None:
+        """*topic*: the first input; *others*: the other inputs, whose offsets go in every
+        transaction too."""
         super().__init__(settings, key_serde, value_serde, producer_config=producer_config)
         self.topic = topic
+        self.others = others
+        #: The other inputs' offsets last committed, per topic (never move back).
+        self._committed_of: dict[str, dict[int, int]] = {t: {} for t in others}
         self.group_id = group_id
         self.transactional_id: str | None = None
         self._group: Any = None  # a consumer of the group, never subscribed: its metadata, offsets
@@ -140,9 +148,12 @@ class TransactionalOutputs(Outputs):
             self.settings,
             **{"group.id": self.group_id, "isolation.level": "read_committed", "enable.auto.commit": False},
         )
-        committed = self._read_committed(timeout)
+        committed = self._read_committed(self.topic, timeout)
         self._committed = dict(committed)
         self.replay_until = dict(committed)
+        for topic in self.others:
+            self._committed_of[topic] = self._read_committed(topic, timeout)
+            self.replay_until_of[topic] = dict(self._committed_of[topic])
         log.info(
             "exactly-once outputs %s: group %s committed %s; re-processing below emits nothing",
             transactional_id,
@@ -151,12 +162,12 @@ class TransactionalOutputs(Outputs):
         )
         return committed
 
-    def _read_committed(self, timeout: float) -> dict[int, int]:
-        meta = self._group.list_topics(self.topic, timeout=timeout)
-        described = meta.topics.get(self.topic)
+    def _read_committed(self, topic: str, timeout: float) -> dict[int, int]:
+        meta = self._group.list_topics(topic, timeout=timeout)
+        described = meta.topics.get(topic)
         if described is None or described.error is not None:
             return {}
-        wanted = [TopicPartition(self.topic, p) for p in sorted(described.partitions)]
+        wanted = [TopicPartition(topic, p) for p in sorted(described.partitions)]
         deadline = time.monotonic() + timeout
         while True:  # a coordinator still loading (or moving) answers with a retriable error
             try:
@@ -204,14 +215,33 @@ class TransactionalOutputs(Outputs):
     def due(self) -> bool:
         return self._in_transaction and time.monotonic() - self._began > MAX_OPEN_SECONDS
 
-    def commit(self, positions: Mapping[int, int], timeout: float) -> None:
-        """Flush, add *positions* (next offsets to consume) as the group's offsets, commit.
-        Nothing to do when nothing was emitted and no position moved. A failure aborts the
-        transaction and raises :class:`OutputError`; the outputs then stay failed."""
+    def commit(
+        self,
+        positions: Mapping[int, int],
+        timeout: float,
+        others: Mapping[str, Mapping[int, int]] | None = None,
+    ) -> None:
+        """Flush, add *positions* (next offsets to consume) and *others* (the other inputs',
+        per topic) as the group's offsets, commit. Nothing to do when nothing was emitted and no
+        position moved. A failure aborts the transaction and raises :class:`OutputError`; the
+        outputs then stay failed."""
         if self.failure is not None:
             raise self.failure
         offsets = {p: max(int(o), self._committed.get(p, 0)) for p, o in positions.items()}
-        if not self._in_transaction and all(self._committed.get(p) == o for p, o in offsets.items()):
+        other_offsets = {
+            topic: {p: max(int(o), self._committed_of[topic].get(p, 0)) for p, o in moved.items()}
+            for topic, moved in (others or {}).items()
+            if topic in self._committed_of
+        }
+        if (
+            not self._in_transaction
+            and all(self._committed.get(p) == o for p, o in offsets.items())
+            and all(
+                self._committed_of[t].get(p) == o
+                for t, moved in other_offsets.items()
+                for p, o in moved.items()
+            )
+        ):
             return
         producer = self.producer
         if not self._in_transaction:
@@ -224,6 +254,9 @@ class TransactionalOutputs(Outputs):
         except SystemError as e:
             self._abort(f"flush failed: {_error_of(_kafka_cause(e))}")
         tps = [TopicPartition(self.topic, p, o) for p, o in sorted(offsets.items())]
+        tps += [
+            TopicPartition(t, p, o) for t, moved in other_offsets.items() for p, o in sorted(moved.items())
+        ]
         try:
             producer.send_offsets_to_transaction(
                 tps, self._group.consumer_group_metadata(), max(0.0, deadline - time.monotonic())
@@ -240,6 +273,8 @@ class TransactionalOutputs(Outputs):
             self._abort(f"commit failed: {_error_of(e)}")
         self._in_transaction = False
         self._committed.update(offsets)
+        for topic, moved in other_offsets.items():
+            self._committed_of[topic].update(moved)
         self.transactions += 1
 
     def _abort(self, reason: str) -> NoReturn:

@@ -101,8 +101,8 @@ def child(arg: str) -> None:
 
     original = TransactionalOutputs.commit
 
-    def commit(self: TransactionalOutputs, positions: Any, timeout: float) -> None:
-        original(self, positions, timeout)
+    def commit(self: TransactionalOutputs, positions: Any, timeout: float, others: Any = None) -> None:
+        original(self, positions, timeout, others)
         if kill == "after_commit" and checkpointed and sum(self._committed.values()) >= at:
             die()
 

@@ -237,8 +237,6 @@ def test_inputs_must_be_co_partitioned(kafka: KafkaTool, topic_name: str) -> Non
 def test_what_several_inputs_do_not_support_yet_is_refused() -> None:
     with pytest.raises(ConfigError, match="several inputs with a consumer group"):
         ledger("g", ["a", "b"], "127.0.0.1:1", None, group="g")
-    with pytest.raises(ConfigError, match="exactly_once=True with several inputs"):
-        ledger("e", ["a", "b"], "127.0.0.1:1", None, exactly_once=True)
     with pytest.raises(ConfigError, match="distinct input topics"):
         ledger("d", ["a", "a"], "127.0.0.1:1", None)
     two = ledger("s", ["a", "b"], "127.0.0.1:1", "/nonexistent")

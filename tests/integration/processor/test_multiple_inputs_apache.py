@@ -1,0 +1,165 @@
+"""Two co-partitioned inputs where broker behaviour matters, on Apache Kafka (4.x, the session's
+``apache_kafka``): Tansu shows aborted records to ``read_committed`` readers and crashes on
+``delete_records``, so neither exactly-once outputs nor a moved log start can be proven there.
+
+- exactly-once: every input's offsets go in each transaction; after a stop between a transaction
+  commit and the checkpoint, each input's records below its own committed offset are re-processed
+  for state only: ``read_committed`` outputs are exactly one per input record.
+- a log start that moved past the second input's checkpointed offset: ``require`` fails naming
+  that input, partition and offsets; without it the restore replays what the log holds (never a
+  silent skip).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import KafkaError as RdKafkaError
+from confluent_kafka.admin import AdminClient
+
+from integration.conftest import KafkaTool
+from statesnap import CheckpointOptions, Processor, ProcessorContext, Record
+from statesnap.devstack import ApacheKafkaBroker
+from statesnap.errors import RecordsDeletedError
+
+pytestmark = [pytest.mark.integration, pytest.mark.long]
+
+PARTITIONS = 2
+
+
+@pytest.fixture(scope="module")
+def apache(apache_kafka: ApacheKafkaBroker) -> Iterator[KafkaTool]:
+    tool = KafkaTool(apache_kafka.bootstrap_servers)
+    yield tool
+    tool.close()
+
+
+def echo(
+    name: str, inputs: list[str], out: str | None, bootstrap: str, url: str, **options: Any
+) -> Processor:
+    """Counts records per key and input; with *out*, emits one record per input record."""
+    proc = Processor(
+        name,
+        inputs=inputs,
+        bootstrap_servers=bootstrap,
+        checkpoints=CheckpointOptions(url, interval="1h", commit_interval="50ms", **options.pop("ckpt", {})),
+        stores=["seen"],
+        **options,
+    )
+
+    @proc.handler
+    def on_record(record: Record, ctx: ProcessorContext) -> None:
+        seen = ctx.stores["seen"]
+        key = record.topic.encode() + b"/" + (record.key or b"")
+        seen[key] = str(int(seen.get(key, b"0")) + 1).encode()
+        if out is not None:
+            ctx.emit(out, record.key, json.dumps([record.topic, record.partition, record.offset]).encode())
+
+    return proc
+
+
+def produce(kafka: KafkaTool, topic: str, start: int, n: int) -> None:
+    kafka.produce(topic, ((i % PARTITIONS, f"k{i % 5}".encode(), b"x") for i in range(start, start + n)))
+
+
+def committed_outputs(bootstrap: str, topic: str, timeout: float = 30) -> list[tuple[str, int, int]]:
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"test-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": 10,
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        eof: set[int] = set()
+        out: list[tuple[str, int, int]] = []
+        deadline = time.monotonic() + timeout
+        while eof != set(range(PARTITIONS)):
+            assert time.monotonic() < deadline, f"reading {topic} timed out"
+            for m in c.consume(1000, 0.1):
+                err, partition, value = m.error(), m.partition(), m.value()
+                if err is not None:
+                    if err.code() == RdKafkaError._PARTITION_EOF and partition is not None:
+                        eof.add(partition)
+                    continue
+                assert value is not None
+                t, p, o = json.loads(value)
+                out.append((t, p, o))
+        return out
+    finally:
+        c.close()
+
+
+def every_record(kafka: KafkaTool, topics: list[str]) -> Counter[tuple[str, int, int]]:
+    return Counter((t, r.partition, r.offset) for t in topics for r in kafka.read_all(t, range(PARTITIONS)))
+
+
+def test_exactly_once_outputs_over_two_inputs(apache: KafkaTool, tmp_path: Path) -> None:
+    tag = uuid.uuid4().hex[:8]
+    topics = [
+        apache.create_topic(f"eos2-a-{tag}", PARTITIONS),
+        apache.create_topic(f"eos2-b-{tag}", PARTITIONS),
+    ]
+    out = apache.create_topic(f"eos2-out-{tag}", PARTITIONS)
+    url, name = str(tmp_path / "ckpt"), f"eos2-{tag}"
+    for t in topics:
+        produce(apache, t, 0, 40)
+    echo(name, topics, out, apache.bootstrap, url, exactly_once=True).run(follow=False)
+    for t in topics:
+        produce(apache, t, 40, 30)
+    # A run that commits its outputs (and every input's offsets) but stops before a checkpoint.
+    stopped = echo(name, topics, out, apache.bootstrap, url, exactly_once=True)
+    stopped.start()
+    deadline = time.monotonic() + 60
+    while len(committed_outputs(apache.bootstrap, out)) < 140:
+        assert time.monotonic() < deadline, "outputs were not committed"
+        time.sleep(0.2)
+    stopped.close(checkpoint=False)
+    for t in topics:
+        produce(apache, t, 70, 10)
+    resumed = echo(name, topics, out, apache.bootstrap, url, exactly_once=True)
+    report = resumed.run(follow=False)
+    assert report.replayed_records == 80  # both inputs' records after the checkpoint, re-processed
+    got = Counter(committed_outputs(apache.bootstrap, out))
+    assert got == every_record(apache, topics)
+    assert set(got.values()) == {1}
+
+
+def test_a_log_start_past_the_second_inputs_offset_is_never_skipped(
+    apache: KafkaTool, tmp_path: Path
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    topics = [
+        apache.create_topic(f"del2-a-{tag}", PARTITIONS),
+        apache.create_topic(f"del2-b-{tag}", PARTITIONS),
+    ]
+    url, name = str(tmp_path / "ckpt"), f"del2-{tag}"
+    for t in topics:
+        produce(apache, t, 0, 20)
+    echo(name, topics, None, apache.bootstrap, url).run(follow=False)
+    produce(apache, topics[1], 20, 20)  # partition 1 of the second input: offsets 10..19
+    admin = AdminClient({"bootstrap.servers": apache.bootstrap})
+    for f in admin.delete_records([TopicPartition(topics[1], 1, 15)]).values():
+        f.result(15)
+
+    strict = echo(name, topics, None, apache.bootstrap, url, ckpt={"require": True})
+    with pytest.raises(RecordsDeletedError, match=rf"topic '{topics[1]}' partition 1 .* offsets 10\.\.14"):
+        strict.run(follow=False)
+
+    lenient = echo(name, topics, None, apache.bootstrap, url)
+    report = lenient.run(follow=False)
+    assert [s.generation for s in report.skipped] == [1]
+    assert report.checkpoint is None
+    assert report.replayed_records == 20 + 25  # all of the first input, what the log holds of the second
