@@ -80,6 +80,9 @@ def materialized(kafka: KafkaTool, topic: str, where: Path) -> tuple[str, list[s
     return url, base
 
 
+# The README's migration test runs migrate (dry run and real) and materialize --from-generation as
+# subprocesses by default; this one adds the JSON counts, a {version: fn} chain and the refusal.
+@pytest.mark.long
 def test_migrate_then_start_from_on_the_command_line(
     kafka: KafkaTool, topic_name: str, tmp_path: Path
 ) -> None:
