@@ -26,7 +26,7 @@ import pytest
 from integration.cli_runner import STATESNAP
 from integration.conftest import KafkaTool
 from integration.processor.test_store_readback import recompute, write_history
-from integration.test_serve import PARTITIONS, records, scan_all
+from integration.test_serve import PARTITIONS, BlockedRestore, records, scan_all
 from statesnap import CheckpointOptions, Table
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint.repository import locate_table
@@ -64,7 +64,7 @@ def test_table_reads_as_of_each_generation_while_the_replica_tails(
     ``X-Statesnap-Generation`` and G's offsets in ``X-Statesnap-Offsets``. Eight concurrent first
     reads of a generation load it once; with one slot, reading the other generation evicts it.
     An unknown generation is a 404 listing the ones there are; ``min_offsets`` with a generation a
-    400."""
+    400; a load slower than ``wait_ms`` a 504 naming the generation (the load goes on)."""
     topic = kafka.create_topic(f"gen-{uuid.uuid4().hex[:12]}", PARTITIONS)
     produced: list[Any] = []
     checkpoint_batch(kafka, topic, s3_location, produced, 400, seed=1)
@@ -78,10 +78,14 @@ def test_table_reads_as_of_each_generation_while_the_replica_tails(
     truth = {g: below(produced, offsets[g]) for g in (1, 2)}
     assert truth[1] != truth[2] != KafkaTool.truth(produced)
 
+    gate = BlockedRestore(blobs)  # generation loads read through it: the test can hold one
+    gate.release.set()
+
     def follower_at(generation: int | None) -> Follower[Any, Any]:
-        options = CheckpointOptions(
-            s3_location.url, storage_options=s3_location.options, generation=generation
-        )
+        if generation is None:
+            options = CheckpointOptions(s3_location.url, storage_options=s3_location.options)
+        else:
+            options = CheckpointOptions(gate, generation=generation)
         return Follower(
             topic, bootstrap_servers=kafka.bootstrap, checkpoints=options, tail=generation is None
         )
@@ -127,6 +131,17 @@ def test_table_reads_as_of_each_generation_while_the_replica_tails(
             r = http.get(f"/tables/{topic}/keys/key-001", params={"generation": 1, "min_offsets": "0:1"})
             assert r.status_code == 400
             assert "does not move" in r.json()["detail"]
+
+            gate.release.clear()  # a load that takes longer than the request waits: 504 naming it
+            r = http.get(f"/tables/{topic}/keys/key-001", params={"generation": 1, "wait_ms": 300})
+            assert r.status_code == 504, r.text
+            assert r.json()["generation"] == 1
+            assert "generation 1 not loaded within 0.3 s" in r.json()["detail"]
+            gate.release.set()
+            r = http.get(f"/tables/{topic}/keys", params={"generation": 1})
+            assert r.headers["x-statesnap-generation"] == "1"
+            assert cache.loads == 3  # the timed-out load went on and served this read
+
             spec = http.get("/openapi.json").json()
             params = spec["paths"]["/tables/{table}/keys/{key}"]["get"]["parameters"]
             assert any(p["name"] == "generation" for p in params)
