@@ -426,7 +426,7 @@ def create_app(
     async def generation_read(generation: int, request: Request, timeout: float) -> AsyncIterator[Reads]:
         """Generation *generation*'s reader, loaded (or taken from the cache) for one answer."""
         if generations is None:
-            raise HTTPException(400, "this server does not serve generations (started without a cache)")
+            raise HTTPException(400, "generation reads are off on this server (serve --max-generations 0)")
         try:
             async with generations.lease(generation, timeout) as reader:
                 setattr(request.state, _FRESHNESS_KEY, SnapshotFreshness(generation, reader.offsets))
@@ -441,6 +441,15 @@ def create_app(
                 "generation": generation,
             }
             raise HTTPException(500, detail) from None
+        except (ConfigError, GenerationLoadTimeoutError):
+            raise  # 400 / 504 by their handlers
+        except StatesnapError as e:  # the store or the cluster unreachable a moment: retry
+            why = f"{type(e).__name__}: {scrub(str(e))}"
+            detail = {
+                "message": f"generation {generation} could not be loaded: {why}",
+                "generation": generation,
+            }
+            raise HTTPException(503, detail, headers={"Retry-After": "1"}) from None
 
     async def consistency(
         request: Request,
@@ -525,7 +534,8 @@ def create_app(
         500: {"model": Problem, "description": "The generation asked for does not verify (corrupt)."},
         503: {
             "model": Problem,
-            "description": "The replica is still restoring (or failed), or too many requests wait.",
+            "description": "The replica is still restoring (or failed), too many requests wait, or a "
+            "generation could not be loaded for now (store or cluster unreachable).",
         },
         504: {
             "model": Problem,
