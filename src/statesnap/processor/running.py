@@ -291,14 +291,6 @@ def _choose(
         "group": options.get("group") is not None,
     }
     spark_only = {"spark_conf": bool(spark.conf)}
-    if len(proc.inputs) > 1:
-        if requested is Engine.SPARK:
-            raise EngineOptionError(
-                f"--engine spark cannot run processor {proc.name!r}: it has {len(proc.inputs)} inputs "
-                "and the spark engine runs one input only (yet); use --engine python"
-            )
-        if requested is Engine.AUTO:
-            return EngineChoice(Engine.PYTHON, "several inputs need the python engine (spark runs one)")
     if follow is not None:
         if requested is Engine.SPARK:
             raise EngineOptionError(

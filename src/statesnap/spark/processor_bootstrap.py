@@ -20,6 +20,11 @@ produced when they were first processed, or belong to a backfill the caller runs
 again). Records a handler fails on go nowhere either way unless ``emit=True`` and the processor
 has a dead-letter topic; without one the run stops with :class:`~statesnap.errors.HandlerError`.
 
+Several co-partitioned inputs: a task reads partition p of every input (the first from the
+checkpoint's offset, the others from the offsets its rows hold) and hands the handler their records
+merged as a Python task merges them once every input is at its end (:mod:`statesnap.processor.merge`),
+so either engine may continue the other's checkpoint. A count by key is the first input's only.
+
 A task holds its partition's state in a dict store (executor memory must hold one partition's
 stores); the processor's ``store=`` kind is what Python restores into. Every input partition is
 bootstrapped, whatever ``partitions=`` or ``group=`` the processor was built with, as the table
@@ -32,10 +37,11 @@ plans, checks the claim, takes the generation and commits for them as for the ha
 
 from __future__ import annotations
 
+import heapq
 import logging
 import secrets
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -44,7 +50,12 @@ from typing import Any
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, PartitionCheckpoint, datafile
 from statesnap.checkpoint.manifest import DataFile
 from statesnap.errors import ConfigError, HandlerError
+from statesnap.kafka.admin import log_start_offsets
+from statesnap.kafka.backlog import high_watermarks
+from statesnap.kafka.config import KafkaSettings
 from statesnap.processor import Processor
+from statesnap.processor.handler import ProcessorHandler
+from statesnap.processor.inputs import restored_offsets
 from statesnap.processor.keyspace import META_STORE
 from statesnap.processor.outputs import Outputs
 from statesnap.spark.bootstrap import Progress, completed
@@ -62,6 +73,7 @@ from statesnap.spark.processor_counts import (
 from statesnap.spark.workers import is_local
 from statesnap.spark.writer import SparkTableWriter
 from statesnap.stores import MemoryStore
+from statesnap.task.cluster import log_ends
 from statesnap.task.options import CheckpointOptions
 from statesnap.task.restore import RestoreReport
 
@@ -157,6 +169,9 @@ class _Work:
     end: int
     previous: tuple[DataFile, ...]
     run: int = 0
+    #: With several inputs, (topic, log start, end) of every input after the first; each starts
+    #: at the offset the base checkpoint's rows hold, else at its log start.
+    other_ends: tuple[tuple[str, int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,10 +216,10 @@ def bootstrap_processor(
     here, they override it. *progress* hears ``(records, tasks done, tasks)`` while the job runs.
     """
     started = time.monotonic()
-    if len(proc.inputs) > 1:
+    if len(proc.inputs) > 1 and aggregation is not None:
         raise ConfigError(
-            f"processor {proc.name!r} has {len(proc.inputs)} inputs; a Spark bootstrap runs one input "
-            "only (yet): run it with the python engine (proc.run(), statesnap run --engine python)"
+            f"processor {proc.name!r} has {len(proc.inputs)} inputs; a count by key folds one input's "
+            "records: bootstrap it with its handler (aggregation=None)"
         )
     options = _options_of(proc)
     chosen = checkpoints if checkpoints is not None else options["checkpoints"]
@@ -282,6 +297,11 @@ class _Run:
             p: self.prior[p].next_offset if p in self.prior else writer.state.log_start[p]
             for p in writer.partitions
         }
+        #: Per other input, its log start and end per partition (the end found by EOF).
+        self.other_ends = {
+            topic: other_input_ends(writer.opts.settings(), topic, writer.partitions)
+            for topic in proc.inputs[1:]
+        }
 
     def _result(
         self, manifest: CheckpointManifest, written: bool, path: BootstrapPath, **kw: Any
@@ -302,6 +322,7 @@ class _Run:
         path = BootstrapPath.HANDLER if aggregation is None else BootstrapPath.AGGREGATION
         if (
             previous is not None
+            and not self.other_ends  # other inputs' starts are in the rows: the tasks judge them
             and all(self.starts[p] == self.ends[p] for p in partitions)
             and set(partitions) <= set(previous.partitions)
         ):
@@ -325,7 +346,14 @@ class _Run:
 
         run = secrets.randbits(48)  # names this run's files (see _Work)
         work = [
-            _Work(p, self.starts[p], self.ends[p], self.prior[p].files if p in self.prior else (), run)
+            _Work(
+                p,
+                self.starts[p],
+                self.ends[p],
+                self.prior[p].files if p in self.prior else (),
+                run,
+                tuple((topic, low[p], high[p]) for topic, (low, high) in self.other_ends.items()),
+            )
             for p in partitions
         ]
         rule = None if aggregation is None else CountRule.of(self.proc, aggregation)
@@ -462,7 +490,14 @@ def _partition_task(
         mark = clock()
         p = w.partition
         rows = repo.merge_files(w.previous) if w.previous else datafile.empty_table()
-        if w.end <= w.start:  # nothing new: the base checkpoint's files stand (or an empty base)
+        store = MemoryStore()
+        store.load(p, rows)
+        store.forget_changes()  # no incremental checkpoint is taken of this store: keep no change set
+        others = [
+            (topic, restored_offsets(store, topic, [p])[p] or low, end) for topic, low, end in w.other_ends
+        ]
+        if w.end <= w.start and all(end <= start for _, start, end in others):
+            # nothing new: the base checkpoint's files stand (or an empty base)
             if w.previous:
                 return _Done(
                     p, tuple(f.to_json() for f in w.previous), rows.num_rows, rows_per_store(rows, names)
@@ -471,9 +506,6 @@ def _partition_task(
                 return _Done(p, (), 0, dict.fromkeys(names, 0))
             empty = write_data_file(repo, generation, p, "base", w.run, rows)
             return _Done(p, (empty.to_json(),), 0, dict.fromkeys(names, 0))
-        store = MemoryStore()
-        store.load(p, rows)
-        store.forget_changes()  # no incremental checkpoint is taken of this store: keep no change set
         outputs = Outputs(opts.settings(), proc.key_serde, proc.value_serde)
         outputs.suppressed = not emit
         handler = proc.handler_for(store, outputs)
@@ -481,7 +513,7 @@ def _partition_task(
         mark = clock()
         processed = 0
         try:
-            for msgs in iter_range(opts, p, w.start, w.end):
+            for msgs in _records(opts, p, w.start, w.end, others, handler):
                 handler.apply(p, msgs, None)
                 processed += len(msgs)
                 store.forget_changes()
@@ -507,3 +539,67 @@ def _partition_task(
         )
 
     return run
+
+
+def other_input_ends(
+    settings: KafkaSettings, topic: str, partitions: tuple[int, ...]
+) -> tuple[dict[int, int], dict[int, int]]:
+    """Where another input starts and ends per partition: the end read to partition EOF, as the
+    first input's is found (the dev broker under-reports watermarks)."""
+    ends = log_ends(settings, topic, high_watermarks(settings, topic, partitions))
+    return log_start_offsets(settings, topic, partitions), {p: int(end) for p, end in ends.items()}
+
+
+def _records(
+    opts: KafkaSourceOptions,
+    partition: int,
+    start: int,
+    end: int,
+    others: list[tuple[str, int, int]],
+    handler: ProcessorHandler,
+) -> Iterator[list[Any]]:
+    """The partition's records in batches: one input's in offset order, several merged as a
+    Python task merges them with every input at its end (:mod:`statesnap.processor.merge`:
+    the smallest timestamp first, ties to the input listed first, each input in offset order;
+    ``heapq.merge`` keeps exactly that head rule). The handler's first-input position follows
+    the batches, as a Python task's reader's does."""
+    if not others:
+        yield from iter_range(opts, partition, start, end)
+        return
+    first = opts.topic
+    applied = {partition: start}
+    handler.positions = lambda: applied
+    inputs = [_flat(iter_range(opts, partition, start, end))] + [
+        _flat(iter_range(opts, partition, s, e, topic=topic)) for topic, s, e in others
+    ]
+    batch: list[Any] = []
+    for message in heapq.merge(*inputs, key=_timestamp):
+        batch.append(message)
+        if len(batch) >= _MERGED_BATCH:
+            yield batch
+            applied[partition] = _first_end(batch, first, applied[partition])
+            batch = []
+    if batch:
+        yield batch
+
+
+#: Records per merged batch handed to the handler.
+_MERGED_BATCH = 10_000
+
+
+def _flat(batches: Iterator[list[Any]]) -> Iterator[Any]:
+    for batch in batches:
+        yield from batch
+
+
+def _timestamp(message: Any) -> int:
+    ts_type, ts = message.timestamp()
+    return int(ts) if ts_type else -1
+
+
+def _first_end(batch: list[Any], first: str, before: int) -> int:
+    """The first input's next offset after *batch*."""
+    for message in reversed(batch):
+        if message.topic() == first:
+            return int(message.offset()) + 1
+    return before

@@ -18,9 +18,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from integration.conftest import KafkaTool
 from statesnap import CheckpointOptions, Processor, ProcessorContext, Record
-from statesnap.errors import ConfigError, EngineOptionError
+from statesnap.errors import ConfigError
 from statesnap.processor.keyspace import input_offset_key, input_offset_of
-from statesnap.processor.running import run_processor
 
 BASE = 1_700_000_000_000
 PARTITIONS = 2
@@ -239,11 +238,3 @@ def test_what_several_inputs_do_not_support_yet_is_refused() -> None:
         ledger("g", ["a", "b"], "127.0.0.1:1", None, group="g")
     with pytest.raises(ConfigError, match="distinct input topics"):
         ledger("d", ["a", "a"], "127.0.0.1:1", None)
-    two = ledger("s", ["a", "b"], "127.0.0.1:1", "/nonexistent")
-    with pytest.raises(EngineOptionError, match="spark engine runs one input only"):
-        run_processor(two, engine="spark")
-    pytest.importorskip("pyspark")
-    from statesnap.spark import bootstrap_processor
-
-    with pytest.raises(ConfigError, match="a Spark bootstrap runs one input only"):
-        bootstrap_processor(None, two)

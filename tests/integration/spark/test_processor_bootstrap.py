@@ -402,3 +402,47 @@ def test_a_run_joining_a_failed_runs_generation_writes_its_own_files(
     report, resumed = run_python(guarded("guarded", topic, kafka.bootstrap, url, strict=False))
     assert (report.checkpoint, report.replayed_records) == (result.manifest.generation, 0)
     assert {k: json.loads(v) for k, v in resumed["balances"].items()} == {b"a": 6, b"b": -1}
+
+
+def test_two_inputs_bootstrapped_on_spark_resume_in_python_and_back(
+    spark: Any, kafka: KafkaTool, topic_name: str, tmp_path: Path
+) -> None:
+    """Spark merges a partition's inputs as a Python task does (by timestamp, ties to the first
+    input): its checkpoint + the Python tail, and a Python checkpoint + a Spark run over the rest,
+    both equal the plain timestamp merge of everything."""
+    from integration.processor.test_multiple_inputs import (
+        PARTITIONS,
+        contents,
+        ledger,
+        produce_split,
+        recompute,
+    )
+
+    topics = [
+        kafka.create_topic(f"{topic_name}-a", PARTITIONS),
+        kafka.create_topic(f"{topic_name}-b", PARTITIONS),
+    ]
+    url = str(tmp_path / "ckpt")
+    rng = random.Random(6)
+    first = produce_split(kafka.bootstrap, topics, rng, 0, 100)
+    with pytest.raises(ConfigError, match="a count by key folds one input's records"):
+        bootstrap_processor(
+            spark, ledger("join", topics, kafka.bootstrap, url), aggregation=CountPerKey("ledger")
+        )
+    result = bootstrap_processor(spark, ledger("join", topics, kafka.bootstrap, url))
+    assert result.processed == first
+    second = produce_split(kafka.bootstrap, topics, rng, 100, 200)
+    resumed = ledger("join", topics, kafka.bootstrap, url)
+    report = resumed.run(follow=False)
+    assert report.checkpoint == result.manifest.generation
+    assert report.replayed_records == second
+    third = produce_split(kafka.bootstrap, topics, rng, 200, 300)
+    again = bootstrap_processor(spark, ledger("join", topics, kafka.bootstrap, url))
+    assert again.processed == third  # every input from the offsets the Python checkpoint holds
+    final = ledger("join", topics, kafka.bootstrap, url)
+    final.start()
+    try:
+        assert final.report.replayed_records == 0
+        assert contents(final) == recompute(kafka.bootstrap, topics)
+    finally:
+        final.close(checkpoint=False)
