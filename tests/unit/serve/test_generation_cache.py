@@ -94,3 +94,13 @@ def test_a_slow_load_times_out_naming_its_generation_and_a_failed_one_is_not_cac
         assert cache.loaded == [3]
 
     asyncio.run(scenario())
+
+
+def test_the_cli_repeats_the_cache_default() -> None:
+    """The CLI repeats the default so that loading it does not import FastAPI; they must agree."""
+    from statesnap.cli import serve as cli_serve
+    from statesnap.serve import generations
+
+    assert cli_serve.DEFAULT_GENERATIONS == generations.DEFAULT_GENERATIONS
+    load_option = next(p for p in cli_serve.serve.params if p.name == "generation_load_timeout")
+    assert load_option.default == f"{generations.DEFAULT_LOAD_SECONDS:g}s"
