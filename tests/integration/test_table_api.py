@@ -234,7 +234,8 @@ def test_partitions_added_after_a_checkpoint_are_replayed_from_the_beginning(
     "before" topology is a precise fake: while the first table runs, the cluster's metadata
     answer (KafkaAdmin.partitions) reports only partitions 0 and 1 of a 3-partition topic, and
     nothing is produced to partition 2 until after that table's checkpoint; the restoring table
-    sees the real metadata (all three partitions).
+    sees the real metadata (all three partitions). The real growth is proven on Apache Kafka by
+    tests/integration/apache/test_partition_growth.py.
     """
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import NewPartitions  # type: ignore[attr-defined]  # re-exported without __all__

@@ -5,6 +5,8 @@ What is real here: the topic, its records, the checkpoint store, and the topic c
 (``cleanup.policy``/``delete.retention.ms`` set at creation are reported by Tansu's
 describe_configs). What is faked, and why: the log-start offset (Tansu never runs retention and
 ``delete_records`` crashes it) and the wall clock (a checkpoint cannot be made a day old in a test).
+The log start moved for real (``delete_records`` and time retention) is proven on Apache Kafka by
+tests/integration/apache/test_retention.py, compaction by tests/integration/apache/test_compaction.py.
 """
 
 from __future__ import annotations

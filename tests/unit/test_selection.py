@@ -4,7 +4,9 @@ The dev broker (Tansu) never runs retention or compaction, its ``delete_records`
 request and ``describe_configs`` only returns explicit settings, so these Kafka behaviours are
 proven here on a precise fake of the cluster's answers: a :class:`TopicState` holding exactly what
 ``Table.start`` reads from the cluster (cluster id, partitions, log-start offsets = low
-watermarks, ``cleanup.policy`` and ``delete.retention.ms``).
+watermarks, ``cleanup.policy`` and ``delete.retention.ms``). The same rules on a broker that
+really deletes, compacts and recreates: tests/integration/apache/test_retention.py,
+test_compaction.py and test_topic_id.py (Apache Kafka 4.1.1); here every edge case stays cheap.
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ record timestamp is >= the one asked for, none when no record is that recent —
 ``offsetsForTimes``). The dev broker answers 0 to every timestamp query, so this fake is where
 the timestamp *mapping* is proven; tests/integration/spark/test_source_options.py proves the same
 options end to end on the real broker for what it can answer. Retention (a log start above 0)
-cannot happen on the dev broker either, so offsets-deleted data loss is proven here too.
+cannot happen on the dev broker either, so offsets-deleted data loss is proven here too. On Apache
+Kafka, tests/integration/apache/test_spark_source.py proves the timestamp options against real
+``offsetsForTimes`` answers and the same rows as Spark's own ``format("kafka")``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Ground truth is what the producer's delivery reports say was written. Each test 
 Spark's Kafka-source behaviours it proves; where the dev broker cannot show a behaviour
 (timestamps: it answers offset 0 to every ListOffsets-by-timestamp request; retention: it never
 deletes), the mapping is proven in tests/unit/test_spark_options.py against a precise fake and
-here only the wiring through Spark and the broker's actual answer.
+here only the wiring through Spark and the broker's actual answer; the timestamp options against a
+broker that answers them are proven on Apache Kafka in tests/integration/apache/test_spark_source.py.
 """
 
 from __future__ import annotations
