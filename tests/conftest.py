@@ -23,6 +23,7 @@ from statesnap.devstack import ApacheKafkaBroker, EmbeddedBroker, EmbeddedS3
 from statesnap.devstack.apache import apache_kafka_missing
 
 LONG_ENV = "STATESNAP_LONG"
+BROKER_ENV = "STATESNAP_TEST_BROKER"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -58,10 +59,11 @@ def _named(config: pytest.Config) -> list[str]:
     return out
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    broker = f"integration suite broker: {suite_broker_impl()} ({BROKER_ENV})"
     if _long_wanted(config):
-        return "long tests: included"
-    return f"long tests: deselected ({LONG_ENV}=1 or make test-long runs them)"
+        return ["long tests: included", broker]
+    return [f"long tests: deselected ({LONG_ENV}=1 or make test-long runs them)", broker]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -111,9 +113,27 @@ def s3_server() -> Iterator[EmbeddedS3]:
     s.stop()
 
 
+def suite_broker_impl() -> str:
+    """``tansu`` or ``apache``: which broker the integration suite's ``kafka``/``bootstrap`` are
+    bound to (``STATESNAP_TEST_BROKER``; default tansu). Tests of Kafka behaviour the dev broker
+    lacks live in tests/integration/apache and the fault suite, which run on Apache Kafka always."""
+    value = os.environ.get(BROKER_ENV, "").strip().lower() or "tansu"
+    if value not in {"tansu", "apache"}:
+        raise pytest.UsageError(f"{BROKER_ENV} must be tansu or apache, not {value!r}")
+    return value
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(request: pytest.FixtureRequest) -> EmbeddedBroker | ApacheKafkaBroker:
+    """The integration suite's broker (see :func:`suite_broker_impl`)."""
+    name = "apache_kafka" if suite_broker_impl() == "apache" else "broker"
+    found: EmbeddedBroker | ApacheKafkaBroker = request.getfixturevalue(name)
+    return found
+
+
 @pytest.fixture
-def bootstrap(broker: EmbeddedBroker) -> str:
-    return broker.bootstrap_servers
+def bootstrap(kafka_broker: EmbeddedBroker | ApacheKafkaBroker) -> str:
+    return kafka_broker.bootstrap_servers
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]  # re-exported without __all__
 
 from statesnap import Table
-from statesnap.devstack import EmbeddedBroker
+from statesnap.devstack import ApacheKafkaBroker, EmbeddedBroker
 from statesnap.digest import table_digest
 
 
@@ -192,7 +192,7 @@ def restored_digest(topic: str, bootstrap_servers: str, **options: Any) -> tuple
 
 
 @pytest.fixture(scope="session")
-def kafka(broker: EmbeddedBroker) -> Iterator[KafkaTool]:
-    tool = KafkaTool(broker.bootstrap_servers)
+def kafka(kafka_broker: EmbeddedBroker | ApacheKafkaBroker) -> Iterator[KafkaTool]:
+    tool = KafkaTool(kafka_broker.bootstrap_servers)
     yield tool
     tool.close()
