@@ -16,7 +16,15 @@ Example::
 How it keeps state: every named store of a task lives in the task's one local store
 (:mod:`statesnap.processor.keyspace`), so a checkpoint — taken at commit points as a table's is —
 holds every store and the input offsets in one manifest, and there is no changelog topic. A
-restore loads the newest verified checkpoint and runs the handlers over the input's tail.
+restore loads the newest verified checkpoint and runs the handlers over each input's tail.
+
+Several inputs (``inputs=["impressions", "clicks"]``) must be co-partitioned (checked at start):
+task p reads partition p of every input, merged by record timestamp (:mod:`statesnap.processor.merge`;
+``record.topic`` tells them apart). The manifest's offsets are the first input's; the others' live
+in the task's keyspace, so every checkpoint holds all of them. While catching up the merge waits
+for every input's next record (deterministic: a restore re-runs the same order); once following,
+an input with nothing new is not waited for, so the order across inputs is then that of arrival
+(``max_idle`` bounds the wait for an input that says nothing). Not with ``group`` (yet).
 
 The determinism contract: for ``restore + process(tail) == process(everything)`` to hold, a
 handler's effect on its stores must depend only on the records and the stores — use
