@@ -149,8 +149,8 @@ def prefix_filter(prefixes: tuple[str, ...]) -> Callable[[bytes], bool] | None:
     "--generation-load-timeout",
     default="60s",
     show_default=True,
-    help="How long a ?generation=G read without wait_ms waits for G to load; then 504 (the load goes "
-    "on: retry).",
+    help="How long a ?generation=G read without wait_ms waits for G to load (at most --max-wait-ms); "
+    "then 504 (the load goes on: retry).",
 )
 @click.option("--access-log", is_flag=True, help="Log every request (uvicorn's access log).")
 @storage_options
