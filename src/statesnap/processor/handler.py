@@ -21,6 +21,7 @@ from statesnap.processor.context import ProcessorContext, Record
 from statesnap.processor.keyspace import (
     WINDOW_BYTES,
     input_offset_key,
+    input_offset_of,
     input_offset_value,
     partition_prefix,
     stream_time_key,
@@ -292,7 +293,27 @@ class ProcessorHandler:
     def commit_point(self, *, checkpoint: bool) -> None:
         self._expire_windows()
         self._expire_entries(every=checkpoint)
+        if self.multi:
+            self._store_input_ends()
         self.commit_outputs()
+
+    def _store_input_ends(self) -> None:
+        """Other inputs' positions that moved without a record (a partition's end past
+        transaction markers, or an empty partition's log start) reach the keyspace too, so a
+        restore knows where each input really continues and can tell records retention deleted
+        from records that never were."""
+        positions = self.positions()
+        for topic, moved in self.other_positions().items():
+            for p, position in moved.items():
+                key = input_offset_key(p, topic)
+                if int(position) <= input_offset_of(self.store.get(key)):
+                    continue
+                row_offset = int(positions.get(p, 0)) - 1  # rows carry the first input's offsets
+                if row_offset < self._first_at_checkpoint.setdefault(p, row_offset + 1):
+                    self._expired.add(p)
+                self._others_moved.add(p)
+                ts = self._last.get(p, (-1, -1))[1]
+                self.store.apply(p, [(key, input_offset_value(int(position)), row_offset, ts)])
 
     def commit_outputs(self) -> None:
         """Deliver what was emitted (exactly-once: commit it with the input positions) — before

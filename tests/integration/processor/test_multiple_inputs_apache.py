@@ -163,3 +163,29 @@ def test_a_log_start_past_the_second_inputs_offset_is_never_skipped(
     assert [s.generation for s in report.skipped] == [1]
     assert report.checkpoint is None
     assert report.replayed_records == 20 + 25  # all of the first input, what the log holds of the second
+
+
+def test_the_second_inputs_end_is_kept_without_records(apache: KafkaTool, tmp_path: Path) -> None:
+    """A partition of the second input whose records retention deleted before any was read: the
+    checkpoint keeps where its log continues, so a restore resumes (no needless replay); records
+    produced after the checkpoint on a partition that was empty and deleted before the restore
+    read them are never skipped silently."""
+    tag = uuid.uuid4().hex[:8]
+    topics = [
+        apache.create_topic(f"end2-a-{tag}", PARTITIONS),
+        apache.create_topic(f"end2-b-{tag}", PARTITIONS),
+    ]
+    url, name = str(tmp_path / "ckpt"), f"end2-{tag}"
+    produce(apache, topics[0], 0, 20)
+    produce(apache, topics[1], 0, 20)
+    admin = AdminClient({"bootstrap.servers": apache.bootstrap})
+    for f in admin.delete_records([TopicPartition(topics[1], 0, 10)]).values():  # all of partition 0
+        f.result(15)
+    first = echo(name, topics, None, apache.bootstrap, url)
+    assert first.run(follow=False).replayed_records == 30
+    produce(apache, topics[0], 20, 4)
+    again = echo(name, topics, None, apache.bootstrap, url)
+    report = again.run(follow=False)
+    assert report.checkpoint is not None
+    assert not report.skipped
+    assert report.replayed_records == 4
