@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from statesnap.checkpoint.manifest import NextOffset
 from statesnap.errors import ConfigError, RecordsDeletedError
 from statesnap.kafka.admin import KafkaAdmin, log_start_offsets
 from statesnap.kafka.config import KafkaSettings
@@ -52,6 +53,13 @@ def check_co_partitioned(name: str, settings: KafkaSettings, topics: Sequence[st
 def restored_offsets(store: StateStore, topic: str, partitions: Sequence[int]) -> dict[int, int]:
     """The next offset of input *topic* per partition, as the (restored) store holds it."""
     return {p: input_offset_of(store.get(input_offset_key(p, topic))) for p in partitions}
+
+
+def _next_offset(message: Any) -> int:
+    """The position after *message*, with its leader epoch where it has one (checkpoints keep
+    it: a restore's reader has the leader check its log still holds that epoch there)."""
+    epoch = message.leader_epoch() if hasattr(message, "leader_epoch") else None
+    return NextOffset(message.offset() + 1, epoch) if epoch is not None else int(message.offset()) + 1
 
 
 def _timestamp(message: Any) -> int:
@@ -220,7 +228,7 @@ class MergedReader:
                     break
             message = buffers[i].popleft()
             out.append(message)
-            ends[i] = message.offset() + 1
+            ends[i] = _next_offset(message)
             heads[i] = _timestamp(buffers[i][0]) if buffers[i] else None
         if out or not any(buffers):
             self._blocked_since.pop(p, None)
