@@ -116,3 +116,22 @@ def test_manifest_records_state_versions_per_store() -> None:
     obj["format_version"] = 1
     with pytest.raises(CorruptCheckpointError, match="state version"):
         CheckpointManifest.from_bytes(json.dumps(obj).encode())
+
+
+def test_a_snapshot_whose_tasks_wrote_two_versions_is_not_committed() -> None:
+    """Two versions of the code in one consumer group would mix formats in one checkpoint."""
+    from statesnap.snapshot.model import CheckpointRef, Snapshot, SnapshotState, TaskSnapshot
+    from statesnap.snapshot.orchestrator import manifest_of
+
+    def task(name: str, p: int, version: int) -> TaskSnapshot:
+        ref = CheckpointRef("file:///x", {})
+        return TaskSnapshot(name, {("t", p): 0}, {"t": ref}, writer={"state_versions": {"t": version}})
+
+    now = datetime.now(UTC)
+    same = Snapshot(3, SnapshotState.CREATED, now, now, (0, 1), {"a": task("a", 0, 2), "b": task("b", 1, 2)})
+    manifest = manifest_of(same, table="t", topic="t", cluster_id="c")
+    assert manifest.state_versions == {"t": 2}
+    assert "state_versions" not in manifest.writer
+    mixed = Snapshot(3, SnapshotState.CREATED, now, now, (0, 1), {"a": task("a", 0, 1), "b": task("b", 1, 2)})
+    with pytest.raises(CheckpointMismatchError, match="state versions 1 and 2"):
+        manifest_of(mixed, table="t", topic="t", cluster_id="c")
