@@ -238,3 +238,35 @@ def test_what_several_inputs_do_not_support_yet_is_refused() -> None:
         ledger("g", ["a", "b"], "127.0.0.1:1", None, group="g")
     with pytest.raises(ConfigError, match="distinct input topics"):
         ledger("d", ["a", "a"], "127.0.0.1:1", None)
+
+
+def test_statesnap_run_processes_every_input(kafka: KafkaTool, topic_name: str, tmp_path: Path) -> None:
+    """``statesnap run`` as a user runs it (a fresh process): the python engine, every input's
+    records; a consumer group is refused in one line."""
+    from integration.processor.test_cli_run import run_in
+
+    topics = [
+        kafka.create_topic(f"{topic_name}-a", PARTITIONS),
+        kafka.create_topic(f"{topic_name}-b", PARTITIONS),
+    ]
+    n = produce_split(kafka.bootstrap, topics, random.Random(3), 0, 60)
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "join_app.py").write_text(
+        "from statesnap import Processor\n"
+        f"proc = Processor('join', inputs={topics!r}, bootstrap_servers={kafka.bootstrap!r},\n"
+        f"                 checkpoints={str(tmp_path / 'ckpt')!r}, stores=['seen'])\n"
+        "@proc.handler\n"
+        "def on_record(record, ctx):\n"
+        "    seen = ctx.stores['seen']\n"
+        "    seen[record.topic.encode()] = b'%d' % (int(seen.get(record.topic.encode(), b'0')) + 1)\n"
+    )
+    done = run_in(app, "run", "join_app:proc", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["engine"] == "python"
+    assert result["processed"] == n
+    refused = run_in(app, "run", "join_app:proc", "--group", "g", "--follow")
+    assert refused.returncode != 0
+    assert "several inputs with a consumer group are not supported yet" in refused.stderr
+    assert "Traceback" not in refused.stderr
