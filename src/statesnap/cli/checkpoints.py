@@ -132,6 +132,9 @@ def _show_lines(url: str, manifest: CheckpointManifest) -> Iterator[str]:
     yield f"  table {manifest.table} over topic {manifest.topic} on cluster {manifest.cluster_id}"
     writer = ", ".join(f"{k}={v}" for k, v in manifest.writer.items())
     yield f"  written by: {writer}"
+    if manifest.state_versions:
+        versions = ", ".join(f"{store}={v}" for store, v in sorted(manifest.state_versions.items()))
+        yield f"  state versions: {versions}"
     for p, pc in sorted(manifest.partitions.items()):
         files = ", ".join(f"{f.kind}:{f.rows} rows/{f.bytes} B" for f in pc.files) or "empty"
         yield f"  partition {p:>4}: next offset {pc.next_offset:>12}  {files}"

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from integration.cli_runner import STATESNAP, ok
-from statesnap import CheckpointOptions, Table
+from statesnap import CheckpointOptions, Follower, Table
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint.manifest import FileKind
 from statesnap.checkpoint.repository import CheckpointRepository, locate_table
@@ -155,6 +155,12 @@ def test_projection_change_is_refused_without_a_migration_and_equals_full_replay
     with pytest.raises(CheckpointMismatchError, match="newer than this code's version 1"):
         old_code.start()
     old_code.close(checkpoint=False)
+    # Readers run no user code: they read either version as it is (version 1 rows still hold b).
+    for gen in (1, 2):
+        options = CheckpointOptions(url, generation=gen)
+        with Follower(topic, bootstrap_servers=kafka.bootstrap, checkpoints=options, tail=False) as reader:
+            assert reader.report.checkpoint == gen
+            assert {"b" in json.loads(v) for v in reader.values()} == {gen == 1}
 
 
 def test_offline_migration_equals_the_lazy_one_and_pins_its_source(
