@@ -356,6 +356,12 @@ class ColumnarStore:
     def close(self) -> None:
         self.clear()
 
+    def wait_indexed(self, timeout: float) -> bool:
+        """Wait up to *timeout* seconds until lookups probe one key index: a restore from the
+        persisted indexes of several partitions is ready at once, and builds one index over them
+        in the background (lookups meanwhile probe each). Whether that is done."""
+        return self._base.wait_merged(timeout)
+
     @property
     def nbytes(self) -> int:
         """Bytes held by the base (Arrow buffers and index); the overlay is not counted."""

@@ -142,11 +142,11 @@ class _Prober:
 #: Slots of a persisted index checked against the keys they name before it is trusted.
 _SAMPLE = 256
 
-#: Persisted indexes a base probes one after the other at most; with more partitions one index is
-#: built over all (as without persisted ones). A lookup probes each index until one has the key,
-#: and each probe costs a hash and a cache miss from Python: 1 M keys, 8 partitions, random
-#: present and absent keys measured 212 k get/s over 8 persisted indexes, 628 k over one built
-#: index; restore 0.34 s against 0.55 s (issue 21 asks both, 500 k get/s at 10 M keys).
+#: Persisted indexes a base probes for good; with more, lookups probe each of them (the base is
+#: ready at once) while one index over every partition is built on a background thread, which
+#: then replaces them. A lookup probes each index until one has the key, and each probe costs a
+#: hash and a cache miss from Python: 1 M keys, random present and absent keys measured 628 k
+#: get/s over one index, 389 k over 2 persisted indexes, 212 k over 8 (issue 21 asks 500 k).
 _MAX_PROBES = 1
 
 
@@ -196,6 +196,7 @@ class Base:
         #: Everything lookups read, one tuple per key index (set when they are ready): see
         #: :data:`Probe`. Usually one; a restore from persisted indexes has one per partition.
         self.probes: list[Probe] | None = None
+        self._merging: threading.Thread | None = None
         self._lock = threading.Lock()
 
     @classmethod
@@ -245,8 +246,6 @@ class Base:
             if self.probes is not None:
                 return self.probes
             probers = list(self.persisted.values())
-            if len(probers) > _MAX_PROBES:
-                probers = []  # one index over every partition: see _MAX_PROBES
             covered = {id(s) for pr in probers for s in pr.segments}
             rest = [s for s in self.segments if id(s) not in covered]
             if rest or not probers:
@@ -262,7 +261,39 @@ class Base:
                 probers.append(_Prober(self._index, self.segments, _LOCAL_BITS))
             self._probers = probers
             self.probes = [pr.probe for pr in probers] if self.rows else []
+            if len(probers) > _MAX_PROBES:
+                self._merging = threading.Thread(target=self._merge, name="statesnap-keyindex", daemon=True)
+                self._merging.start()
             return self.probes
+
+    def _merge(self) -> None:
+        """Build one index over every segment and make lookups probe it alone (see _MAX_PROBES).
+        Off the restore's path: the tail's replay, which never looks up the base, runs meanwhile."""
+        try:
+            hashes: list[np.ndarray | None] = [
+                array_hashes(s.table.column("key").chunk(0)) for s in self.segments
+            ]
+            index = KeyIndex(hashes, [s.number << _LOCAL_BITS for s in self.segments])
+        except Exception:  # lookups keep probing each index: slower, still right
+            log.warning(
+                "building one key index over %d partitions failed", len(self.partitions), exc_info=True
+            )
+            return
+        prober = _Prober(index, self.segments, _LOCAL_BITS)
+        with self._lock:
+            self._index = index
+            self._probers = [prober]
+            self.probes = [prober.probe]
+            self.persisted = {}
+
+    def wait_merged(self, timeout: float) -> bool:
+        """Wait up to *timeout* seconds for :meth:`_merge` (if it runs); whether lookups now probe
+        one index."""
+        merging = self._merging
+        if merging is not None:
+            merging.join(timeout)
+            return not merging.is_alive()
+        return True
 
     def contains(self, key: bytes) -> bool:
         """Whether *key* is a base row: :meth:`ColumnarStore.get`'s probe without the value."""

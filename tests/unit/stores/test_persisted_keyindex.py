@@ -132,14 +132,19 @@ def test_an_index_that_does_not_fit_its_rows_is_ignored_and_built(caplog: pytest
     assert s.get(b"other-7") is None
 
 
-def test_several_partitions_get_one_built_index() -> None:
+def test_several_partitions_are_ready_at_once_then_probe_one_index() -> None:
     """Probing one persisted index per partition costs a hash and a cache miss per partition and
-    lookup (_MAX_PROBES): with two partitions the store builds one index over both."""
+    lookup (_MAX_PROBES): the store answers at once from both, builds one index over both in the
+    background, and then probes that alone; answers are the same throughout."""
     s = ColumnarStore()
     s.load(0, _with_index(_rows(1000, b"a-"))[0])
     s.load(1, _with_index(_rows(1000, b"b-"))[0])
-    assert s.get(b"a-5") == b"va-5"
-    assert s.get(b"b-5") == b"vb-5"
-    assert s.get(b"c-5") is None
+    s.load(2, _rows(10, b"c-"))  # small: no index, built at once
+    keys = [b"a-5", b"b-5", b"c-5", b"d-5"]
+    expected = [b"va-5", b"vb-5", b"vc-5", None]
+    assert [s.get(k) for k in keys] == expected
+    assert s.wait_indexed(30)
     assert len(s._base.probes or []) == 1
-    assert s._base._index is not None
+    assert not s._base.persisted
+    assert [s.get(k) for k in keys] == expected
+    assert s.get_many(keys * 10) == expected * 10
