@@ -18,26 +18,21 @@ service embedding one, never mix series. Series:
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping
-from typing import Any
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from statesnap.python.follower import FollowerStatus
+from statesnap.serve.asgi import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = [
     "CONTENT_TYPE",
     "LATENCY_BUCKETS",
-    "ASGIApp",
     "FollowerCollector",
     "HttpMetrics",
-    "Message",
     "MetricsMiddleware",
-    "Receive",
-    "Scope",
-    "Send",
     "render",
     "render_metrics",
 ]
@@ -47,12 +42,6 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 #: Latency buckets (seconds): lookups take well under a millisecond; waits last up to wait_ms.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class FollowerCollector(Collector):
