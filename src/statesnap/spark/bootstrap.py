@@ -46,7 +46,7 @@ from statesnap.spark.kafka_io import change_table, iter_range, split_ranges
 from statesnap.spark.options import KafkaSourceOptions
 from statesnap.spark.workers import is_local
 from statesnap.spark.writer import SparkTableWriter
-from statesnap.task.migration import StateVersion, check_base
+from statesnap.task.migration import RowMigrator, StateVersion
 from statesnap.task.options import CheckpointOptions
 from statesnap.task.restore import RestoreReport
 
@@ -104,8 +104,9 @@ class BootstrapSpec:
     defaults to ``spark-bootstrap``). ``min_partitions``: at least this many tasks (default: the
     cluster's default parallelism, splitting only ranges of more than 2 × 200k records; an
     explicit value splits down to single records). ``timeout``: how long an unreachable cluster
-    is waited for. ``state``: the state version the checkpoints are written at (one of another
-    version is refused: Spark runs no migrations).
+    is waited for. ``state``: the state version the checkpoints are written at; a checkpoint of
+    an older version is migrated by ``state.migrations`` as the tasks read its rows (every
+    partition then gets a new base file), or refused in one line without them.
     """
 
     bootstrap_servers: str
@@ -171,9 +172,13 @@ def run_bootstrap(spark: Any, spec: BootstrapSpec, *, progress: Progress | None 
         remote_executors=not is_local(spark),
     )
     try:
-        check_base(spec.state, writer.previous, spec.table, engine="spark")
+        migrator = None
+        if writer.previous is not None:
+            migrator = spec.state.migrator(
+                writer.previous, spec.table, partitions=len(writer.partitions), partitioner="murmur2_random"
+            )
         writer.participant.state_versions = {spec.table: spec.state.version}
-        return _bootstrap(spark, writer, spec.min_partitions, started, progress)
+        return _bootstrap(spark, writer, spec.min_partitions, started, progress, migrator)
     finally:
         writer.close()
 
@@ -184,7 +189,10 @@ def _bootstrap(
     min_partitions: int | None,
     started: float,
     progress: Progress | None,
+    migrator: RowMigrator | None = None,
 ) -> BootstrapResult:
+    """The run; with *migrator*, the previous checkpoint's rows are of an older state version:
+    every partition is rewritten (migrated), even one with nothing new to read."""
     repo, previous, partitions = writer.repo, writer.previous, writer.partitions
     assert writer.state.log_end is not None
     ends = dict(writer.state.log_end)
@@ -193,6 +201,7 @@ def _bootstrap(
     participant = writer.participant
     if (
         previous is not None
+        and migrator is None
         and all(starts[p] == ends[p] for p in partitions)
         and set(partitions) <= set(previous.partitions)
     ):
@@ -212,7 +221,14 @@ def _bootstrap(
     sc = spark.sparkContext
     target = min_partitions or sc.defaultParallelism
     splits = _plan(starts, ends, previous, target, min_split=1 if min_partitions else MIN_SPLIT_RECORDS)
-    results = _run(sc, splits, writer.opts, repo, generation, progress)
+    if migrator is not None:  # a partition with nothing new still has old-version rows to migrate
+        planned_partitions = {s.partition for s in splits}
+        splits += [
+            _Split(p, 0, 1, starts[p], starts[p], prior[p].files)
+            for p in partitions
+            if p in prior and p not in planned_partitions
+        ]
+    results = _run(sc, splits, writer.opts, repo, generation, progress, migrator)
     ran = time.monotonic()
 
     files: dict[int, tuple[DataFile, ...]] = {}
@@ -248,6 +264,7 @@ def _bootstrap(
         {p: ends[p] for p in partitions},
         {
             "mode": "incremental" if previous is not None else "full",
+            **({"migrated_from": migrator.source} if migrator is not None else {}),
             "base_generation": previous.generation if previous is not None else None,
             "spark_tasks": len(splits),
             "files_written": len(written),
@@ -325,6 +342,7 @@ def _run(
     repo: CheckpointRepository,
     generation: int,
     progress: Progress | None = None,
+    migrator: RowMigrator | None = None,
 ) -> dict[int, tuple[dict[str, Any], int, dict[str, float]]]:
     """Both stages; per partition: the written file (as JSON), records read, task seconds spent
     reading (Kafka + Arrow conversion), folding and writing. *progress* hears the first stage's
@@ -344,6 +362,8 @@ def _run(
         start = None
         if split.previous:
             start = repo.merge_files(split.previous)
+            if migrator is not None:  # old-version rows, brought up before the new records fold in
+                start = migrator.rows(split.partition, start)
         folder = ChangeFolder(start, keep_tombstones=split.index > 0)
         count = 0
         for msgs in iter_range(opts, split.partition, split.start, split.end):

@@ -229,8 +229,9 @@ def migrate_rows(
         out_values.append(new[1])
         take.append(i)
     kept = rows.take(pa.array(take, pa.int64()))
-    kept = kept.set_column(kept.schema.get_field_index("key"), "key", pa.array(out_keys, pa.binary()))
-    kept = kept.set_column(kept.schema.get_field_index("value"), "value", pa.array(out_values, pa.binary()))
+    for name, column in (("key", out_keys), ("value", out_values)):  # same fields: schemas must match
+        i = kept.schema.get_field_index(name)
+        kept = kept.set_column(i, kept.schema.field(i), pa.array(column, kept.schema.field(i).type))
     return _one_per_key(kept)
 
 
