@@ -59,9 +59,10 @@ def materialize(
             consumer group (:class:`GroupOptions`, with ``follow`` only).
         spark: what only the Spark engine honours (Spark settings, streaming checkpoint).
         progress: told what happens while the run goes (see :class:`MaterializeProgress`).
-        state: the state version checkpoints are written at, and (Python engine) migrations
-            from older ones, run while restoring (see :mod:`statesnap.task.migration`); a
-            checkpoint of another version is refused without them.
+        state: the state version checkpoints are written at, and migrations from older ones,
+            run while restoring (Python) or as the bootstrap's tasks read (Spark, not with follow;
+            see :mod:`statesnap.task.migration`); a checkpoint of another version is refused
+            without them.
 
     An option the chosen engine cannot honour is refused before any work
     (:class:`~statesnap.errors.EngineOptionError`); a missing topic or broker fails at once.
@@ -79,7 +80,8 @@ def materialize(
             "store": store is not None,
             "instances": isinstance(share, StaticShare),
             "group": isinstance(share, GroupOptions),
-            "migrations": bool(state is not None and state.migrations),
+            # Spark's one-shot bootstrap migrates as its tasks read; its streaming run does not.
+            "migrations": bool(state is not None and state.migrations) and following is not None,
         },
         spark_only={
             "spark_checkpoint_location": bool(spark_options.checkpoint_location),
