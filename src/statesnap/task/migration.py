@@ -6,7 +6,7 @@ both, unless ``migrations={1: fn, 2: fn2}`` chain it up to the code's version: e
 ``fn(key, value)`` gets a STORED row and returns the row of the next version, ``None`` to drop it,
 or ``(key, value, partition)`` to say which partition the new key belongs to. A migration runs
 while a checkpoint is loaded (:func:`statesnap.task.restore.restore_into_store`, the Spark
-bootstrap) or offline into a new generation (:mod:`statesnap.task.offline_migration`). Keys may
+bootstrap's tasks) or offline into a new generation (:mod:`statesnap.task.offline_migration`). Keys may
 change only within their partition: a table's reads and its consumer find a key in the partition
 the producers' partitioner puts it in, so a key moved elsewhere would be lost or duplicated.
 
@@ -116,10 +116,10 @@ class StateVersion:
 
 
 def check_base(state: StateVersion, previous: CheckpointManifest | None, store: str, *, engine: str) -> None:
-    """A writer that builds on *previous*'s files without loading them into a store (Spark's
-    bootstrap and streaming materializer) can continue only a checkpoint of its own state
-    version: another is refused in one line (with migrations registered, they run where rows are
-    loaded: a Python table's restore, or ``statesnap checkpoints migrate``)."""
+    """A writer that builds on *previous*'s files without ever reading their rows (Spark's
+    streaming materializer appends deltas to them) can continue only a checkpoint of its own
+    state version: another is refused in one line (with migrations registered, they run where
+    rows are read: a Python table's restore, a Spark bootstrap, ``statesnap checkpoints migrate``)."""
     if previous is None:
         return
     if state.steps(previous.state_version(store), store=store, generation=previous.generation):
