@@ -269,8 +269,9 @@ class CheckpointRepository:
             def decode_next() -> None:
                 if fetching:
                     p, downloads, index = fetching.popleft()
+                    extra = () if index is None else (index,)  # decode_partition's old signature otherwise
                     decoding.append(
-                        (p, decode_pool.submit(self.decode_partition, manifest, p, downloads, index))
+                        (p, decode_pool.submit(self.decode_partition, manifest, p, downloads, *extra))
                     )
                     fetch_next()
 
