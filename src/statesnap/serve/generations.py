@@ -61,10 +61,8 @@ class GenerationLoadTimeoutError(StatesnapError, TimeoutError):
 
 
 class SnapshotReader(Protocol):
-    """What a ``?generation=G`` read needs of generation G's state."""
-
-    @property
-    def generation(self) -> int: ...
+    """What a ``?generation=G`` read needs of generation G's state (a table's started ``tail=False``
+    :class:`~statesnap.python.follower.Follower` is one as it is: its offsets are G's)."""
 
     @property
     def offsets(self) -> dict[int, int]: ...
@@ -95,30 +93,6 @@ def _missing(generation: int, held: list[int], what: str, url: str) -> Generatio
     )
 
 
-class _FollowerAt:
-    """A table's generation: a started ``tail=False`` follower (its offsets are G's)."""
-
-    def __init__(self, follower: Follower[Any, Any], generation: int) -> None:
-        self._follower = follower
-        self.generation = generation
-
-    @property
-    def offsets(self) -> dict[int, int]:
-        return self._follower.offsets
-
-    def get_raw(self, key: bytes) -> bytes | None:
-        return self._follower.get_raw(key)
-
-    def scan(self, after: bytes | None, limit: int) -> list[tuple[bytes, bytes]]:
-        return self._follower.scan(after, limit)
-
-    def keeps(self, key: bytes) -> bool:
-        return self._follower.keeps(key)
-
-    def close(self) -> None:
-        self._follower.close()
-
-
 @dataclass(frozen=True, slots=True)
 class TableGenerations:
     """A table's generations: *follower_at(G)* builds the ``tail=False`` follower of G (the CLI
@@ -143,7 +117,7 @@ class TableGenerations:
         except BaseException:
             follower.close()
             raise
-        return _FollowerAt(follower, generation)
+        return follower
 
 
 @dataclass(slots=True)
@@ -210,6 +184,7 @@ class StoreGenerations:
 
 @dataclass(slots=True)
 class _Entry:
+    generation: int
     reader: SnapshotReader
     leases: int = 0
     evicted: bool = False
@@ -276,7 +251,7 @@ class GenerationCache:
             async with self._load_slots:
                 reader = await anyio.to_thread.run_sync(self.source.open, generation)
                 self.loads += 1
-            entry = _Entry(reader)
+            entry = _Entry(generation, reader)
             self._entries[generation] = entry
             log.info("serving generation %d as of its checkpoint", generation)
             await self._evict()
@@ -297,7 +272,7 @@ class GenerationCache:
         try:
             await anyio.to_thread.run_sync(entry.reader.close)
         except Exception as e:  # a reader that fails to close must not fail the answer it served
-            log.warning("closing generation %d failed: %s: %s", entry.reader.generation, type(e).__name__, e)
+            log.warning("closing generation %d failed: %s: %s", entry.generation, type(e).__name__, e)
 
     def close(self) -> None:
         """Close every reader held (at shutdown, once no request runs); loads still running are
