@@ -1,8 +1,11 @@
 """Columnar state store: restored rows stay in the checkpoint's Arrow arrays.
 
 A restore keeps each partition's sorted ``key, value, offset, timestamp`` chunks as they were
-decoded (no Python object per row) and builds a :class:`~statesnap.stores.keyindex.KeyIndex`
-over them, so loading costs about what reading the files costs. Writes since the restore go to a
+decoded (no Python object per row) with the :class:`~statesnap.stores.keyindex.KeyIndex` the
+checkpoint holds beside a partition's base (read, not built: no hashing, sorting or scattering),
+or builds one over the partitions without, so loading costs about what reading the files costs.
+Several partitions' persisted indexes are probed in turn while one index over all of them is
+built in the background (see ``columnar_base._MAX_PROBES``). Writes since the restore go to a
 dict *overlay* of header+value blobs (as in the memory store), written without looking at the
 base, so a tail applies as fast as to the memory store; a tombstone blob there hides a base row,
 if any, and ``len`` settles which overlay keys are base rows later, in batches.
