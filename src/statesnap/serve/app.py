@@ -29,6 +29,8 @@ keeps the few most recently read generations in memory.
 Malformed or out-of-range parameters answer 400 with the reason.
 """
 
+# The docstring above, past its first paragraph, is the OpenAPI description users read: notes for
+# developers (the package layout) live in serve/__init__.py.
 # No ``from __future__ import annotations`` here: FastAPI reads the route signatures at runtime and
 # they refer to names local to create_app().
 from typing import Annotated, Any
