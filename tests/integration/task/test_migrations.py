@@ -365,3 +365,32 @@ def test_readme_migration_and_start_from(kafka: Any, tmp_path: Path) -> None:
     assert (started["restore"]["checkpoint"], started["restore"]["replayed_records"]) == (1, 1)
     assert started["checkpoint"] == 3
     assert started["keys"] == len(kafka.truth(kafka.read_all(topic, range(PARTITIONS))))
+
+
+@pytest.mark.long
+def test_a_group_member_migrates_the_partitions_it_gains(kafka: Any, version_1: dict[str, Any]) -> None:
+    """A consumer-group member restores the partitions a rebalance gives it through the same
+    migration (Tansu's classic group protocol assigns them), and its checkpoint is complete at the
+    new version."""
+    topic, url = version_1["topic"], version_1["url"]
+    version_1["tail"]()
+    member: Table[bytes, bytes] = Table(
+        topic,
+        bootstrap_servers=kafka.bootstrap,
+        checkpoints=CheckpointOptions(url, commit_interval="1s"),
+        group=f"g-{uuid.uuid4().hex[:8]}",
+        row_filter=RowFilter(value_projection=V2),
+        state_version=2,
+        migrations={1: v1_to_v2},
+    )
+    report = member.start()
+    try:
+        assert (report.checkpoint, report.migrated_from) == (1, 1)
+        expected = full_replay(kafka, topic, V2)
+        kafka.wait_for(lambda: dict(member.raw_items()) == expected, what="the member to catch up")
+        manifest = member.checkpoint()
+        assert manifest is not None
+        assert manifest.state_version(topic) == 2
+        assert all(f.kind is FileKind.BASE and f.path.startswith(f"data/{2:020d}/") for f in manifest.files)
+    finally:
+        member.close(checkpoint=False)
