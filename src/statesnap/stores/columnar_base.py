@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import cast
@@ -262,23 +263,17 @@ class Base:
             self._probers = probers
             self.probes = [pr.probe for pr in probers] if self.rows else []
             if len(probers) > _MAX_PROBES:
-                self._merging = threading.Thread(target=self._merge, name="statesnap-keyindex", daemon=True)
+                self._merging = threading.Thread(
+                    target=_merge,
+                    args=(weakref.ref(self), self.segments),
+                    name="statesnap-keyindex",
+                    daemon=True,
+                )
                 self._merging.start()
             return self.probes
 
-    def _merge(self) -> None:
-        """Build one index over every segment and make lookups probe it alone (see _MAX_PROBES).
-        Off the restore's path: the tail's replay, which never looks up the base, runs meanwhile."""
-        try:
-            hashes: list[np.ndarray | None] = [
-                array_hashes(s.table.column("key").chunk(0)) for s in self.segments
-            ]
-            index = KeyIndex(hashes, [s.number << _LOCAL_BITS for s in self.segments])
-        except Exception:  # lookups keep probing each index: slower, still right
-            log.warning(
-                "building one key index over %d partitions failed", len(self.partitions), exc_info=True
-            )
-            return
+    def _adopt(self, index: KeyIndex) -> None:
+        """Make lookups probe *index* (built over every segment) alone."""
         prober = _Prober(index, self.segments, _LOCAL_BITS)
         with self._lock:
             self._index = index
@@ -287,7 +282,7 @@ class Base:
             self.persisted = {}
 
     def wait_merged(self, timeout: float) -> bool:
-        """Wait up to *timeout* seconds for :meth:`_merge` (if it runs); whether lookups now probe
+        """Wait up to *timeout* seconds for :func:`_merge` (if it runs); whether lookups now probe
         one index."""
         merging = self._merging
         if merging is not None:
@@ -456,6 +451,25 @@ class Base:
         if self._index is not None:
             indexes += self._index.nbytes
         return indexes + sum(int(s.table.nbytes) for s in self.segments)
+
+
+def _merge(ref: weakref.ref[Base], segments: list[Segment]) -> None:
+    """Build one index over every segment of a base and make its lookups probe that alone (see
+    _MAX_PROBES). Off the restore's path: the tail's replay, which never looks up the base, runs
+    meanwhile. Stops when the base is gone (a fold or a rebalance replaced it)."""
+    try:
+        hashes: list[np.ndarray | None] = []
+        for s in segments:
+            if ref() is None:
+                return
+            hashes.append(array_hashes(s.table.column("key").chunk(0)))
+        index = KeyIndex(hashes, [s.number << _LOCAL_BITS for s in segments])
+    except Exception:  # lookups keep probing each index: slower, still right
+        log.warning("building one key index over %d chunks failed", len(segments), exc_info=True)
+        return
+    base = ref()
+    if base is not None:
+        base._adopt(index)
 
 
 class PartitionKeys:
