@@ -143,7 +143,8 @@ def test_migrate_refusals_dry_run_text_and_the_generation_alias(
 
 
 def test_run_from_generation_with_exactly_once_needs_yes(kafka: KafkaTool, tmp_path: Path) -> None:
-    """Refused before any work: no broker is contacted (the module only builds the processor)."""
+    """Refused before any work: no broker is contacted (the module only builds the processor);
+    with --yes the run goes ahead (as far as the missing input topic, on Tansu)."""
     (tmp_path / "eo_app.py").write_text(
         textwrap.dedent(
             f"""
@@ -163,4 +164,9 @@ def test_run_from_generation_with_exactly_once_needs_yes(kafka: KafkaTool, tmp_p
         "ConfigError",
         "--yes",
         "emitted again",
+    )
+    # With --yes it goes ahead: here as far as the missing input topic.
+    one_line_error(
+        run_in(tmp_path, "run", "eo_app:proc", "--from-generation", "1", "--yes", "--timeout", "5s"),
+        "TopicNotFoundError",
     )
