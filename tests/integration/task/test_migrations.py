@@ -394,3 +394,48 @@ def test_a_group_member_migrates_the_partitions_it_gains(kafka: Any, version_1: 
         assert all(f.kind is FileKind.BASE and f.path.startswith(f"data/{2:020d}/") for f in manifest.files)
     finally:
         member.close(checkpoint=False)
+
+
+@pytest.mark.long
+def test_offline_migration_on_s3_with_a_topic_snapshot_store(kafka: Any, s3_location: Any) -> None:
+    """The other blob store (moto's S3 server) and the other snapshot store (records in a Kafka topic,
+    on Tansu): the offline migration pins its source and commits the new generation through them."""
+    from statesnap.kafka.config import KafkaSettings
+    from statesnap.task.options import SnapshotOptions
+
+    topic = kafka.create_topic(f"mig-s3-{uuid.uuid4().hex[:12]}", PARTITIONS)
+    spec = f"topic:{topic}-snapshots"
+    kafka.produce(topic, batch(random.Random(22), 200, "one"))
+    options = CheckpointOptions(
+        s3_location.url, storage_options=s3_location.options, snapshots=SnapshotOptions(store=spec)
+    )
+    t = table(kafka, topic, options, V1)
+    t.start()
+    try:
+        assert t.checkpoint() is not None
+    finally:
+        t.close(checkpoint=False)
+    settings = KafkaSettings(kafka.bootstrap)
+    done = migrate_checkpoint(
+        s3_location.url,
+        topic,
+        v1_to_v2,
+        storage_options=s3_location.options,
+        snapshot_store=spec,
+        kafka=settings,
+    )
+    assert (done.source_generation, done.generation) == (1, 2)
+    repo = locate_table(open_blob_store(s3_location.url, **s3_location.options), topic)
+    api = SnapshotApi.for_repo(repo, topic, snapshot_store=spec, kafka=settings)
+    try:
+        assert api.get(1).pinned
+        assert api.get(2).state.value == "COMPLETED"
+    finally:
+        api.close()
+    after = table(kafka, topic, options, V2, state_version=2)
+    report = after.start()
+    try:
+        assert (report.checkpoint, report.migrated_from) == (2, None)
+        assert dict(after.raw_items()) == full_replay(kafka, topic, V2)
+    finally:
+        after.close(checkpoint=False)
