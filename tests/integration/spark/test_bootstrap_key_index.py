@@ -1,5 +1,6 @@
 """A Spark-written checkpoint carries the persisted key index of its large bases (issue 21), written
-by the executors beside the base file, and a Python columnar restore of it equals a full replay.
+by the executors beside the base file, and a Python table's columnar restore reads it (the whole
+default path: task restore, selector, repository, store) and equals a full replay.
 Broker: Tansu (produce, consume and partition EOF are all this needs)."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from statesnap.blob import open_blob_store
 from statesnap.checkpoint import locate_table
 from statesnap.checkpoint.repository import INDEX_MIN_ROWS
 from statesnap.spark import bootstrap as spark_bootstrap
+from statesnap.stores.columnar import ColumnarStore
 
 pytestmark = [pytest.mark.spark, pytest.mark.integration]
 
@@ -44,6 +46,8 @@ def test_a_spark_bootstrap_writes_the_key_index_of_its_bases(
     try:
         report = t.start()
         assert report.checkpoint == manifest.generation
+        assert isinstance(t.store, ColumnarStore)
+        assert 0 in t.store._base.persisted  # the restore read the index: nothing hashed or sorted
         assert digest(dict(t.raw_items())) == digest(replay(history))
     finally:
         t.close(checkpoint=False)
