@@ -252,9 +252,17 @@ def gc(
     "directory or PYTHONPATH.",
 )
 @click.option(
-    "--from-version", type=int, default=None, help="The source's state version [default: as recorded]."
+    "--from-version",
+    type=int,
+    default=None,
+    help="The state version the source must hold [default: 1 for a function, as recorded for a dict].",
 )
-@click.option("--to-version", type=int, default=None, help="The state version written [default: the next].")
+@click.option(
+    "--to-version",
+    type=int,
+    default=None,
+    help="The state version written [default: the next for a function, past the last step for a dict].",
+)
 @click.option("--generation", type=int, default=None, help="The generation to migrate [default: the newest].")
 @click.option(
     "--partitioner",

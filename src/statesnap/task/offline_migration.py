@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from statesnap.blob import BlobStore, open_blob_store
-from statesnap.checkpoint.manifest import CheckpointManifest
+from statesnap.checkpoint.manifest import UNVERSIONED, CheckpointManifest
 from statesnap.checkpoint.repository import CheckpointRepository, locate_table
 from statesnap.checkpoint.restore import CheckpointSelector
 from statesnap.checkpoint.writer import PartitionUpdate
@@ -122,9 +122,11 @@ def migrate_checkpoint(
 ) -> OfflineMigration:
     """Migrate *generation* (default: the newest that verifies) of *table* into a new generation.
 
-    *migration*: one function taking the source's rows to *to_version* in one step, or
-    ``{v: fn}`` chained as ``Table(migrations=...)`` chains them. *from_version* (default: the
-    version the manifest records) must be the recorded one; *to_version* defaults to the next.
+    *migration*: one function taking the source's rows from *from_version* (default 1) to
+    *to_version* (default the next) in one step, or ``{v: fn}`` chained as
+    ``Table(migrations=...)`` chains them, from the recorded version (or *from_version*) up to
+    *to_version* (default: past the last step). The source must hold *from_version*: running the
+    same migration twice is refused, not applied twice.
     The source generation is pinned before the new one is written. Refused, before anything is
     written: a missing or unverifiable generation, versions that do not match, a migration that
     moves a key out of its partition.
@@ -139,13 +141,23 @@ def migrate_checkpoint(
     repo = locate_table(blob, table, cluster_id)
     source = _source(repo, table, generation)
     found = source.state_version(table)
+    if from_version is None and callable(migration):
+        # One function says nothing of the versions it reads: it is taken to be the first
+        # migration (1 → 2), so running the same command twice is refused, not applied twice.
+        from_version = UNVERSIONED
     if from_version is not None and from_version != found:
         raise CheckpointMismatchError(
             f"{table}: generation {source.generation} holds state version {found}, not {from_version}"
+            + (" (name the version a function reads with --from-version)" if callable(migration) else "")
         )
-    target = to_version if to_version is not None else found + 1
+    if to_version is not None:
+        target = to_version
+    elif callable(migration):
+        target = found + 1
+    else:
+        target = max(migration, default=found) + 1
     if target <= found:
-        raise ConfigError(f"--to-version {target} must be above the checkpoint's state version {found}")
+        raise ConfigError(f"to version {target} must be above the checkpoint's state version {found}")
     if callable(migration):
         steps: tuple[Migration, ...] = (migration,)
     else:

@@ -175,9 +175,15 @@ def test_offline_migration_equals_the_lazy_one_and_pins_its_source(
     assert dry.samples
     assert repo.generations() == [1]  # a dry run writes nothing
 
-    offline = migrate_checkpoint(url, topic, {1: v1_to_v2}, to_version=2)
-    assert offline.generation == 2
+    offline = migrate_checkpoint(url, topic, {1: v1_to_v2})
+    assert (offline.generation, offline.to_version) == (2, 2)
     assert repo.read_manifest(2).state_version(topic) == 2
+    # Running it again is refused, not applied twice.
+    with pytest.raises(CheckpointMismatchError, match="holds state version 2, not 1"):
+        migrate_checkpoint(url, topic, v1_to_v2)
+    with pytest.raises(ConfigError, match="above the checkpoint's state version 2"):
+        migrate_checkpoint(url, topic, {1: v1_to_v2})
+    assert repo.generations() == [2, 1]
     api = SnapshotApi.for_repo(repo, topic)
     try:
         assert api.get(1).pinned
