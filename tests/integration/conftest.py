@@ -58,7 +58,12 @@ class KafkaTool:
         return self._producer
 
     def create_topic(self, name: str, partitions: int, config: Mapping[str, str] | None = None) -> str:
-        fut = self.admin.create_topics([NewTopic(name, partitions, 1, config=dict(config or {}))])
+        """Create *name* and wait until metadata shows every partition. Time retention is off unless
+        *config* sets it: tests write records with fixed timestamps years in the past, which a
+        broker that applies retention (Apache Kafka, 7 days by default) deletes within its check
+        interval, active segment included."""
+        settings = {"retention.ms": "-1", **dict(config or {})}
+        fut = self.admin.create_topics([NewTopic(name, partitions, 1, config=settings)])
         fut[name].result(15)
         deadline = time.monotonic() + 10
         while True:  # wait until metadata shows every partition

@@ -78,7 +78,8 @@ def test_every_kafka_command_takes_timeout_and_hints_at_a_tls_mismatch(
 
 def test_timeout_comes_from_the_environment_too(kafka: Any, tmp_path: Path) -> None:
     """STATESNAP_TIMEOUT sets the same deadline, also for a snapshot command on a topic store
-    (whose own --timeout is the snapshot's deadline). Tansu, SSL client on a plaintext listener."""
+    (whose own --timeout is the snapshot's deadline). An SSL client on a plaintext listener: Tansu
+    never answers the TLS hello, Apache Kafka closes the connection; both are named as TLS."""
     bootstrap, url = kafka.bootstrap, str(tmp_path / "c")
     topic = kafka.create_topic(f"ops-env-{uuid.uuid4().hex[:8]}", 1)
     kafka.produce(topic, [(0, b"k", b"v")])
@@ -94,7 +95,8 @@ def test_timeout_comes_from_the_environment_too(kafka: Any, tmp_path: Path) -> N
     )
     assert dump.returncode == 1
     assert "within 2s" in dump.stderr, dump.stderr[-2000:]
-    assert "no answer to the TLS handshake — is security.protocol right" in dump.stderr
+    assert "TLS handshake" in dump.stderr, dump.stderr[-2000:]
+    assert "is security.protocol right" in dump.stderr, dump.stderr[-2000:]
     assert seconds < 12
     listed, seconds = _timed(
         *("snapshot", "list", url, "--table", topic, "--snapshot-store", store),
