@@ -182,10 +182,15 @@ class RowMigrator:
         if where != partition:
             shown = repr(key) if len(repr(key)) <= 60 else repr(key)[:57] + "…"
             how = "the migration says" if claimed is not None else "the table's partitioner puts it in"
+            hint = (
+                ""
+                if claimed is not None
+                else " (producers with another partitioner: return (key, value, partition) to say where)"
+            )
             raise ConfigError(
                 f"{self.store}: migration {self.source}→{self.target} moved key {shown} out of "
                 f"partition {partition} ({how} partition {where}); keys may change only within "
-                "their partition"
+                f"their partition{hint}"
             )
 
 
