@@ -112,7 +112,7 @@ def show(
         raise click.UsageError("several tables under URL; pick one with --table")
     repo = repos[0]
     if generation is None:
-        generation = next((g for g in repo.generations() if repo.verify(g, deep=False).ok), None)
+        generation = next((g for g in repo.generations() if repo.verify(g, deep=False).restorable), None)
     gen = generation
     if gen is None:
         raise CheckpointError(f"no usable checkpoint in {repo.url}")
@@ -152,7 +152,8 @@ def verify(url: str, table: str | None, storage_pairs: tuple[str, ...], as_json:
 
     A table whose snapshot records live in a Kafka topic needs -b to have them read; without it they
     are reported as not checked. Exits 1 if anything is corrupt or unchecked (restores would skip a
-    corrupt checkpoint). A generation GC deletes while it is checked is reported as gone, not corrupt.
+    corrupt checkpoint; one whose only damage is a base's key index still restores, rebuilding the
+    index, and says so). A generation GC deletes while it is checked is reported as gone, not corrupt.
     """
     results: list[dict[str, Any]] = []
     kafka = snapshot_store_args()["kafka"]
@@ -167,6 +168,7 @@ def verify(url: str, table: str | None, storage_pairs: tuple[str, ...], as_json:
                     "location": repo.url,
                     "generation": gen,
                     "ok": verdict.ok,
+                    "restorable": verdict.restorable,
                     "problems": list(verdict.problems),
                 }
             )
@@ -178,7 +180,12 @@ def verify(url: str, table: str | None, storage_pairs: tuple[str, ...], as_json:
 
 
 def _verify_line(r: dict[str, Any]) -> str:
-    status = "ok" if r["ok"] else "CORRUPT: " + "; ".join(r["problems"])
+    if r["ok"]:
+        status = "ok"
+    elif r.get("restorable"):  # only a key index is damaged: derived data, rebuilt on restore
+        status = "KEY INDEX DAMAGED (restores rebuild it): " + "; ".join(r["problems"])
+    else:
+        status = "CORRUPT: " + "; ".join(r["problems"])
     what = (
         f"gen {r['generation']:>6}"
         if r["generation"] is not None

@@ -55,22 +55,16 @@ class ProcessorTask(Table[bytes, bytes]):
         self.max_idle = max_idle
         super().__init__(topic, **table_options)
 
-    # The table's start (and its replay when the log moved under a checkpoint) assigns its reader
-    # of the first input once the store is restored; with other inputs that reader is continued
-    # by a merged reader of every input, at the offsets the restored store holds. (A reader
-    # factory hook in Table would say this more plainly.)
-    @property
-    def _reader(self) -> ChangelogReader | None:
-        return self.__dict__.get("_input_reader")
-
-    @_reader.setter
-    def _reader(self, reader: ChangelogReader | None) -> None:
-        if reader is not None and self.others and not isinstance(reader, MergedReader):
-            reader = cast(
-                ChangelogReader,
-                MergedReader.continuing(reader, self.others, self.store, max_idle=self.max_idle),
-            )
-        self.__dict__["_input_reader"] = reader
+    def _new_reader(self, offsets: dict[int, int]) -> ChangelogReader:
+        """The first input's reader, continued by a merged reader of every input at the offsets
+        the restored store holds (the other inputs' offsets live in the task's keyspace)."""
+        reader = super()._new_reader(offsets)
+        if not self.others:
+            return reader
+        return cast(
+            ChangelogReader,
+            MergedReader.continuing(reader, self.others, self.store, max_idle=self.max_idle),
+        )
 
     def _new_handler(self) -> RecordHandler:
         handler = self._make_handler(self)

@@ -240,6 +240,11 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
         """What the task does with records: a table upserts (a processor runs its handlers)."""
         return UpsertHandler(self.store, self.row_filter)
 
+    def _new_reader(self, offsets: dict[int, int]) -> ChangelogReader:
+        """The reader of the task's input from *offsets*, once the store is restored: a table reads
+        its topic (a processor with several inputs merges them all)."""
+        return ChangelogReader(self.settings, self.topic, offsets)
+
     def __repr__(self) -> str:
         return f"Table(name={self.name!r}, topic={self.topic!r}, state={self._state.value!r})"
 
@@ -297,7 +302,7 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
             return self._freeze(offsets)
         if self.repo is not None and self._writes:
             self._join_snapshots(task, manifest)
-        self._reader = ChangelogReader(self.settings, self.topic, offsets)
+        self._reader = self._new_reader(offsets)
         self._state = TaskPhase.RESTORING
         started = time.monotonic()
         try:
@@ -390,7 +395,7 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
         offsets = dict.fromkeys(self.partitions, 0)
         if self.restore_listener is not None:
             self._tracker = RestoreTracker(self.restore_listener, self.name, offsets)
-        self._reader = ChangelogReader(self.settings, self.topic, offsets)
+        self._reader = self._new_reader(offsets)
 
     def _pick_store(self) -> None:
         """``store="auto"``: the kind that suits the size of the checkpoint to restore."""

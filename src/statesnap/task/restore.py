@@ -133,6 +133,7 @@ def restore_into_store(
                 f"(generations there: {shown})"
             )
     selector = task.selector(_LoadingSelector)
+    selector.key_indexes = store.kind == "columnar"  # only it reads them; others skip the download
     partitions = state.partitions
     before = len(store)
     loaded = [0]

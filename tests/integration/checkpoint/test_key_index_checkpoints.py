@@ -7,6 +7,7 @@ cluster's answers are given as a :class:`TopicState`."""
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import uuid
@@ -16,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from integration.cli_runner import ok, statesnap
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, PartitionUpdate, datafile
 from statesnap.checkpoint import repository as repository_module
@@ -136,7 +138,7 @@ def test_a_checkpoint_without_index_restores_as_before(
 
 @pytest.mark.parametrize("damage", ["flipped", "missing"])
 def test_a_damaged_index_is_logged_and_rebuilt_and_verify_reports_it(
-    repo: CheckpointRepository, damage: str, caplog: pytest.LogCaptureFixture
+    repo: CheckpointRepository, damage: str, caplog: pytest.LogCaptureFixture, checkpoint_location: Any
 ) -> None:
     """The index is derived from the base, which verified: the restore warns and builds it (the
     checkpoint is not skipped: the state is whole without it). ``verify`` says the checkpoint is
@@ -167,6 +169,18 @@ def test_a_damaged_index_is_logged_and_rebuilt_and_verify_reports_it(
     found = CheckpointSelector(repo, _table(repo)).newest_verified(None, datetime.now(UTC))
     assert found is not None
     assert found.generation == m.generation
+    # As a user sees it: verify says only the index is damaged (exit 1, it is damage), and
+    # `checkpoints show` still picks the checkpoint as the newest usable one.
+    storage = [a for k, v in checkpoint_location.options.items() for a in ("--storage-option", f"{k}={v}")]
+    where = [checkpoint_location.url, "--table", _table(repo), *storage]
+    verify = statesnap("checkpoints", "verify", *where)
+    assert verify.returncode == 1, verify.stderr[-2000:]
+    assert "KEY INDEX DAMAGED (restores rebuild it)" in verify.stdout, verify.stdout
+    verdicts = [
+        r for r in json.loads(statesnap("checkpoints", "verify", *where, "--json").stdout) if r["generation"]
+    ]
+    assert [(r["ok"], r["restorable"]) for r in verdicts] == [(False, True)]
+    assert ok(statesnap("checkpoints", "show", *where, "--json"))["generation"] == m.generation
 
 
 def test_gc_keeps_an_index_with_its_base_and_deletes_it_with_it(repo: CheckpointRepository) -> None:
