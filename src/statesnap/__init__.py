@@ -9,6 +9,7 @@ from statesnap.python.follower import Follower, FollowerStatus
 from statesnap.python.hooks import Hooks, RestoreListener
 from statesnap.python.table import Table
 from statesnap.serde import BytesSerde, JsonSerde, Serde, StringSerde
+from statesnap.task.migration import StateVersion
 from statesnap.task.options import CheckpointOptions, GroupOptions, SnapshotOptions, StaticShare, StoreOptions
 from statesnap.task.restore import RestoreReport
 from statesnap.task.rowfilter import RowFilter
@@ -31,6 +32,7 @@ __all__ = [
     "RowFilter",
     "Serde",
     "SnapshotOptions",
+    "StateVersion",
     "StatesnapError",
     "StaticShare",
     "StoreOptions",

@@ -30,6 +30,7 @@ __all__ = [
     "KafkaConfigError",
     "KafkaError",
     "LogTruncatedError",
+    "MigrationError",
     "MissingBucketError",
     "NoUsableCheckpointError",
     "OffsetOutOfRangeError",
@@ -44,6 +45,7 @@ __all__ = [
     "SnapshotNotFoundError",
     "SnapshotStoreError",
     "StaleGenerationError",
+    "StateVersionError",
     "StatesnapError",
     "StoreAccessError",
     "StoreNotWritableError",
@@ -135,6 +137,22 @@ class CheckpointMismatchError(CheckpointError):
 
     Restoring it would produce a wrong table, so statesnap refuses; pick another table name or
     checkpoint location. Nothing is deleted.
+    """
+
+
+class StateVersionError(CheckpointMismatchError):
+    """A checkpoint holds rows of another state version than the code restoring it, and no
+    migration brings them to it.
+
+    Mixing formats would corrupt the state, so statesnap refuses; register the migrations the
+    message names, run the code of that version, or start from a generation of this version.
+    """
+
+
+class MigrationError(ConfigError):
+    """A migration returned what cannot be stored: not bytes, not a (key, value) pair, or a key
+    moved out of the partition that owns it (a table's reads and its consumer find a key in the
+    partition the producers' partitioner puts it in). Fix the migration; nothing was written.
     """
 
 

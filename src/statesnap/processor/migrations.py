@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from statesnap.errors import ConfigError
+from statesnap.errors import ConfigError, MigrationError
 from statesnap.processor.keyspace import META_STORE, WINDOW_BYTES, partition_prefix, split_key
 from statesnap.processor.stores import StoreSpec
 from statesnap.task.migration import MigratedRow, Migration
@@ -69,12 +69,12 @@ def _row_step(steps: dict[str, StoreMigration], windowed: Mapping[str, bool]) ->
         if new is None:
             return None
         if not isinstance(new, tuple) or len(new) != 2:
-            raise ConfigError(
+            raise MigrationError(
                 f"a migration of store {store!r} returned {type(new).__name__}; return (key, value) or None"
             )
         new_key, new_value = new
         if not isinstance(new_key, bytes) or not isinstance(new_value, bytes):
-            raise ConfigError(f"a migration of store {store!r} must return the key and value as bytes")
+            raise MigrationError(f"a migration of store {store!r} must return the key and value as bytes")
         # The row stays in its partition: the keyspace prefix says which, not a partitioner.
         return partition_prefix(store, partition) + window + new_key, new_value, partition
 

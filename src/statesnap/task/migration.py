@@ -25,7 +25,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statesnap.checkpoint.manifest import CheckpointManifest
-from statesnap.errors import CheckpointMismatchError, ConfigError, EngineOptionError
+from statesnap.errors import (
+    ConfigError,
+    EngineOptionError,
+    MigrationError,
+    StateVersionError,
+)
 from statesnap.kafka.partitioner import PartitionerSpec, resolve_partitioner
 
 __all__ = [
@@ -85,13 +90,13 @@ class StateVersion:
             return ()
         where = f"checkpoint generation {generation}" if generation is not None else "the checkpoint"
         if found > self.version:
-            raise CheckpointMismatchError(
+            raise StateVersionError(
                 f"{store}: {where} holds state version {found}, newer than this code's version "
                 f"{self.version}; run the newer code, or start from an older generation"
             )
         missing = [v for v in range(found, self.version) if v not in self.migrations]
         if missing:
-            raise CheckpointMismatchError(
+            raise StateVersionError(
                 f"{store}: {where} holds state version {found} but this code is version "
                 f"{self.version}; register migrations for {', '.join(f'{v}→{v + 1}' for v in missing)} "
                 "(migrations={...}) or start from a generation of version "
@@ -187,7 +192,7 @@ class RowMigrator:
                 if claimed is not None
                 else " (producers with another partitioner: return (key, value, partition) to say where)"
             )
-            raise ConfigError(
+            raise MigrationError(
                 f"{self.store}: migration {self.source}→{self.target} moved key {shown} out of "
                 f"partition {partition} ({how} partition {where}); keys may change only within "
                 f"their partition{hint}"
@@ -255,13 +260,13 @@ def _apply(
         if out is None:
             return None
         if not isinstance(out, tuple) or len(out) not in (2, 3):
-            raise ConfigError(
+            raise MigrationError(
                 f"a migration returned {type(out).__name__}; "
                 "return (key, value), (key, value, partition) or None"
             )
         key, value = out[0], out[1]
         if not isinstance(key, bytes) or not isinstance(value, bytes):
-            raise ConfigError("a migration must return the stored key and value as bytes")
+            raise MigrationError("a migration must return the stored key and value as bytes")
         if len(out) == 3:
             claimed = out[2]
     if check is not None and (key != original or claimed is not None):

@@ -31,10 +31,10 @@ from statesnap.checkpoint.repository import CheckpointRepository, locate_table
 from statesnap.checkpoint.restore import CheckpointSelector
 from statesnap.checkpoint.writer import PartitionUpdate
 from statesnap.errors import (
-    CheckpointMismatchError,
     ConfigError,
     CorruptCheckpointError,
     SnapshotNotFoundError,
+    StateVersionError,
 )
 from statesnap.kafka.config import KafkaSettings
 from statesnap.kafka.partitioner import PartitionerSpec, resolve_partitioner
@@ -146,7 +146,7 @@ def migrate_checkpoint(
         # migration (1 → 2), so running the same command twice is refused, not applied twice.
         from_version = UNVERSIONED
     if from_version is not None and from_version != found:
-        raise CheckpointMismatchError(
+        raise StateVersionError(
             f"{table}: generation {source.generation} holds state version {found}, not {from_version}"
             + (" (name the version a function reads with --from-version)" if callable(migration) else "")
         )

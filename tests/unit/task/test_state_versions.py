@@ -10,7 +10,13 @@ import pyarrow as pa
 import pytest
 
 from statesnap.checkpoint.manifest import CheckpointManifest
-from statesnap.errors import CheckpointMismatchError, ConfigError, CorruptCheckpointError
+from statesnap.errors import (
+    CheckpointMismatchError,
+    ConfigError,
+    CorruptCheckpointError,
+    MigrationError,
+    StateVersionError,
+)
 from statesnap.task.migration import MigrationCounts, RowMigrator, StateVersion, migrate_rows
 
 
@@ -35,7 +41,7 @@ def test_same_version_needs_nothing_and_unversioned_manifests_are_version_1() ->
 
 
 def test_another_version_without_migration_is_refused_naming_both() -> None:
-    with pytest.raises(CheckpointMismatchError) as e:
+    with pytest.raises(StateVersionError) as e:
         StateVersion(3, {2: lambda k, v: (k, v)}).migrator(manifest(), "orders", partitions=3)
     text = str(e.value)
     assert "\n" not in text
@@ -43,7 +49,7 @@ def test_another_version_without_migration_is_refused_naming_both() -> None:
     assert "version 3" in text
     assert "1→2" in text
     assert "generation 4" in text
-    with pytest.raises(CheckpointMismatchError, match="newer than this code's version 1"):
+    with pytest.raises(StateVersionError, match="newer than this code's version 1"):
         StateVersion(1).steps(2, store="orders")
 
 
@@ -96,7 +102,7 @@ def test_a_key_moved_to_another_partition_is_refused() -> None:
         m, "t", partitions=2, partitioner=by_first_byte
     )
     assert migrator is not None
-    with pytest.raises(ConfigError) as e:  # b"a…" is in partition 1, b"b…" belongs to 0
+    with pytest.raises(MigrationError) as e:  # b"a…" is in partition 1, b"b…" belongs to 0
         migrator.rows(1, rows((b"a1", b"v")))
     assert "\n" not in str(e.value)
     assert "partition 1" in str(e.value)
@@ -107,7 +113,7 @@ def test_a_key_moved_to_another_partition_is_refused() -> None:
 def test_a_migration_may_name_the_partition_of_its_new_key() -> None:
     migrator = RowMigrator("t", 1, 2, [lambda k, v: (k + b"!", v, 1)], lambda k, n: 0, 2)
     assert migrator.rows(1, rows((b"a", b"v"))).column("key").to_pylist() == [b"a!"]
-    with pytest.raises(ConfigError, match="the migration says partition 1"):
+    with pytest.raises(MigrationError, match="the migration says partition 1"):
         migrator.rows(0, rows((b"a", b"v")))
 
 
