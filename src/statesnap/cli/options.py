@@ -17,6 +17,7 @@ __all__ = [
     "F",
     "bootstrap_option",
     "env_timeout",
+    "from_generation_option",
     "json_option",
     "kafka_config_options",
     "kafka_settings",
@@ -43,6 +44,19 @@ def bootstrap_option(f: F) -> F:
         required=True,
         envvar="STATESNAP_BOOTSTRAP_SERVERS",
         help="Kafka bootstrap address(es), e.g. 127.0.0.1:9092. [env: STATESNAP_BOOTSTRAP_SERVERS]",
+    )(f)
+
+
+def from_generation_option(f: F) -> F:
+    """A writer's start from any snapshot (``materialize`` and ``run`` alike)."""
+    return click.option(
+        "--from-generation",
+        "--generation",
+        "generation",
+        type=int,
+        default=None,
+        help="Restore exactly this snapshot generation, not the newest, and continue from its offsets: "
+        "later generations stay, new ones are numbered above them (--generation is its older name).",
     )(f)
 
 

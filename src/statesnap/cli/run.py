@@ -14,6 +14,7 @@ import click
 
 from statesnap.cli.interrupts import shutdown_timeout_option
 from statesnap.cli.options import (
+    from_generation_option,
     json_option,
     kafka_config_options,
     kafka_settings,
@@ -129,15 +130,7 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     help="With --follow: take partitions from this Kafka consumer group, rebalanced as instances come "
     "and go. Not with --instance/--instances. [env: STATESNAP_GROUP]",
 )
-@click.option(
-    "--from-generation",
-    "--generation",
-    "generation",
-    type=int,
-    default=None,
-    help="Restore exactly this snapshot generation, not the newest, and continue from its offsets: later "
-    "generations stay, new ones are numbered above them (--generation is its older name).",
-)
+@from_generation_option
 @click.option(
     "--yes",
     is_flag=True,

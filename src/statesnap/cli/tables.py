@@ -25,6 +25,7 @@ from statesnap.cli.dumping import (
 from statesnap.cli.interrupts import Interrupted, shutdown_timeout_option, stop_on_signals
 from statesnap.cli.options import (
     bootstrap_option,
+    from_generation_option,
     json_option,
     kafka_config_options,
     kafka_settings,
@@ -144,15 +145,7 @@ def start_with_progress(table: Restorable, quiet: bool) -> RestoreReport:
     "as instances come and go (each restores the partitions it gains from the newest checkpoint and "
     "checkpoints those it hands over). Not with --instance/--instances. [env: STATESNAP_GROUP]",
 )
-@click.option(
-    "--from-generation",
-    "--generation",
-    "generation",
-    type=int,
-    default=None,
-    help="Restore exactly this snapshot generation, not the newest, and continue from its offsets: later "
-    "generations stay, new ones are numbered above them (--generation is its older name).",
-)
+@from_generation_option
 @click.option(
     "--state-version",
     type=click.IntRange(min=1),
