@@ -589,6 +589,9 @@ class Terminal:
         return out
 
 
+# Long: Spark progress on a terminal is proven by default by
+# test_spark_follow_shows_batches_and_a_stop_during_start_up_is_one_line (each run starts a JVM).
+@pytest.mark.long
 @pytest.mark.spark
 def test_spark_shows_its_start_and_progress_on_a_terminal(kafka: Any, tmp_path: Path) -> None:
     """`materialize --engine spark` printed nothing while its session started (15-45 s on a

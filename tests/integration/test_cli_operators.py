@@ -297,6 +297,9 @@ def test_diff_of_a_deleted_generation_is_snapshot_not_found(kafka: Any, tmp_path
     )
 
 
+# Long: the same JSON from both engines' diff is proven by default (with per-store counts) by
+# test_spark_diff_of_a_processor_answers_the_same_json (tests/integration/snapshot/).
+@pytest.mark.long
 @pytest.mark.spark
 def test_diff_gives_the_same_counts_and_examples_on_both_engines(kafka: Any, tmp_path: Path) -> None:
     """`snapshot diff --engine spark --json` gave `"examples": {}`; both engines now name the same

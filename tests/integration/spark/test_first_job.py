@@ -214,6 +214,9 @@ for case, python in json.loads(sys.argv[1]):
 """
 
 
+# Long: the same register-time check and one-line refusal are proven by default by
+# test_workers_without_statesnap_are_one_line_at_register (each case starts its own Spark).
+@pytest.mark.long
 def test_workers_whose_python_is_wrong_are_one_line_at_register(tmp_path: Path) -> None:
     """``PYSPARK_PYTHON`` naming a Python of another minor version, one that exits at once (a
     pyenv shim of a version not selected) or no program at all: ``register(spark)`` says which

@@ -231,6 +231,9 @@ def test_store_wiped_under_the_materializer_stops_it_with_a_typed_error(
     assert _restore_digest(bootstrap, topic_name, url) == digest(replay(history + more))
 
 
+# Long: a crash at every step of a Spark stream is proven by default by
+# test_crash_at_every_step_then_restart; this adds the real SIGKILL of a driver process.
+@pytest.mark.long
 def test_driver_killed_with_sigkill_mid_stream(
     spark: Any, bootstrap: str, topic_name: str, produce: Any, tmp_path: Path
 ) -> None:
