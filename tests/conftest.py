@@ -1,5 +1,6 @@
 """Session-wide real services: one Tansu broker, one Apache Kafka broker and one moto S3 server,
-each started on first use (a session that asks for no Apache Kafka test starts no JVM).
+each started on first use. Integration tests run on Apache Kafka (``kafka``/``bootstrap``; see
+:func:`suite_broker_impl`), the quick-start tests on Tansu.
 
 They stop at the session's end, and on Linux also when the test run is killed without a teardown
 (a timeout's SIGKILL): the dev stack asks the kernel to signal them when their parent dies
@@ -114,13 +115,16 @@ def s3_server() -> Iterator[EmbeddedS3]:
 
 
 def suite_broker_impl() -> str:
-    """``tansu`` or ``apache``: which broker the integration suite's ``kafka``/``bootstrap`` are
-    bound to (``STATESNAP_TEST_BROKER``; default tansu). Tests of Kafka behaviour the dev broker
-    lacks live in tests/integration/apache and the fault suite, which run on Apache Kafka always."""
-    value = os.environ.get(BROKER_ENV, "").strip().lower() or "tansu"
-    if value not in {"tansu", "apache"}:
+    """``apache`` or ``tansu``: the broker the integration suite's ``kafka``/``bootstrap`` are bound
+    to. Apache Kafka — the broker users run — wherever Java and the jars ``scripts/setup.sh``
+    fetches are there; else (a machine with only pip) the embedded Tansu broker, said in the run's
+    header. ``STATESNAP_TEST_BROKER=tansu|apache`` chooses. The quick-start tests run on Tansu
+    always (the zero-Java default users meet first), the fault suite and tests/integration/apache
+    on Apache Kafka always."""
+    value = os.environ.get(BROKER_ENV, "").strip().lower()
+    if value not in {"", "tansu", "apache"}:
         raise pytest.UsageError(f"{BROKER_ENV} must be tansu or apache, not {value!r}")
-    return value
+    return value or ("apache" if apache_kafka_missing() is None else "tansu")
 
 
 @pytest.fixture(scope="session")

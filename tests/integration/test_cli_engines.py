@@ -494,7 +494,7 @@ def test_spark_follow_stopped_like_timeout_does_reports_its_own_run(
     default) the JVM shut down under it (exit 1, py4j tracebacks). Its `--json` copied another
     checkpoint's writer metadata into `restore` (restore_seconds == checkpoint_seconds) and its
     checkpoint skipped a generation. Now: the final checkpoint is the next generation, exit 0,
-    and the figures are this run's. Broker: Tansu (embedded)."""
+    and the figures are this run's. Broker: Apache Kafka (the suite's broker) and Tansu."""
     if not spark_available():
         pytest.skip("Spark needs pyspark and Java")
     topic = kafka.create_topic(f"stop-{uuid.uuid4().hex[:8]}", PARTITIONS)
@@ -595,8 +595,8 @@ class Terminal:
 @pytest.mark.spark
 def test_spark_shows_its_start_and_progress_on_a_terminal(kafka: Any, tmp_path: Path) -> None:
     """`materialize --engine spark` printed nothing while its session started (15-45 s on a
-    busy machine): on a terminal it now shows the seconds spent starting, then the tasks done
-    and records read; stdout keeps the one result line. Broker: Tansu (embedded)."""
+    busy machine): on a terminal it now shows the seconds spent starting, then the tasks done and records
+    read; stdout keeps the one result line. Broker: Apache Kafka (the suite's broker) and Tansu."""
     if not spark_available():
         pytest.skip("Spark needs pyspark and Java")
     topic = kafka.create_topic(f"prog-{uuid.uuid4().hex[:8]}", PARTITIONS)
@@ -633,7 +633,7 @@ def test_spark_follow_shows_batches_and_a_stop_during_start_up_is_one_line(
     Ctrl-C (SIGINT to its process group) then ends it with its final checkpoint, exit 0. A
     Ctrl-C while the session still starts used to raise KeyboardInterrupt ("Aborted!", exit 1,
     or py4j tracebacks); it now ends with one line, exit 130, once the session can be stopped.
-    Broker: Tansu (embedded)."""
+    Broker: Apache Kafka (the suite's broker) and Tansu."""
     if not spark_available():
         pytest.skip("Spark needs pyspark and Java")
     topic = kafka.create_topic(f"fprog-{uuid.uuid4().hex[:8]}", PARTITIONS)

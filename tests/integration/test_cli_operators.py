@@ -3,7 +3,8 @@ process): ``--timeout`` on every command that talks to Kafka and a hint when the
 SASL settings do not fit the listener, summaries that count and time what they say, and
 ``snapshot diff`` naming a missing generation as ``show`` and ``delete`` do.
 
-Broker behaviour proved on Tansu (the session broker, a plaintext listener without SASL).
+Broker behaviour proved on the session's broker (Apache Kafka; before it Tansu), a plaintext listener without
+SASL.
 """
 
 from __future__ import annotations

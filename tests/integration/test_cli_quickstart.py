@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +17,25 @@ import pyarrow.parquet as pq
 import pytest
 
 from integration.cli_runner import digest, ok, statesnap
+from integration.conftest import KafkaTool
+from statesnap.devstack import EmbeddedBroker
 from statesnap.materialize import spark_available
 
 pytestmark = pytest.mark.integration
 
 
+@pytest.fixture
+def kafka(broker: EmbeddedBroker) -> Iterator[KafkaTool]:
+    """The quick start runs on the embedded Tansu broker, the zero-Java default a new user meets."""
+    tool = KafkaTool(broker.bootstrap_servers)
+    yield tool
+    tool.close()
+
+
 def test_produce_sample_then_materialize_and_dump_as_the_help_teaches(kafka: Any, tmp_path: Path) -> None:
     """produce-sample creates the topic with the partitions asked for and appends exactly the
     records asked for over the keys asked for, the same changelog for the same seed; the quick
-    start's materialize and dump then agree with an independent read of the topic."""
+    start's materialize and dump then agree with an independent read of the topic. Tansu."""
     topics = [f"quick-{uuid.uuid4().hex[:8]}" for _ in range(2)]
     for topic in topics:
         produced = ok(

@@ -1,7 +1,7 @@
 """Consumer-group tables on the real broker: partitions move between instances as they come and go.
 
-Proves, on the embedded Tansu broker (classic group protocol, eager round-robin, 6 s sessions)
-with a file:// checkpoint store, under a producer that keeps writing:
+Proves, on the suite's broker (Apache Kafka; Tansu proved it too) with the classic group protocol,
+eager round-robin and 6 s sessions, with a file:// checkpoint store, under a producer that keeps writing:
 
 - a member that dies (SIGKILL, no goodbye) loses its partitions to the others after the session
   timeout; a snapshot created right after the death completes once they moved, without it;

@@ -3,9 +3,9 @@ writer produces, is never a table. ``checkpoints verify`` says CORRUPT (exit 1),
 for the older checkpoint, and ``dump`` falls back too; the restored table always equals an
 independent replay (a plain consumer loop in the test).
 
-Broker: the embedded Tansu broker (only produce and consume are relied on). Blob stores: file://.
-Each tampering is tried two ways: edited in place (the version-2 checksum catches it) and downgraded
-to an unsigned format-1 manifest (the checks behind the checksum must catch it on their own).
+Broker: the session's (Apache Kafka; Tansu proved it too; only produce and consume are relied on). Blob
+stores: file://. Each tampering is tried two ways: edited in place (the version-2 checksum catches it) and
+downgraded to an unsigned format-1 manifest (the checks behind the checksum must catch it on their own).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``statesnap.materialize.materialize`` called as a user's program calls it: a fresh interpreter
-that imports the library, runs the Python engine against the session's embedded broker (Tansu)
+that imports the library, runs the Python engine against the session's broker (Apache Kafka; Tansu too)
 and gets a typed result back; the library prints nothing, its progress reaches the listener."""
 
 from __future__ import annotations

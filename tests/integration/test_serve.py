@@ -415,7 +415,7 @@ def test_huge_and_hostile_numbers_answer_400_never_500(
     digits) while 23 digits answered 400. Every oversized or malformed number, in either
     ``min_offsets`` form and in FastAPI's own integer parameters, is a 400 with a one-line reason
     that does not echo the number back. Over a real uvicorn server and a follower on the session
-    broker (Tansu); nothing here depends on broker behaviour."""
+    broker (Apache Kafka; Tansu too); nothing here depends on broker behaviour."""
     topic, _produced = checkpointed_topic(kafka, s3_location, count=20)
     served = serve_follower(
         Follower(

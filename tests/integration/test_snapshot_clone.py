@@ -1,9 +1,10 @@
 """``statesnap snapshot clone``: a generation copied into a new table, run as a user runs it (a
 fresh CLI process of the venv's interpreter), on ``file://`` and on S3 (the moto server).
 
-The checkpoints are written by a Python ``Table`` on Tansu (the dev broker); ground truth is the
-records the broker acknowledged (last write per key wins, a tombstone deletes), never statesnap's
-own reader. Broker behaviour relied on: ordered partitions and partition EOF (proved on Tansu).
+The checkpoints are written by a Python ``Table`` on the session's broker (Apache Kafka; Tansu too); ground
+truth is the records the broker acknowledged (last write per key wins, a tombstone deletes), never statesnap's
+own reader. Broker behaviour relied on: ordered partitions and partition EOF (proved on Apache Kafka and on
+Tansu).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Consistent snapshots across three table instances in separate processes (real broker).
 
-Proves the snapshot protocol of DESIGN.md point 3 on the embedded Tansu broker with a file://
-checkpoint store: every task reports after a commit, the snapshot completes only when all
-partitions are in, stale reports are fenced, and a killed instance fails the snapshot instead of
-letting it complete with a partition missing.
+Proves the snapshot protocol of DESIGN.md point 3 on the session's broker (Apache Kafka; Tansu proved it too)
+with a file:// checkpoint store: every task reports after a commit, the snapshot completes only when all
+partitions are in, stale reports are fenced, and a killed instance fails the snapshot instead of letting it
+complete with a partition missing.
 """
 
 from __future__ import annotations

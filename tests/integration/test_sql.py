@@ -1,10 +1,10 @@
 """``statesnap sql``: DuckDB over any generation of a table or processor store, run as a user runs
 it (a fresh CLI process of the venv's interpreter), on ``file://`` and on S3 (the moto server).
 
-Checkpoints are written by a Python ``Table`` / ``Processor`` on Tansu (the dev broker). Ground
-truth is the records the broker acknowledged (a plain replay here: last write per key wins, a
-tombstone deletes; the processor's sums recomputed from a plain consumer), and ``dump`` on every
-generation. Broker behaviour relied on: ordered partitions and partition EOF (proved on Tansu).
+Checkpoints are written by a Python ``Table`` / ``Processor`` on the session's broker (Apache Kafka; Tansu
+too). Ground truth is the records the broker acknowledged (a plain replay here: last write per key wins, a
+tombstone deletes; the processor's sums recomputed from a plain consumer), and ``dump`` on every generation.
+Broker behaviour relied on: ordered partitions and partition EOF (proved on Apache Kafka and on Tansu).
 """
 
 from __future__ import annotations

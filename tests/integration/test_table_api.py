@@ -247,7 +247,7 @@ def test_partitions_added_after_a_checkpoint_are_replayed_from_the_beginning(
     except KafkaException:
         supported = False  # Tansu: UNSUPPORTED_FEATURE
     if supported:  # pragma: no cover - only on brokers implementing KIP-195
-        pytest.skip("this broker grows topics for real; a real-broker test would go here")
+        pytest.skip("this broker grows topics for real: tests/integration/apache/test_partition_growth.py")
 
     url = (tmp_path / "cp").as_uri()
     produced = kafka.produce(topic, [(0, b"a", b"1"), (1, b"b", b"1"), (0, b"c", b"1")])

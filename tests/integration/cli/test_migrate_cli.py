@@ -1,7 +1,7 @@
 """``statesnap checkpoints migrate``, ``materialize --from-generation`` and ``run --from-generation``
-as a user runs them: fresh processes of the venv's interpreter, started in a directory holding the
-user's module. Proven on Tansu (the dev broker): nothing here depends on broker behaviour beyond
-ordered partitions and partition EOF (#20)."""
+as a user runs them: fresh processes of the venv's interpreter, started in a directory holding the user's
+module. Proven on Apache Kafka (the suite's broker) and on Tansu (the dev broker): nothing here depends on
+broker behaviour beyond ordered partitions and partition EOF (#20)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Aggregations and event-time windows: equal to an independent recomputation, equal across a
-restore, and windows past retention gone from the store and the checkpoint's files. Proven on Tansu
-(ordered partitions, record timestamps as produced, EOF): no other broker behaviour is relied on."""
+restore, and windows past retention gone from the store and the checkpoint's files. Proven on Apache Kafka
+(the suite's broker) and Tansu (ordered partitions, record timestamps as produced, EOF): no other broker
+behaviour is relied on."""
 
 from __future__ import annotations
 

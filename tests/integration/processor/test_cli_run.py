@@ -1,6 +1,7 @@
 """``statesnap run MODULE:OBJECT`` as a user runs it: a fresh process of the venv's interpreter, in
-a directory holding the user's module. Proven on Tansu (the dev broker): nothing here depends on
-broker behaviour beyond ordered partitions, partition EOF and SIGTERM reaching the command."""
+a directory holding the user's module. Proven on Apache Kafka (the suite's broker) and on Tansu (the dev
+broker): nothing here depends on broker behaviour beyond ordered partitions, partition EOF and SIGTERM
+reaching the command."""
 
 from __future__ import annotations
 

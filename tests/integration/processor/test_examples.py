@@ -1,6 +1,7 @@
 """The seeds' examples (``examples/*.py``) run as a user runs them — ``python examples/X.py --once``
-in a fresh interpreter — and their outputs equal what the test computes on its own from the inputs.
-Proven on Tansu (the dev broker): ordered partitions and record timestamps only."""
+in a fresh interpreter — and their outputs equal what the test computes on its own from the inputs. Proven on
+Apache Kafka (the suite's broker) and on Tansu (the dev broker): ordered partitions and record timestamps
+only."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """A processor over two co-partitioned inputs: restore + tail == processing everything == a plain
 consumer loop that merges the inputs by timestamp; every input's offsets in the checkpoint.
 
-Proven on Tansu (the dev broker): nothing here depends on broker behaviour beyond ordered
-partitions, record timestamps and partition EOF."""
+Proven on Apache Kafka (the suite's broker) and on Tansu (the dev broker): nothing here depends on broker
+behaviour beyond ordered partitions, record timestamps and partition EOF."""
 
 from __future__ import annotations
 

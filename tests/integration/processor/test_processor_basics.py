@@ -1,6 +1,6 @@
 """A processor's state restored from its checkpoint plus the tail equals processing everything,
-and equals an independent recomputation (a plain consumer loop). Proven on Tansu (the dev broker):
-nothing here depends on broker behaviour beyond ordered partitions and EOF."""
+and equals an independent recomputation (a plain consumer loop). Proven on Apache Kafka (the suite's broker)
+and on Tansu (the dev broker): nothing here depends on broker behaviour beyond ordered partitions and EOF."""
 
 from __future__ import annotations
 

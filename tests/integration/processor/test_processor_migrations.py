@@ -3,7 +3,7 @@ migration while restoring equals processing everything with the new code), a che
 version refused without one, ``start_from=G`` restores exactly G and continues, and exactly-once
 with ``start_from`` needs ``confirm=True``.
 
-Proven on Tansu (the dev broker): ordered partitions and EOF only."""
+Proven on Apache Kafka (the suite's broker) and on Tansu (the dev broker): ordered partitions and EOF only."""
 
 from __future__ import annotations
 

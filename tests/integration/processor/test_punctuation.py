@@ -1,6 +1,6 @@
 """Punctuation on stream time: a punctuator runs once each time a partition's stream time crosses a
 multiple of its period, writes stores like a handler, and fires alike across a restore. Proven on
-Tansu (record timestamps as produced, EOF)."""
+Apache Kafka (the suite's broker) and Tansu (record timestamps as produced, EOF)."""
 
 from __future__ import annotations
 

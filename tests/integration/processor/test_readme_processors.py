@@ -1,5 +1,6 @@
 """The README's "Stateful processors" code blocks, run as written (topic names made unique) over a
-real broker and checked against the test's own arithmetic. Proven on Tansu (the dev broker)."""
+real broker and checked against the test's own arithmetic. Proven on Apache Kafka (the suite's broker) and on
+Tansu (the dev broker)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """A processor's stores read back as a user reads them — ``statesnap dump --store`` and ``statesnap
-serve --store`` in fresh processes of the venv's interpreter — equal an independent recomputation
-from the input topic (a plain consumer loop here, not statesnap). The checkpoints are written by a
-Processor in this process. Proven on Tansu (the dev broker): nothing here depends on broker
-behaviour beyond ordered partitions and partition EOF; the readers need no broker at all."""
+serve --store`` in fresh processes of the venv's interpreter — equal an independent recomputation from the
+input topic (a plain consumer loop here, not statesnap). The checkpoints are written by a Processor in this
+process. Proven on Apache Kafka (the suite's broker) and on Tansu (the dev broker): nothing here depends on
+broker behaviour beyond ordered partitions and partition EOF; the readers need no broker at all."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A store with a TTL: entries read as absent once stream time passes their last write plus the
 TTL — inside handlers, from outside, across a restore — and leave the checkpoint's files. Proven
-on Tansu (record timestamps as produced, EOF)."""
+on Apache Kafka (the suite's broker) and Tansu (record timestamps as produced, EOF)."""
 
 from __future__ import annotations
 

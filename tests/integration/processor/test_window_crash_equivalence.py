@@ -13,8 +13,8 @@ window while stream time is below end + grace; a window is gone at start + reten
 past retention are absent from the checkpoint files. Checkpoints are read from their Parquet
 files, not through statesnap.
 
-Proven on Tansu (the dev broker): it needs ordered partitions, EOF and record timestamps as
-produced (CreateTime), which it keeps.
+Proven on Apache Kafka (the suite's broker) and on Tansu (the dev broker): it needs ordered partitions, EOF
+and record timestamps as produced (CreateTime), which it keeps.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``serve ?generation=G``: reads as of a snapshot generation, over real HTTP, against the real
-broker (Tansu proved these: nothing here depends on broker behaviour beyond ordered partitions and
-partition EOF) and both blob stores (a table's checkpoints on the moto S3 server, a processor's on
-a filesystem).
+broker (Apache Kafka, the suite's broker, and Tansu proved these: nothing here depends on broker behaviour
+beyond ordered partitions and partition EOF) and both blob stores (a table's checkpoints on the moto S3
+server, a processor's on a filesystem).
 
 The ground truth of each generation is computed from the broker's delivery reports of the records
 below that generation's offsets, independently of statesnap.

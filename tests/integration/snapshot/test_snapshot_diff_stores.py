@@ -3,8 +3,9 @@ of the venv's interpreter): counted store by store against an independent recomp
 input topic, never counting the processor's own ``_statesnap`` rows, ``--store`` for one store, and
 the Spark engine answering the same JSON as the Python one.
 
-Proven on Tansu (the dev broker): nothing here depends on broker behaviour beyond ordered
-partitions and partition EOF; the diff itself reads only the checkpoint store (a filesystem).
+Proven on Apache Kafka (the suite's broker) and on Tansu (the dev broker): nothing here depends on broker
+behaviour beyond ordered partitions and partition EOF; the diff itself reads only the checkpoint store (a
+filesystem).
 """
 
 from __future__ import annotations

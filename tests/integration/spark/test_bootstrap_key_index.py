@@ -1,7 +1,7 @@
 """A Spark-written checkpoint carries the persisted key index of its large bases (issue 21), written
-by the executors beside the base file, and a Python table's columnar restore reads it (the whole
-default path: task restore, selector, repository, store) and equals a full replay.
-Broker: Tansu (produce, consume and partition EOF are all this needs)."""
+by the executors beside the base file, and a Python table's columnar restore reads it (the whole default path:
+task restore, selector, repository, store) and equals a full replay. Broker: Apache Kafka (the suite's broker)
+and Tansu (produce, consume and partition EOF are all this needs)."""
 
 from __future__ import annotations
 

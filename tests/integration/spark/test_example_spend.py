@@ -1,7 +1,7 @@
 """``examples/spend.py`` as its docstring runs it: the history folded on Spark
-(``bootstrap_processor``, the session's local Spark), then the service resuming in a fresh Python
-process (``python examples/spend.py --once``), equal to a plain consumer's sums. Proven on Tansu
-(the dev broker): ordered partitions and EOF only."""
+(``bootstrap_processor``, the session's local Spark), then the service resuming in a fresh Python process
+(``python examples/spend.py --once``), equal to a plain consumer's sums. Proven on Apache Kafka (the suite's
+broker) and Tansu (the dev broker): ordered partitions and EOF only."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """A Spark user's first job: ``format("kafka")`` → ``format("statesnap-kafka")`` and nothing else.
 
-Each job runs as a user runs it — a fresh ``python job.py`` (or ``spark-submit job.py``) with its
-own SparkSession, never inside pytest — against the session's Tansu broker. The rows are checked
-against a plain confluent-kafka consumer loop (``kafka.read_all``, read to partition EOF), not
-against anything statesnap reads. Proven on Tansu: produce, ``assign`` and partition EOF, which
-is all the source needs here.
+Each job runs as a user runs it — a fresh ``python job.py`` (or ``spark-submit job.py``) with its own
+SparkSession, never inside pytest — against the session's broker (Apache Kafka; Tansu without Java). The rows
+are checked against a plain confluent-kafka consumer loop (``kafka.read_all``, read to partition EOF), not
+against anything statesnap reads. Proven on Tansu: produce, ``assign`` and partition EOF, which is all the
+source needs here.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """A processor run over its input's history on Spark, then resumed by ``proc.run()`` in Python.
 
-Invariant under test (DESIGN.md, processors): ``restore(checkpoint) + process(tail) ==
-process(everything)``, store for store and byte for byte, whichever engine wrote the checkpoint; a
-count folded by a Spark aggregation writes the very rows the handler writes. Ground truth is a plain
-consumer loop in the test. Proven on Tansu (the dev broker): ordered partitions, record timestamps as
+Invariant under test (DESIGN.md, processors): ``restore(checkpoint) + process(tail) == process(everything)``,
+store for store and byte for byte, whichever engine wrote the checkpoint; a count folded by a Spark
+aggregation writes the very rows the handler writes. Ground truth is a plain consumer loop in the test. Proven
+on Apache Kafka (the suite's broker) and on Tansu (the dev broker): ordered partitions, record timestamps as
 produced and partition EOF are all these tests rely on.
 """
 

@@ -1,7 +1,7 @@
 """``read_table(spark, url, table, store=NAME)``: a processor's store as a DataFrame, equal to an
-independent recomputation from the input topic (a plain consumer loop, not statesnap). The
-checkpoints are written by a Processor in this process on Tansu (the dev broker); the read needs
-no broker. Nothing here depends on broker behaviour beyond ordered partitions and EOF."""
+independent recomputation from the input topic (a plain consumer loop, not statesnap). The checkpoints are
+written by a Processor in this process on the session's broker (Apache Kafka; Tansu too); the read needs no
+broker. Nothing here depends on broker behaviour beyond ordered partitions and EOF."""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
+from statesnap.devstack import EmbeddedBroker
 from statesnap.kafka.admin import KafkaAdmin
 from statesnap.kafka.config import KafkaSettings
 from statesnap.spark.kafka_io import OffsetOracle
@@ -130,13 +131,15 @@ def test_several_topics_pattern_assign_json_offsets_and_headers(
     assert sum(h is None for h in got.values()) == 30  # no headers → null, as Spark gives it
 
 
-def test_timestamps_use_the_brokers_answer(spark: Any, bootstrap: str, topic_name: str) -> None:
+def test_timestamps_use_the_brokers_answer(spark: Any, broker: EmbeddedBroker, topic_name: str) -> None:
     """The timestamp options are resolved by a ListOffsets-by-timestamp request. A real Kafka
-    answers "first offset at or after T"; the dev broker answers 0 for every T. So here
-    ``endingTimestamp`` (any T) ends every partition at 0 — an empty read, proving the broker's
-    answer (not ``latest``) bounds the read — and ``startingTimestamp`` starts at 0; partitions a
-    ``*OffsetsByTimestamp`` map leaves out keep the default. The mapping of T to offsets is
-    proven in tests/unit/test_spark_options.py."""
+    answers "first offset at or after T" (proven on Apache Kafka by
+    tests/integration/apache/test_spark_source.py); the dev broker answers 0 for every T, which
+    makes the broker's answer visible. So here, on Tansu, ``endingTimestamp`` (any T) ends every
+    partition at 0 — an empty read, proving the broker's answer (not ``latest``) bounds the read —
+    and ``startingTimestamp`` starts at 0; partitions a ``*OffsetsByTimestamp`` map leaves out
+    keep the default. The mapping of T to offsets is proven in tests/unit/test_spark_options.py."""
+    bootstrap = broker.bootstrap_servers
     written = produce(bootstrap, topic_name, [(i % 2, b"k%d" % i, b"v%d" % i) for i in range(40)])
     now = str(int(time.time() * 1000))
     assert rows(read(spark, bootstrap, subscribe=topic_name, endingTimestamp=now)) == set()

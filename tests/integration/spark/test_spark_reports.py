@@ -1,6 +1,6 @@
 """What a Spark run reports is what that run did, and its generations do not skip numbers.
 
-Broker: the embedded Tansu broker (session fixture); every figure is checked against what the
+Broker: the session's (Apache Kafka; Tansu proved it too); every figure is checked against what the
 producer's delivery reports say was written, and every generation is restored by a Python
 ``Table`` and compared with a full replay of it.
 """

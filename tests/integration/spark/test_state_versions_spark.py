@@ -1,4 +1,5 @@
-"""Spark bootstrap and state versions (#20), on the dev broker (Tansu; nothing here depends on
+"""Spark bootstrap and state versions (#20), on the suite's broker (Apache Kafka; Tansu too; nothing here
+depends on
 broker behaviour beyond produce and consume to partition EOF): a Spark bootstrap refuses to
 continue a checkpoint of another state version in one line, migrates an older one with the
 migrations it is given (as its tasks read the old rows: every partition gets a new base, even one

@@ -1,5 +1,6 @@
-"""State versions, migrations and start-from on the real dev broker (Tansu proved every test here;
-none depends on a behaviour where Tansu and Apache Kafka differ: produce, consume to partition EOF).
+"""State versions, migrations and start-from on a real broker (the suite's Apache Kafka and Tansu
+proved every test here; none depends on a behaviour where they differ: produce, consume to partition
+EOF).
 
 Ground truth is independent of statesnap: a plain confluent-kafka consumer loop reads the topic
 (``kafka.read_all``) and the KTable rule (last write wins, a tombstone deletes) builds the table a
