@@ -30,7 +30,7 @@ from statesnap import CheckpointOptions, Processor, ProcessorContext, Record
 from statesnap.devstack import ApacheKafkaBroker
 from statesnap.errors import RecordsDeletedError
 
-pytestmark = [pytest.mark.integration, pytest.mark.long]
+pytestmark = pytest.mark.integration  # ~10 s in all: the only proof of these two, so default
 
 PARTITIONS = 2
 
