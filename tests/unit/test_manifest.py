@@ -144,6 +144,9 @@ _DELETE = object()
         (_mutated(format_version=0), "unknown format version 0"),
         (_mutated(format_version="1"), "unknown format version '1'"),
         (_mutated(format_version=True), "unknown format version True"),
+        # Unhashable values: the set lookup raised TypeError (found by the fault suite's fuzz).
+        (_mutated(format_version=[]), r"unknown format version \[\]"),
+        (_mutated(format_version={"a": 1}), "unknown format version {'a': 1}"),
         (_mutated(format_version=_DELETE), "unknown format version None"),
         (_mutated(topic=_DELETE), "topic is null"),
         (_mutated(partitions=_DELETE), "partitions is null"),

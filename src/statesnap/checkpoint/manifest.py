@@ -434,7 +434,11 @@ class CheckpointManifest:
         if not isinstance(obj, dict):
             raise CorruptCheckpointError(f"{source}: not a JSON object")
         version = obj.get("format_version")
-        if isinstance(version, bool) or version not in SUPPORTED_FORMAT_VERSIONS:
+        if (
+            isinstance(version, bool)
+            or not isinstance(version, int)
+            or version not in SUPPORTED_FORMAT_VERSIONS
+        ):
             shown = repr(version) if len(repr(version)) <= 40 else "an oversized value"
             raise CorruptCheckpointError(
                 f"{source}: unknown format version {shown} "
