@@ -74,16 +74,18 @@ def tally_options(
     interval: str | float = 0,
     generation: int | None = None,
     keep: int = 3,
+    task_id: str | None = None,
 ) -> CheckpointOptions:
     """Checkpoint at every commit point (by default); GC keeps *keep* checkpoints; a killed
-    writer's snapshot fails in :data:`SNAPSHOT_TIMEOUT` seconds (GC may then collect it)."""
+    writer's snapshot fails in :data:`SNAPSHOT_TIMEOUT` seconds (GC may then collect it).
+    *task_id*: a task of its own in the table's snapshots (default: the writer's, ``main``)."""
     return CheckpointOptions(
         url,
         storage_options=storage_options,
         interval=interval,
         commit_interval="20ms",
         retention=RetentionPolicy(min_count=keep, min_age=timedelta(0)),
-        snapshots=SnapshotOptions(timeout=SNAPSHOT_TIMEOUT),
+        snapshots=SnapshotOptions(timeout=SNAPSHOT_TIMEOUT, task_id=task_id),
         generation=generation,
     )
 

@@ -277,8 +277,13 @@ def _restore(
 ) -> tuple[dict[str, dict[bytes, bytes]], int | None, int]:
     """Point-in-time restore in-process (no periodic checkpoint, none at close, a GC that would
     keep everything): (stores as ``raw_items`` yields them, the generation restored, records
-    re-processed)."""
-    options = tally_options(loc.url, dict(loc.options), interval="1h", generation=generation, keep=10_000)
+    re-processed). It is a task of its own in the snapshots: as the killed writer's task
+    (``main``) it would complete that writer's snapshot still in progress with its own state (a
+    valid checkpoint, but not a point-in-time check), which a loaded machine once let happen
+    after the deadline's sleep below."""
+    options = tally_options(
+        loc.url, dict(loc.options), interval="1h", generation=generation, keep=10_000, task_id="pit-check"
+    )
     proc = build(bootstrap, topic, scratch_output, options, store)
     report = proc.start()
     try:
