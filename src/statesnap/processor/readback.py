@@ -18,7 +18,8 @@ for a key-value store; the 8-byte window start followed by the key for a window 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import bisect
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -47,6 +48,7 @@ __all__ = [
     "WINDOW_SCHEMA",
     "StoreCheckpoint",
     "StoreInfo",
+    "StoreRows",
     "processor_stores",
     "read_store",
     "spark_columns",
@@ -171,6 +173,61 @@ class StoreCheckpoint:
 
     def skipped_json(self) -> list[dict[str, Any]]:
         return [{"generation": s.generation, "reason": s.reason} for s in self.skipped]
+
+
+class StoreRows:
+    """A store as one checkpoint holds it, in memory and sorted for scans: what a store's follower
+    (``serve --store``) and a read at a generation (``?generation=G``) serve. A key held by two
+    partitions keeps the higher partition's value (partitions are read in order)."""
+
+    __slots__ = ("key_filter", "keys", "newest_ms", "values")
+
+    def __init__(
+        self,
+        values: dict[bytes, bytes],
+        *,
+        key_filter: Callable[[bytes], bool] | None = None,
+        newest_ms: int | None = None,
+    ) -> None:
+        if key_filter is not None:
+            values = {k: v for k, v in values.items() if key_filter(k)}
+        self.values = values
+        self.keys = sorted(values)
+        self.key_filter = key_filter
+        #: The newest record timestamp among the rows (ms), where the rows carry one.
+        self.newest_ms = newest_ms
+
+    @staticmethod
+    def read(chosen: StoreCheckpoint) -> tuple[dict[bytes, bytes], int | None]:
+        """(stored key → value, newest timestamp in ms) of *chosen*'s rows, every partition."""
+        values: dict[bytes, bytes] = {}
+        newest: int | None = None
+        for _, rows in chosen.partitions():
+            values.update(
+                zip(rows.column("stored_key").to_pylist(), rows.column("value").to_pylist(), strict=True)
+            )
+            stamps = [s for s in rows.column("timestamp").cast("int64").to_pylist() if s is not None]
+            if stamps and (newest is None or max(stamps) > newest):
+                newest = max(stamps)
+        return values, newest
+
+    def keeps(self, key: bytes) -> bool:
+        return self.key_filter is None or self.key_filter(key)
+
+    def get_raw(self, key: bytes) -> bytes | None:
+        return self.values.get(key)
+
+    def scan(self, after: bytes | None, limit: int) -> list[tuple[bytes, bytes]]:
+        """Up to *limit* (key, value) pairs with keys above *after*, ascending."""
+        start = 0 if after is None else bisect.bisect_right(self.keys, after)
+        return [(k, self.values[k]) for k in self.keys[start : start + limit]]
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def close(self) -> None:
+        self.values = {}
+        self.keys = []
 
 
 def store_rows(rows: pa.Table, partition: int, info: StoreInfo) -> pa.Table:

@@ -15,18 +15,18 @@ partitions' stores (a handler may write any key) is served from the higher parti
 
 from __future__ import annotations
 
-import bisect
 import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from statesnap.blob import BlobStore
 from statesnap.checkpoint import CheckpointManifest
 from statesnap.deadline import Deadline
 from statesnap.errors import StatesnapError, TableStateError
-from statesnap.processor.readback import StoreCheckpoint
+from statesnap.processor.readback import StoreCheckpoint, StoreRows
 from statesnap.python.status import FollowerStatus
 from statesnap.task.lifecycle import TaskPhase
 
@@ -38,26 +38,13 @@ log = logging.getLogger(__name__)
 DEFAULT_POLL_SECONDS = 5.0
 
 
+@dataclass(frozen=True, slots=True)
 class _Loaded:
-    """One generation of the store in memory: sorted keys and their values."""
+    """One generation of the store in memory, with the checkpoint it came from."""
 
-    __slots__ = ("keys", "manifest", "newest_ms", "seconds", "values")
-
-    def __init__(self, chosen: StoreCheckpoint, seconds: float) -> None:
-        values: dict[bytes, bytes] = {}
-        newest = None
-        for _, rows in chosen.partitions():
-            keys = rows.column("stored_key").to_pylist()
-            values.update(zip(keys, rows.column("value").to_pylist(), strict=True))
-            if rows.num_rows:
-                stamp = rows.column("timestamp").cast("int64").to_pylist()
-                top = max(s for s in stamp if s is not None) if any(s is not None for s in stamp) else None
-                newest = top if newest is None or (top is not None and top > newest) else newest
-        self.manifest: CheckpointManifest = chosen.manifest
-        self.values = values
-        self.keys = sorted(values)
-        self.newest_ms: int | None = newest
-        self.seconds = seconds
+    manifest: CheckpointManifest
+    rows: StoreRows
+    seconds: float
 
 
 class StoreFollower:
@@ -128,11 +115,9 @@ class StoreFollower:
         current = self._loaded
         if current is not None and chosen.manifest.generation <= current.manifest.generation:
             return False
-        loaded = _Loaded(chosen, time.monotonic() - started)
-        if self.key_filter is not None:
-            keep = self.key_filter
-            loaded.values = {k: v for k, v in loaded.values.items() if keep(k)}
-            loaded.keys = sorted(loaded.values)
+        values, newest = StoreRows.read(chosen)
+        rows = StoreRows(values, key_filter=self.key_filter, newest_ms=newest)
+        loaded = _Loaded(chosen.manifest, rows, time.monotonic() - started)
         with self._changed:
             self._loaded = loaded
             self._loaded_at = time.monotonic()
@@ -142,7 +127,7 @@ class StoreFollower:
             self.store,
             self.table,
             loaded.manifest.generation,
-            len(loaded.keys),
+            len(loaded.rows),
         )
         return True
 
@@ -193,17 +178,15 @@ class StoreFollower:
         return self.key_filter is None or self.key_filter(key)
 
     def get_raw(self, key: bytes) -> bytes | None:
-        return self._held().values.get(key)
+        return self._held().rows.get_raw(key)
 
     def scan(self, after: bytes | None, limit: int) -> list[tuple[bytes, bytes]]:
         """Up to *limit* (key, value) pairs with keys above *after*, ascending."""
-        loaded = self._held()
-        start = 0 if after is None else bisect.bisect_right(loaded.keys, after)
-        return [(k, loaded.values[k]) for k in loaded.keys[start : start + limit]]
+        return self._held().rows.scan(after, limit)
 
     def __len__(self) -> int:
         loaded = self._loaded
-        return 0 if loaded is None else len(loaded.keys)
+        return 0 if loaded is None else len(loaded.rows)
 
     # --- freshness -----------------------------------------------------------------------------
 
@@ -224,9 +207,9 @@ class StoreFollower:
 
     def newest_record_age(self) -> float | None:
         loaded = self._loaded
-        if loaded is None or loaded.newest_ms is None:
+        if loaded is None or loaded.rows.newest_ms is None:
             return None
-        return max(0.0, datetime.now(UTC).timestamp() - loaded.newest_ms / 1000)
+        return max(0.0, datetime.now(UTC).timestamp() - loaded.rows.newest_ms / 1000)
 
     def wait_for(self, offsets: Mapping[int, int], *, timeout: float) -> bool:
         """Wait until a served checkpoint covers the record at each of *offsets* (a newer

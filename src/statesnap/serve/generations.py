@@ -14,12 +14,11 @@ unreachable a moment).
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio.to_thread
@@ -27,6 +26,7 @@ import anyio.to_thread
 from statesnap.blob import BlobStore
 from statesnap.checkpoint.repository import locate_table
 from statesnap.errors import GenerationNotFoundError, StatesnapError
+from statesnap.processor.readback import StoreCheckpoint, StoreRows
 
 if TYPE_CHECKING:
     from statesnap.python.follower import Follower
@@ -120,36 +120,22 @@ class TableGenerations:
         return follower
 
 
-@dataclass(slots=True)
-class StoreAtGeneration:
+class StoreAtGeneration(StoreRows):
     """Store *store* of processor *table* as generation G's checkpoint holds it (the rows
     ``dump --store S --generation G`` prints), sorted for scans."""
 
-    generation: int
-    offsets: dict[int, int]
-    values: dict[bytes, bytes]
-    key_filter: Callable[[bytes], bool] | None = None
-    keys: list[bytes] = field(default_factory=list)
+    __slots__ = ("generation", "offsets")
 
-    def __post_init__(self) -> None:
-        if self.key_filter is not None:
-            keep = self.key_filter
-            self.values = {k: v for k, v in self.values.items() if keep(k)}
-        self.keys = sorted(self.values)
-
-    def get_raw(self, key: bytes) -> bytes | None:
-        return self.values.get(key)
-
-    def scan(self, after: bytes | None, limit: int) -> list[tuple[bytes, bytes]]:
-        start = 0 if after is None else bisect.bisect_right(self.keys, after)
-        return [(k, self.values[k]) for k in self.keys[start : start + limit]]
-
-    def keeps(self, key: bytes) -> bool:
-        return self.key_filter is None or self.key_filter(key)
-
-    def close(self) -> None:
-        self.values = {}
-        self.keys = []
+    def __init__(
+        self,
+        generation: int,
+        offsets: dict[int, int],
+        values: dict[bytes, bytes],
+        key_filter: Callable[[bytes], bool] | None = None,
+    ) -> None:
+        super().__init__(values, key_filter=key_filter)
+        self.generation = generation
+        self.offsets = offsets
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,19 +152,13 @@ class StoreGenerations:
         return locate_table(self.blob_store, self.table, self.cluster_id).generations()
 
     def open(self, generation: int) -> SnapshotReader:
-        from statesnap.processor.readback import StoreCheckpoint
-
         held = self.generations()
         if generation not in held:
             raise _missing(generation, held, f"processor {self.table!r}", self.blob_store.url)
         chosen = StoreCheckpoint.open(
             self.blob_store, self.table, self.store, generation=generation, cluster_id=self.cluster_id
         )
-        values: dict[bytes, bytes] = {}
-        for _, rows in chosen.partitions():  # a key in two partitions: the higher one, as serve --store
-            values.update(
-                zip(rows.column("stored_key").to_pylist(), rows.column("value").to_pylist(), strict=True)
-            )
+        values, _newest = StoreRows.read(chosen)
         return StoreAtGeneration(generation, dict(chosen.manifest.offsets), values, self.key_filter)
 
 
