@@ -80,11 +80,18 @@ def member(bootstrap: str, topic: str, url: str, group: str) -> Table:
     )
 
 
-def wait_until(predicate: object, timeout: float, what: str) -> None:
+def wait_until(predicate: object, timeout: float, what: str, tables: list[Table]) -> None:
+    """Poll *predicate*; on the deadline, fail naming what was awaited and what each member held
+    (a loaded CI machine once took longer than 40 s for three members to settle)."""
     assert callable(predicate)
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout:.0f}s waiting for {what}"
+        if time.monotonic() >= deadline:
+            held = [
+                (sorted(t.partitions), sorted(t._membership.reader.restoring))  # type: ignore[union-attr]
+                for t in tables
+            ]
+            pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; (owned, restoring): {held}")
         time.sleep(0.1)
 
 
@@ -150,8 +157,12 @@ def test_members_come_and_go_under_load(
         tables += [a, b]
         with ThreadPoolExecutor(2) as pool:
             list(pool.map(lambda t: t.start(), [a, b]))
-        wait_until(lambda: settled([a, b], covering=False), 40, "three members to share the topic")
-        assert doomed.poll() is None, doomed.stderr.read() if doomed.stderr else ""
+
+        def three_share() -> bool:
+            assert doomed.poll() is None, doomed.stderr.read() if doomed.stderr else ""
+            return settled([a, b], covering=False)
+
+        wait_until(three_share, 90, "three members to share the topic", [a, b])
 
         # A key of the doomed member's partitions: a and b refuse it, naming the partition.
         theirs = next(
@@ -166,7 +177,7 @@ def test_members_come_and_go_under_load(
         doomed.wait(10)
         api = SnapshotApi.open(url, topic_name)
         pending = api.create(timeout="60s")  # its partitions are still with the dead member
-        wait_until(lambda: settled([a, b], covering=True), 40, "the dead member's partitions to move")
+        wait_until(lambda: settled([a, b], covering=True), 90, "the dead member's partitions to move", [a, b])
         done = api.wait(pending.generation, "40s")
         assert done.state is SnapshotState.COMPLETED, done.error
         assert set(done.tasks) <= {a.task_id, b.task_id}
@@ -175,7 +186,9 @@ def test_members_come_and_go_under_load(
         d = member(bootstrap, topic_name, url, group)
         tables.append(d)
         d.start()
-        wait_until(lambda: settled([a, b, d], covering=True), 40, "the fourth member to take a share")
+        wait_until(
+            lambda: settled([a, b, d], covering=True), 90, "the fourth member to take a share", [a, b, d]
+        )
     finally:
         writer.stop.set()
         writer.join()
