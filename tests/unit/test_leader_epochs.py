@@ -28,7 +28,7 @@ from statesnap.checkpoint.restore import CheckpointSelector
 from statesnap.checkpoint.selection import TopicState, beyond_end, diverged, resume_offsets
 from statesnap.checkpoint.writer import PartitionUpdate, write_partition_files
 from statesnap.errors import CorruptCheckpointError
-from statesnap.kafka.reader import assignment, log_truncated
+from statesnap.kafka.reader import assign_checked, assignment, log_truncated
 
 from .conftest import T0, make_manifest
 
@@ -119,6 +119,46 @@ def test_an_assignment_carries_the_epoch_only_where_one_is_known() -> None:
     assert assignment("t", 0, NextOffset(120, 3)).leader_epoch == 3
     assert assignment("t", 0, 120).leader_epoch is None
     assert assignment("t", 0, 0).offset < 0  # the beginning
+
+
+class RecordingConsumer:
+    """The calls assign_checked makes, in order (a fake: the time it saves is measured on Apache
+    Kafka by the window and table equivalence tests, 0.5 s per reader)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def list_topics(self, timeout: float) -> None:
+        self.calls.append("list_topics")
+
+    def assign(self, tps: list[object]) -> None:
+        self.calls.append("assign")
+
+    def pause(self, tps: list[object]) -> None:
+        self.calls.append("pause")
+
+    def seek(self, tp: object) -> None:
+        self.calls.append("seek")
+
+    def resume(self, tps: list[object]) -> None:
+        self.calls.append("resume")
+
+
+@pytest.mark.parametrize(
+    ("positions", "calls"),
+    [
+        ({0: 0, 1: 7}, ["list_topics", "assign"]),
+        ({0: 3, 1: NextOffset(7, 1)}, ["assign", "pause", "seek", "resume"]),
+    ],
+)
+def test_a_read_from_the_beginning_fetches_the_metadata_before_assigning(
+    positions: dict[int, int], calls: list[str]
+) -> None:
+    """librdkafka resolves the beginning only once it knows the leader, else it retries after
+    500 ms: metadata first when a partition starts there, and no extra request otherwise."""
+    consumer = RecordingConsumer()
+    assign_checked(consumer, "t", positions)
+    assert consumer.calls == calls
 
 
 # --- the manifest field -----------------------------------------------------------------------

@@ -71,6 +71,9 @@ FETCH_WAIT_MS = 10
 OUT_OF_RANGE_GRACE = 1.0
 #: Upper bound of the metadata probe that tells a lost cluster from a slow one.
 PROBE_TIMEOUT = 5.0
+#: Upper bound of the metadata fetched before assigning partitions read from their beginning
+#: (see :func:`assign_checked`): past it, the assignment goes ahead the slow way.
+METADATA_PRIME_TIMEOUT = 1.0
 _CLUSTER_DOWN = (RdKafkaError._ALL_BROKERS_DOWN, RdKafkaError._TRANSPORT, RdKafkaError._RESOLVE)
 #: librdkafka's offset reset after an epoch check failed names the epoch's end on the leader.
 _EPOCH_END_RE = re.compile(r"broker end offset is (-?\d+)")
@@ -117,8 +120,21 @@ class ChangelogReader:
         self.tailing = False
         user_cb = settings.config.get("error_cb")
         self._user_error_cb: Callable[[Any], None] | None = user_cb if callable(user_cb) else None
+        #: Throughput tuning: the user's kafka_config wins over these (unlike the settings below,
+        #: which the reader's correctness rests on).
+        tuning: dict[str, Any] = {
+            "fetch.wait.max.ms": FETCH_WAIT_MS,
+            # After an empty or partial fetch librdkafka backs off fetch.queue.backoff.ms
+            # (default 1 s) before fetching again, idling the consumer most of the time
+            # during catch-up: 5 ms measured 136 k → 925 k records/s on the dev broker.
+            "fetch.queue.backoff.ms": 5,
+            "fetch.max.bytes": 64 * 1024 * 1024,
+            "max.partition.fetch.bytes": 16 * 1024 * 1024,
+            "queued.max.messages.kbytes": 256 * 1024,
+        }
         self._consumer = new_consumer(
             settings,
+            **{k: v for k, v in tuning.items() if k not in settings.config},
             **{
                 "group.id": f"statesnap-reader-{topic}",
                 "enable.auto.commit": False,
@@ -128,14 +144,6 @@ class ChangelogReader:
                 # instead of restarting at the beginning on top of a restored table.
                 "auto.offset.reset": "error",
                 "error_cb": self._on_client_error,
-                "fetch.wait.max.ms": FETCH_WAIT_MS,
-                # After an empty or partial fetch librdkafka backs off fetch.queue.backoff.ms
-                # (default 1 s) before fetching again, idling the consumer most of the time
-                # during catch-up: 5 ms measured 136 k → 925 k records/s on the dev broker.
-                "fetch.queue.backoff.ms": 5,
-                "fetch.max.bytes": 64 * 1024 * 1024,
-                "max.partition.fetch.bytes": 16 * 1024 * 1024,
-                "queued.max.messages.kbytes": 256 * 1024,
                 "isolation.level": "read_committed",
             },
         )
@@ -409,7 +417,19 @@ def assign_checked(consumer: Any, topic: str, positions: Mapping[int, int]) -> N
     partition's leader changes afterwards (as it does for a fresh consumer's first metadata; never
     in a rebalance callback, measured) but always on a seek, so those partitions are assigned
     paused, sought with their epoch and resumed (librdkafka 2.16, Apache Kafka 4.1.1: the seek is
-    accepted right after the assignment, the answer comes with the first fetch, ~50 ms)."""
+    accepted right after the assignment, the answer comes with the first fetch, ~50 ms).
+
+    A partition read from its beginning is a logical offset librdkafka must ask the leader to
+    resolve; asked before the consumer knows the leader, it retries only after a fixed 500 ms
+    (librdkafka 2.x, both brokers, measured: 0.52 s to the first end-of-partition, 0.10 s with the
+    metadata fetched first). So the cluster's metadata is fetched first when any partition starts
+    there; all topics, since naming one has auto-creating brokers create it. A cluster that does
+    not answer within :data:`METADATA_PRIME_TIMEOUT` is left to the reader's own stall check."""
+    if any(off <= 0 for off in positions.values()):
+        try:
+            consumer.list_topics(timeout=METADATA_PRIME_TIMEOUT)
+        except KafkaException as e:
+            log.debug("metadata before assigning %r from the beginning: %s", topic, e)
     consumer.assign([assignment(topic, p, off) for p, off in sorted(positions.items())])
     held = [
         assignment(topic, p, off) for p, off in sorted(positions.items()) if leader_epoch_of(off) is not None
