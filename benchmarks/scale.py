@@ -208,12 +208,13 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         store = open_state_store(args["what"], path=tmp, name="bench")
         started = time.perf_counter()
-        try:  # bases' persisted key indexes too (issue 21), where the store reads them
-            parts = repo.iter_partitions(manifest, indexes=args["what"] in ("columnar", "auto"))
-        except TypeError:  # a baseline from before persisted key indexes
-            parts = repo.iter_partitions(manifest)
-        for p, rows in parts:
-            store.load(p, rows)
+        iter_indexed = getattr(repo, "iter_indexed", None)  # None in a baseline from before it
+        if iter_indexed is not None:  # bases' persisted key indexes too (issue 21), where read
+            for p, rows, index in iter_indexed(manifest, indexes=args["what"] in ("columnar", "auto")):
+                store.load(p, rows, index)
+        else:
+            for p, rows in repo.iter_partitions(manifest):
+                store.load(p, rows)
         store.get(b"key-0")  # ready: the columnar index is built on the first lookup
         seconds = time.perf_counter() - started
         # Restored from several partitions' persisted key indexes, the columnar store is ready at

@@ -161,11 +161,11 @@ def test_a_restore_reads_a_bounded_number_of_partitions_ahead(
     lock = threading.Lock()
     decode = repo.decode_partition
 
-    def slow_decode(m: Any, p: int, downloads: Any) -> pa.Table:
+    def slow_decode(m: Any, p: int, downloads: Any, index: Any) -> tuple[pa.Table, Any]:
         with lock:
             started.append(p)
         time.sleep(0.05)  # decodes take a while: an unbounded reader would start them all at once
-        return decode(m, p, downloads)
+        return decode(m, p, downloads, index)
 
     monkeypatch.setattr(repo, "decode_partition", slow_decode)
     seen = []

@@ -39,7 +39,7 @@ from statesnap.errors import (
     CorruptCheckpointError,
     TableNotFoundError,
 )
-from statesnap.stores.keyindex import HashSeed, KeyIndex, attach
+from statesnap.stores.keyindex import HashSeed, KeyIndex
 
 __all__ = [
     "INDEX_MIN_ROWS",
@@ -192,18 +192,14 @@ class CheckpointRepository:
         partition: int,
         downloads: list[Future[bytes]],
         index: Future[bytes] | None = None,
-    ) -> pa.Table:
-        """:meth:`load_partition` for files whose downloads are under way (one future per file);
-        with *index* (the download of its base's key index), the index rides along with the
-        table (:func:`~statesnap.stores.keyindex.attach`) once it verifies (see :meth:`read_index`)."""
+    ) -> tuple[pa.Table, KeyIndex | None]:
+        """:meth:`load_partition` for files whose downloads are under way (one future per file),
+        with the base's persisted key index when *index* (its download) is given and verifies
+        (see :meth:`read_index`)."""
         pc = manifest.partitions[partition]
         pairs = zip(pc.files, downloads, strict=True)
         table = checked_merge(pc, [self.decode_file(f, d.result()) for f, d in pairs], source=self.url)
-        if index is not None:
-            found = self.read_index(pc, index, table)
-            if found is not None:
-                attach(table, found)
-        return table
+        return table, None if index is None else self.read_index(pc, index, table)
 
     @staticmethod
     def indexed_base(pc: PartitionCheckpoint) -> DataFile | None:
@@ -236,18 +232,25 @@ class CheckpointRepository:
             return None
 
     def iter_partitions(
-        self, manifest: CheckpointManifest, partitions: list[int] | None = None, *, indexes: bool = False
+        self, manifest: CheckpointManifest, partitions: list[int] | None = None
     ) -> Iterator[tuple[int, pa.Table]]:
-        """Load partitions, yielding in order. Two windows ahead of the caller: downloads of the
-        next :data:`IO_THREADS` partitions (S3 latency hides behind them; compressed bytes are
-        small) and decodes of the next :data:`READ_AHEAD` (CPU-bound; a decoded partition is
-        held until taken). A restore into a store that does not keep the decoded tables (RocksDB)
-        so holds a few partitions at a time, not the whole table (issue 9: bounded memory).
-        *indexes*: also download each base's persisted key index where a store can use it (see
-        :meth:`decode_partition`), beside its files."""
+        """Load partitions, yielding ``(partition, rows)`` in order (see :meth:`iter_indexed`)."""
+        for p, rows, _index in self.iter_indexed(manifest, partitions, indexes=False):
+            yield p, rows
+
+    def iter_indexed(
+        self, manifest: CheckpointManifest, partitions: list[int] | None = None, *, indexes: bool = True
+    ) -> Iterator[tuple[int, pa.Table, KeyIndex | None]]:
+        """Load partitions, yielding ``(partition, rows, key index)`` in order. Two windows ahead
+        of the caller: downloads of the next :data:`IO_THREADS` partitions (S3 latency hides
+        behind them; compressed bytes are small) and decodes of the next :data:`READ_AHEAD`
+        (CPU-bound; a decoded partition is held until taken). A restore into a store that does not
+        keep the decoded tables (RocksDB) so holds a few partitions at a time, not the whole table
+        (issue 9: bounded memory). *indexes*: also download each base's persisted key index where
+        a store can use it (see :meth:`indexed_base`); the index is None otherwise."""
         wanted = iter(sorted(manifest.partitions) if partitions is None else partitions)
         fetching: deque[tuple[int, list[Future[bytes]], Future[bytes] | None]] = deque()
-        decoding: deque[tuple[int, Future[pa.Table]]] = deque()
+        decoding: deque[tuple[int, Future[tuple[pa.Table, KeyIndex | None]]]] = deque()
         with (
             ThreadPoolExecutor(IO_THREADS, thread_name_prefix="statesnap-fetch") as fetch_pool,
             ThreadPoolExecutor(READ_AHEAD, thread_name_prefix="statesnap-load") as decode_pool,
@@ -269,9 +272,8 @@ class CheckpointRepository:
             def decode_next() -> None:
                 if fetching:
                     p, downloads, index = fetching.popleft()
-                    extra = () if index is None else (index,)  # decode_partition's old signature otherwise
                     decoding.append(
-                        (p, decode_pool.submit(self.decode_partition, manifest, p, downloads, *extra))
+                        (p, decode_pool.submit(self.decode_partition, manifest, p, downloads, index))
                     )
                     fetch_next()
 
@@ -281,12 +283,12 @@ class CheckpointRepository:
                 decode_next()
             try:
                 while decoding:
-                    p, table = decoding.popleft()
+                    p, decoded = decoding.popleft()
                     decode_next()  # keep both windows full while the caller takes this one
-                    yield p, table.result()
+                    yield (p, *decoded.result())
             finally:
-                for _, table in decoding:
-                    table.cancel()
+                for _, decoded in decoding:
+                    decoded.cancel()
                 for _, downloads, index in fetching:
                     for d in downloads:
                         d.cancel()

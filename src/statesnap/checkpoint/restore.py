@@ -32,8 +32,9 @@ from statesnap.checkpoint.selection import (
     unusable_reason,
 )
 from statesnap.errors import BlobNotFoundError, CorruptCheckpointError, NoUsableCheckpointError
+from statesnap.stores.keyindex import KeyIndex
 
-__all__ = ["RESTORE_ATTEMPTS", "CheckpointSelector", "SkippedCheckpoint"]
+__all__ = ["RESTORE_ATTEMPTS", "CheckpointSelector", "LoadedPartition", "SkippedCheckpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,18 @@ RESTORE_ATTEMPTS = 5
 class SkippedCheckpoint:
     generation: int
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedPartition:
+    """One partition of the checkpoint a restore loads, verified, as its files hold it."""
+
+    manifest: CheckpointManifest
+    partition: int
+    rows: pa.Table
+    #: The base's persisted key index (it names *rows* by position), or None: the store builds
+    #: its own. Rows made anew from *rows* (filtered, migrated) must not be given it.
+    index: KeyIndex | None = None
 
 
 class _VanishedError(Exception):
@@ -123,19 +136,20 @@ class CheckpointSelector:
         self,
         state: TopicState,
         partitions: Sequence[int],
-        load: Callable[[int, pa.Table], None],
+        load: Callable[[LoadedPartition], None],
         clear: Callable[[], None],
         now: datetime,
     ) -> CheckpointManifest | None:
-        """Load the chosen checkpoint's *partitions* through *load*; None means replay everything.
+        """Load the chosen checkpoint's *partitions* through *load* (each with the checkpoint it
+        belongs to: a store's migrations depend on its state version); None means replay everything.
 
         *clear* undoes a partial load before the next candidate is tried.
         """
 
         def fill(item: CheckpointManifest) -> None:
             wanted = [p for p in partitions if p in item.partitions]
-            for p, rows in self.repo.iter_partitions(item, wanted, indexes=self.key_indexes):
-                load(p, rows)
+            for p, rows, index in self.repo.iter_indexed(item, wanted, indexes=self.key_indexes):
+                load(LoadedPartition(item, p, rows, index))
 
         for _attempt in range(RESTORE_ATTEMPTS):
             try:

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statesnap.checkpoint import datafile
-from statesnap.stores.keyindex import binary_parts
+from statesnap.stores.keyindex import KeyIndex, binary_parts
 
 __all__ = [
     "HEADER",
@@ -106,8 +106,10 @@ class StateStore(Protocol):
         """
         ...
 
-    def load(self, partition: int, rows: pa.Table) -> None:
-        """Bulk-load a partition's checkpointed rows (sorted by key, no tombstones)."""
+    def load(self, partition: int, rows: pa.Table, index: KeyIndex | None = None) -> None:
+        """Bulk-load a partition's checkpointed rows (sorted by key, no tombstones). *index*: the
+        rows' persisted key index, for a store that looks keys up in the rows themselves (the
+        columnar store); the others copy the rows and ignore it."""
         ...
 
     def export(self) -> dict[int, pa.Table]:

@@ -37,7 +37,7 @@ from statesnap.stores.base import (
     decode_changes,
 )
 from statesnap.stores.columnar_base import BATCH, Base, PartitionKeys, merge
-from statesnap.stores.keyindex import attached
+from statesnap.stores.keyindex import KeyIndex
 
 __all__ = ["ColumnarStore"]
 
@@ -268,13 +268,12 @@ class ColumnarStore:
         if len(over) != size:
             self._over_sorted = None
 
-    def load(self, partition: int, rows: pa.Table) -> None:
+    def load(self, partition: int, rows: pa.Table, index: KeyIndex | None = None) -> None:
         """Keep the rows' Arrow chunks as the partition's base (partitions hold disjoint keys),
-        with the key index the checkpoint holds for them when the restore read one
-        (:func:`~statesnap.stores.keyindex.attached`): then nothing is hashed or sorted."""
+        with *index*, the key index the checkpoint holds for them when the restore read one: then
+        nothing is hashed or sorted."""
         if rows.num_rows == 0:
             return
-        index = attached(rows)
         self._base = self._base.with_partition(
             partition, rows.select(datafile.SCHEMA.names).cast(datafile.SCHEMA), index
         )

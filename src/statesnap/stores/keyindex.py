@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import secrets
 import struct
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -56,8 +55,6 @@ __all__ = [
     "KeyIndex",
     "P",
     "array_hashes",
-    "attach",
-    "attached",
     "binary_parts",
     "key_hash",
 ]
@@ -371,23 +368,3 @@ class KeyIndex:
             i += 1
             e = entries[i]
         return out
-
-
-#: Tables a restore decoded, with the persisted index read beside them (see :func:`attach`).
-_ATTACHED: dict[int, tuple[weakref.ref[pa.Table], KeyIndex]] = {}
-
-
-def attach(table: pa.Table, index: KeyIndex) -> None:
-    """Let *index* ride along with *table* to whichever store loads it. The restore path hands
-    every store a plain table (the memory and RocksDB stores copy its rows and ignore this); the
-    columnar store asks :func:`attached`. By identity: a table a row filter, cast or merge made
-    anew has no index, so an index never describes rows other than those it was written for.
-    The entry goes when the table does."""
-    key = id(table)
-    _ATTACHED[key] = (weakref.ref(table, lambda _ref: _ATTACHED.pop(key, None)), index)
-
-
-def attached(table: pa.Table) -> KeyIndex | None:
-    """The index :func:`attach` gave this very table object, or None."""
-    item = _ATTACHED.get(id(table))
-    return item[1] if item is not None and item[0]() is table else None

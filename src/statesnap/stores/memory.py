@@ -25,6 +25,7 @@ from statesnap.stores.base import (
     encode_rows,
     partition_prefixes,
 )
+from statesnap.stores.keyindex import KeyIndex
 
 __all__ = ["MemoryStore"]
 
@@ -126,7 +127,7 @@ class MemoryStore:
         if deleted or len(rows) != size:
             self._sorted = None
 
-    def load(self, partition: int, rows: pa.Table) -> None:
+    def load(self, partition: int, rows: pa.Table, index: KeyIndex | None = None) -> None:
         if rows.num_rows == 0:
             return
         keys = rows.column("key").combine_chunks().to_pylist()

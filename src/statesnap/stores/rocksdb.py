@@ -46,6 +46,7 @@ from statesnap.stores.base import (
     encode_rows,
     partition_prefixes,
 )
+from statesnap.stores.keyindex import KeyIndex
 
 __all__ = ["MARKER", "RocksDBStore"]
 
@@ -195,7 +196,7 @@ class RocksDBStore:
         # The count is recomputed on demand instead.
         self._count = None
 
-    def load(self, partition: int, rows: pa.Table) -> None:
+    def load(self, partition: int, rows: pa.Table, index: KeyIndex | None = None) -> None:
         """One SST file per call, encoded a chunk of rows at a time, then moved into the database
         (rows sorted by key). A file RocksDB refuses is rebuilt with rocksdict's writer."""
         if rows.num_rows == 0:

@@ -43,7 +43,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 P = TypeVar("P", bound=Participant)
-S = TypeVar("S", bound=CheckpointSelector)
 
 
 class TaskEngine(StrEnum):
@@ -102,12 +101,12 @@ class OpenedTask:
             ends = log_ends(self.settings, self.topic, high_watermarks(self.settings, self.topic, partitions))
         return replace(self.facts.state, partitions=partitions, log_start=log_start, log_end=ends)
 
-    def selector(self, kind: type[S] = CheckpointSelector) -> S:  # type: ignore[assignment]
-        """The one chooser of the checkpoint to continue from (see the checkpoint options);
-        *kind*: a subclass that watches what it chooses (a restore that migrates)."""
+    def selector(self) -> CheckpointSelector:
+        """The one chooser of the checkpoint to continue from (see the checkpoint options)."""
         assert self.repo is not None
         assert self.checkpoints is not None
-        return kind(self.repo, self.table, self.checkpoints.generation, self.checkpoints.require)
+        options = self.checkpoints
+        return CheckpointSelector(self.repo, self.table, options.generation, options.require)
 
     def base_checkpoint(self) -> CheckpointManifest | None:
         """The newest checkpoint that verifies against the topic as it is (a writer that does not

@@ -12,13 +12,10 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-import pyarrow as pa
-
 from statesnap.checkpoint import CheckpointManifest
-from statesnap.checkpoint.restore import CheckpointSelector, SkippedCheckpoint
+from statesnap.checkpoint.restore import LoadedPartition, SkippedCheckpoint
 from statesnap.checkpoint.selection import TopicState
 from statesnap.errors import GenerationNotFoundError
 from statesnap.kafka.partitioner import PartitionerSpec
@@ -79,18 +76,6 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-class _LoadingSelector(CheckpointSelector):
-    """The selector, remembering which candidate it is loading: each partition's rows are
-    migrated from the state version that candidate's manifest records."""
-
-    loading: CheckpointManifest | None = None
-
-    def candidates(self, state: TopicState | None, now: datetime) -> Iterator[CheckpointManifest]:
-        for item in super().candidates(state, now):
-            self.loading = item
-            yield item
-
-
 def restore_into_store(
     task: OpenedTask,
     state: TopicState,
@@ -132,16 +117,15 @@ def restore_into_store(
                 f"no generation {options.generation} of table {task.table!r} in {repo.url} "
                 f"(generations there: {shown})"
             )
-    selector = task.selector(_LoadingSelector)
+    selector = task.selector()
     selector.key_indexes = store.kind == "columnar"  # only it reads them; others skip the download
     partitions = state.partitions
     before = len(store)
     loaded = [0]
     migrators: dict[int, RowMigrator | None] = {}
 
-    def migrator() -> RowMigrator | None:
-        manifest = selector.loading
-        if versions is None or manifest is None:
+    def migrator(manifest: CheckpointManifest) -> RowMigrator | None:
+        if versions is None:
             return None
         if manifest.generation not in migrators:
             migrators[manifest.generation] = versions.migrator(
@@ -149,13 +133,15 @@ def restore_into_store(
             )
         return migrators[manifest.generation]
 
-    def load(partition: int, rows: pa.Table) -> None:
-        step = migrator()
+    def load(part: LoadedPartition) -> None:
+        rows = part.rows
+        step = migrator(part.manifest)
         if step is not None:
-            rows = step.rows(partition, rows)
+            rows = step.rows(part.partition, rows)
         kept = rows if row_filter is None else row_filter.rows(rows)
         loaded[0] += kept.num_rows
-        store.load(partition, kept)
+        # The index names the checkpoint's rows by position: rows made anew get none.
+        store.load(part.partition, kept, part.index if kept is part.rows else None)
 
     def undo() -> None:  # a checkpoint failed mid-load: forget only what it loaded
         loaded[0] = 0

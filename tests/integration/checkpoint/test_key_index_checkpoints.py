@@ -21,7 +21,7 @@ from integration.cli_runner import ok, statesnap
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, PartitionUpdate, datafile
 from statesnap.checkpoint import repository as repository_module
-from statesnap.checkpoint.restore import CheckpointSelector
+from statesnap.checkpoint.restore import CheckpointSelector, LoadedPartition
 from statesnap.checkpoint.retention import RetentionPolicy, collect_garbage
 from statesnap.checkpoint.selection import TopicState
 from statesnap.snapshot.clone import clone_generation
@@ -78,7 +78,11 @@ def _restore(repo: CheckpointRepository, *, indexes: bool = True) -> tuple[Colum
 
     selector = CheckpointSelector(repo, name, require_checkpoint=True, key_indexes=indexes)
     state = TopicState(name, CLUSTER, (0, 1), {0: 0, 1: 0})
-    manifest = selector.restore(state, [0, 1], store.load, undo, datetime.now(UTC))
+
+    def load(part: LoadedPartition) -> None:
+        store.load(part.partition, part.rows, part.index)
+
+    manifest = selector.restore(state, [0, 1], load, undo, datetime.now(UTC))
     assert manifest is not None
     return store, selector
 

@@ -15,7 +15,7 @@ import pytest
 from statesnap.checkpoint import datafile
 from statesnap.errors import CorruptCheckpointError
 from statesnap.stores.columnar import ColumnarStore
-from statesnap.stores.keyindex import HashSeed, KeyIndex, attach, attached
+from statesnap.stores.keyindex import HashSeed, KeyIndex
 
 
 def _rows(n: int, prefix: bytes = b"key-") -> pa.Table:
@@ -41,7 +41,6 @@ def _with_index(table: pa.Table) -> tuple[pa.Table, KeyIndex]:
     index = KeyIndex.from_bytes(
         KeyIndex.of_keys(table.column("key"), HashSeed.fresh()).to_bytes(), rows=table.num_rows
     )
-    attach(table, index)
     return table, index
 
 
@@ -77,13 +76,6 @@ def test_a_damaged_file_is_refused_in_one_typed_line(damage: Callable[[bytes], b
         KeyIndex.from_bytes(data, rows=99)
 
 
-def test_attached_is_by_identity_and_goes_with_the_table() -> None:
-    table, index = _with_index(_rows(10))
-    assert attached(table) is index
-    assert attached(table.slice(0)) is None  # a table made anew (filtered, cast) has none
-    del table  # the entry goes with the table
-
-
 def _compare(with_index: ColumnarStore, without: ColumnarStore, keys: list[bytes]) -> None:
     assert len(with_index) == len(without)
     assert [with_index.get(k) for k in keys] == [without.get(k) for k in keys]
@@ -100,8 +92,8 @@ def test_a_store_restored_with_the_index_answers_as_one_that_built_it() -> None:
     assert rows.column("key").num_chunks > 1
     table, index = _with_index(rows)
     s, plain = ColumnarStore(), ColumnarStore()
-    s.load(3, table)
-    plain.load(3, rows.slice(0))
+    s.load(3, table, index)
+    plain.load(3, rows)
     rng = random.Random(5)
     keys = [b"key-%d" % rng.randrange(280_000) for _ in range(3000)] + [b"", b"zz"]
     _compare(s, plain, keys)
@@ -122,10 +114,9 @@ def test_an_index_that_does_not_fit_its_rows_is_ignored_and_built(caplog: pytest
     other = KeyIndex.from_bytes(
         KeyIndex.of_keys(_rows(2000, b"other-").column("key"), HashSeed.fresh()).to_bytes(), rows=2000
     )
-    attach(rows, other)
     s = ColumnarStore()
     with caplog.at_level(logging.WARNING):
-        s.load(0, rows)
+        s.load(0, rows, other)
     assert "does not fit its rows" in caplog.text
     assert not s._base.persisted
     assert s.get(b"key-7") == b"vkey-7"
@@ -137,8 +128,8 @@ def test_several_partitions_are_ready_at_once_then_probe_one_index() -> None:
     lookup (_MAX_PROBES): the store answers at once from both, builds one index over both in the
     background, and then probes that alone; answers are the same throughout."""
     s = ColumnarStore()
-    s.load(0, _with_index(_rows(1000, b"a-"))[0])
-    s.load(1, _with_index(_rows(1000, b"b-"))[0])
+    s.load(0, *_with_index(_rows(1000, b"a-")))
+    s.load(1, *_with_index(_rows(1000, b"b-")))
     s.load(2, _rows(10, b"c-"))  # small: no index, built at once
     keys = [b"a-5", b"b-5", b"c-5", b"d-5"]
     expected = [b"va-5", b"vb-5", b"vc-5", None]
