@@ -22,6 +22,8 @@ of the same run, with the load average.
 
     .venv/bin/python benchmarks/scale.py --keys 1000000                 # ~3 min
     .venv/bin/python benchmarks/scale.py --keys 1000000,10000000 --stores columnar --sources file
+    .venv/bin/python benchmarks/scale.py --keys 10000000 --stores columnar --sources file \
+        --delta-share 0.05 --baseline /tmp/before/src      # an incremental checkpoint, A/B
 
 Targets (issues 9 and 21, this 2-core machine): columnar ≤ 1.3x the floor at 10 M keys, memory
 ≤ 1.5x raw bytes, ≥ 500 k get/s at 10 M keys, ≥ 600 k records/s replay; RocksDB ≤ 2x the floor;
@@ -93,8 +95,20 @@ def partition_table(p: int, partitions: int, n: int) -> pa.Table:
     return table.sort_by("key")
 
 
-def write_checkpoint(url: str, options: dict[str, str], n: int, partitions: int) -> tuple[int, list[str]]:
-    """Write one checkpoint of *n* keys with statesnap's writer; raw bytes and data-file keys."""
+def delta_table(base: pa.Table, share: float) -> pa.Table:
+    """An incremental checkpoint's delta over *base*: new values for every 1/*share*-th key
+    (updates only, so the key count stays N), at offsets after the base's."""
+    rows = base.take(pa.array(np.arange(0, base.num_rows, max(1, round(1 / share)), dtype=np.int64)))
+    values = pc.binary_join_element_wise(pa.scalar(b"new:"), rows.column("value"), pa.scalar(b""))
+    offsets = pa.array(np.arange(base.num_rows, base.num_rows + rows.num_rows, dtype=np.int64))
+    return rows.set_column(1, "value", values).set_column(2, "offset", offsets)
+
+
+def write_checkpoint(
+    url: str, options: dict[str, str], n: int, partitions: int, delta_share: float = 0.0
+) -> tuple[int, list[str]]:
+    """Write a checkpoint of *n* keys with statesnap's writer, then (with *delta_share*) one more
+    whose partitions add a delta over those bases; raw bytes and the last one's data-file keys."""
     from statesnap.blob import open_blob_store
     from statesnap.checkpoint.repository import CheckpointRepository
     from statesnap.checkpoint.writer import PartitionUpdate
@@ -112,6 +126,15 @@ def write_checkpoint(url: str, options: dict[str, str], n: int, partitions: int)
         raw += sum(pc.sum(pc.binary_length(t.column(c))).as_py() for c in ("key", "value"))
         updates[p] = PartitionUpdate(p, t.num_rows, base=t)
     manifest = commit(repo, table=TABLE, topic=TABLE, cluster_id=CLUSTER, updates=updates)
+    if delta_share:
+        deltas = {}
+        for p, u in updates.items():
+            assert u.base is not None
+            d = delta_table(u.base, delta_share)
+            deltas[p] = PartitionUpdate(p, u.base.num_rows + d.num_rows, delta=d, keys=u.base.num_rows)
+        manifest = commit(
+            repo, table=TABLE, topic=TABLE, cluster_id=CLUSTER, updates=deltas, previous=manifest
+        )
     return raw, [repo.key(f.path) for f in manifest.files]
 
 
@@ -208,10 +231,13 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         store = open_state_store(args["what"], path=tmp, name="bench")
         started = time.perf_counter()
-        iter_indexed = getattr(repo, "iter_indexed", None)  # None in a baseline from before it
-        if iter_indexed is not None:  # bases' persisted key indexes too (issue 21), where read
-            for p, rows, index in iter_indexed(manifest, indexes=args["what"] in ("columnar", "auto")):
-                store.load(p, rows, index)
+        iter_decoded = getattr(repo, "iter_decoded", None)  # None in a baseline from before it
+        if iter_decoded is not None:  # bases' persisted key indexes too (issue 21), where read
+            for p, part in iter_decoded(manifest, indexes=args["what"] == "columnar"):
+                if part.changes is None:
+                    store.load(p, part.rows, part.index)
+                else:  # as the task restore does for the columnar store (its key_indexes)
+                    store.load_split(p, part.rows, part.index, part.changes)  # type: ignore[attr-defined]
         else:
             for p, rows in repo.iter_partitions(manifest):
                 store.load(p, rows)
@@ -279,6 +305,13 @@ def main() -> None:
         help="also measure each store from this source tree (e.g. a copy of src/ before a change), "
         "in the same run, labelled <store>@baseline",
     )
+    ap.add_argument(
+        "--delta-share",
+        type=float,
+        default=0.0,
+        help="restore an incremental checkpoint: each base plus a delta updating this share of its "
+        "keys (e.g. 0.05); the floor reads those files too",
+    )
     ap.add_argument("--json", action="store_true", help="also print the rows as JSON lines")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -306,7 +339,7 @@ def main() -> None:
                 for source in dict.fromkeys(["file", *sources]):  # the floor reads the local files
                     url, options = locations[source]
                     t = time.perf_counter()
-                    raw, keys = write_checkpoint(url, options, n, args.partitions)
+                    raw, keys = write_checkpoint(url, options, n, args.partitions, args.delta_share)
                     print(
                         f"# {n:,} keys: checkpoint written to {source} in {time.perf_counter() - t:.1f}s",
                         file=sys.stderr,

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc_compute
 
 from statesnap.blob import BlobStore
 from statesnap.checkpoint import datafile, layout
@@ -31,6 +30,7 @@ from statesnap.checkpoint.manifest import (
     canonical_checksum,
     index_path,
 )
+from statesnap.checkpoint.partition_files import DecodedPartition, checked_merge, split_or_merge, splittable
 from statesnap.errors import (
     BlobExistsError,
     BlobNotFoundError,
@@ -192,29 +192,23 @@ class CheckpointRepository:
         partition: int,
         downloads: list[Future[bytes]],
         index: Future[bytes] | None = None,
-    ) -> tuple[pa.Table, KeyIndex | None]:
+    ) -> DecodedPartition:
         """:meth:`load_partition` for files whose downloads are under way (one future per file),
-        with the base's persisted key index when *index* (its download) is given and verifies
-        (see :meth:`read_index`)."""
+        split over the base's persisted key index when *index* (its download) is given and
+        verifies (see :func:`~statesnap.checkpoint.partition_files.split_or_merge`)."""
         pc = manifest.partitions[partition]
         pairs = zip(pc.files, downloads, strict=True)
-        table = checked_merge(pc, [self.decode_file(f, d.result()) for f, d in pairs], source=self.url)
-        return table, None if index is None else self.read_index(pc, index, table)
+        tables = [self.decode_file(f, d.result()) for f, d in pairs]
+        found = None if index is None else self.read_index(pc, index)
+        return split_or_merge(manifest, partition, tables, found, source=self.url)
 
-    @staticmethod
-    def indexed_base(pc: PartitionCheckpoint) -> DataFile | None:
-        """The partition's index entry when a restore can use it: its base alone is the partition
-        (the index names rows by position; rows merged with deltas are not at those positions)."""
-        files = pc.files
-        return files[0].index if len(files) == 1 and files[0].kind is FileKind.BASE else None
-
-    def read_index(self, pc: PartitionCheckpoint, download: Future[bytes], rows: pa.Table) -> KeyIndex | None:
-        """The partition's persisted key index for its verified *rows*, or None (the store then
-        builds it). A missing or damaged index is logged and ignored, not a reason to skip the
-        checkpoint: it is derived from the base, which verified, so the state is whole without it;
-        and a GC of a statesnap before indexes (which sees it as an unreferenced file) may have
-        deleted it. ``checkpoints verify`` reports it as damage all the same."""
-        f = self.indexed_base(pc)
+    def read_index(self, pc: PartitionCheckpoint, download: Future[bytes]) -> KeyIndex | None:
+        """The persisted key index of the partition's base, or None (the store then builds
+        one). A missing or damaged index is logged and ignored, not a reason to skip the
+        checkpoint: it is derived from the base, which verifies on its own, so the state is whole
+        without it; and a GC of a statesnap before indexes (which sees it as an unreferenced file)
+        may have deleted it. ``checkpoints verify`` reports it as damage all the same."""
+        f = pc.files[0].index
         if f is None:
             return None
         where = f"{self.url}/{f.path}"
@@ -226,7 +220,7 @@ class CheckpointRepository:
                 )
             if hashlib.sha256(data).hexdigest() != f.sha256:
                 raise CorruptCheckpointError(f"{where}: checksum mismatch")
-            return KeyIndex.from_bytes(data, rows=rows.num_rows, source=where)
+            return KeyIndex.from_bytes(data, rows=pc.files[0].rows, source=where)
         except (BlobNotFoundError, CorruptCheckpointError) as e:
             log.warning("key index ignored, the store builds it: %s", e)
             return None
@@ -234,23 +228,24 @@ class CheckpointRepository:
     def iter_partitions(
         self, manifest: CheckpointManifest, partitions: list[int] | None = None
     ) -> Iterator[tuple[int, pa.Table]]:
-        """Load partitions, yielding ``(partition, rows)`` in order (see :meth:`iter_indexed`)."""
-        for p, rows, _index in self.iter_indexed(manifest, partitions, indexes=False):
-            yield p, rows
+        """Load partitions merged, yielding ``(partition, rows)`` in order (see :meth:`iter_decoded`)."""
+        for p, decoded in self.iter_decoded(manifest, partitions, indexes=False):
+            yield p, decoded.merged()
 
-    def iter_indexed(
+    def iter_decoded(
         self, manifest: CheckpointManifest, partitions: list[int] | None = None, *, indexes: bool = True
-    ) -> Iterator[tuple[int, pa.Table, KeyIndex | None]]:
-        """Load partitions, yielding ``(partition, rows, key index)`` in order. Two windows ahead
-        of the caller: downloads of the next :data:`IO_THREADS` partitions (S3 latency hides
-        behind them; compressed bytes are small) and decodes of the next :data:`READ_AHEAD`
-        (CPU-bound; a decoded partition is held until taken). A restore into a store that does not
-        keep the decoded tables (RocksDB) so holds a few partitions at a time, not the whole table
-        (issue 9: bounded memory). *indexes*: also download each base's persisted key index where
-        a store can use it (see :meth:`indexed_base`); the index is None otherwise."""
+    ) -> Iterator[tuple[int, DecodedPartition]]:
+        """Load partitions, yielding each decoded and verified, in order. Two windows ahead of
+        the caller: downloads of the next :data:`IO_THREADS` partitions (S3 latency hides behind
+        them; compressed bytes are small) and decodes of the next :data:`READ_AHEAD` (CPU-bound;
+        a decoded partition is held until taken). A restore into a store that does not keep the
+        decoded tables (RocksDB) so holds a few partitions at a time, not the whole table (issue
+        9: bounded memory). *indexes*: for a store that reads bases' persisted key indexes, also
+        download them and hand partitions over split where that pays (see
+        :func:`~statesnap.checkpoint.partition_files.splittable`); merged otherwise."""
         wanted = iter(sorted(manifest.partitions) if partitions is None else partitions)
         fetching: deque[tuple[int, list[Future[bytes]], Future[bytes] | None]] = deque()
-        decoding: deque[tuple[int, Future[tuple[pa.Table, KeyIndex | None]]]] = deque()
+        decoding: deque[tuple[int, Future[DecodedPartition]]] = deque()
         with (
             ThreadPoolExecutor(IO_THREADS, thread_name_prefix="statesnap-fetch") as fetch_pool,
             ThreadPoolExecutor(READ_AHEAD, thread_name_prefix="statesnap-load") as decode_pool,
@@ -260,7 +255,7 @@ class CheckpointRepository:
                 p = next(wanted, None)
                 if p is not None:
                     pc = manifest.partitions[p]
-                    index = self.indexed_base(pc) if indexes else None
+                    index = pc.files[0].index if indexes and splittable(pc) else None
                     fetching.append(
                         (
                             p,
@@ -285,7 +280,7 @@ class CheckpointRepository:
                 while decoding:
                     p, decoded = decoding.popleft()
                     decode_next()  # keep both windows full while the caller takes this one
-                    yield (p, *decoded.result())
+                    yield p, decoded.result()
             finally:
                 for _, decoded in decoding:
                     decoded.cancel()
@@ -487,46 +482,6 @@ class CheckpointRepository:
             manifest.total_rows,
             manifest.total_bytes,
         )
-
-
-def checked_merge(pc: PartitionCheckpoint, tables: list[pa.Table], *, source: str) -> pa.Table:
-    """Merge a partition's decoded files, refusing files that do not add up to the manifest.
-
-    Every file's checksum may match and the manifest still be wrong (edited by hand, or by a
-    writer's bug): each file must hold the rows the manifest says; every row's offset lies below
-    the partition's next offset; a delta holds only records newer than the base's (a base covers
-    everything below a checkpoint's offsets, a delta what came after; deltas may overlap each
-    other when a partition was restored and replayed between two checkpoints); and the merged
-    table has the keys the manifest claims.
-    """
-    base_newest = -1
-    for f, table in zip(pc.files, tables, strict=True):
-        where = f"{source}/{f.path}"
-        if table.num_rows != f.rows:
-            raise CorruptCheckpointError(f"{where}: {table.num_rows} rows, the manifest says {f.rows}")
-        if not table.num_rows:
-            continue
-        bounds = pc_compute.min_max(table.column("offset"))
-        low, high = bounds["min"].as_py(), bounds["max"].as_py()
-        if low is None or high is None:
-            continue
-        end = pc.next_offset if f.next_offset is None else f.next_offset
-        if high >= end:
-            raise CorruptCheckpointError(f"{where}: holds offset {high}, at or past the next offset {end}")
-        if f.kind is FileKind.BASE:
-            base_newest = high
-        elif low <= base_newest:
-            raise CorruptCheckpointError(
-                f"{where}: delta holds offset {low}, not newer than its base's {base_newest} "
-                "(files out of order or from another partition)"
-            )
-    merged = datafile.merge(tables)
-    if pc.keys is not None and merged.num_rows != pc.keys:
-        raise CorruptCheckpointError(
-            f"{source}: partition {pc.partition} merges to {merged.num_rows} keys, the manifest says "
-            f"{pc.keys} (a file missing from the manifest?)"
-        )
-    return merged
 
 
 @dataclass(frozen=True, slots=True)

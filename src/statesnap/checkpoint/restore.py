@@ -19,9 +19,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-import pyarrow as pa
-
 from statesnap.checkpoint.manifest import CheckpointManifest
+from statesnap.checkpoint.partition_files import DecodedPartition
 from statesnap.checkpoint.repository import CheckpointRepository
 from statesnap.checkpoint.selection import (
     TopicState,
@@ -32,9 +31,8 @@ from statesnap.checkpoint.selection import (
     unusable_reason,
 )
 from statesnap.errors import BlobNotFoundError, CorruptCheckpointError, NoUsableCheckpointError
-from statesnap.stores.keyindex import KeyIndex
 
-__all__ = ["RESTORE_ATTEMPTS", "CheckpointSelector", "LoadedPartition", "SkippedCheckpoint"]
+__all__ = ["RESTORE_ATTEMPTS", "CheckpointSelector", "SkippedCheckpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -46,18 +44,6 @@ RESTORE_ATTEMPTS = 5
 class SkippedCheckpoint:
     generation: int
     reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class LoadedPartition:
-    """One partition of the checkpoint a restore loads, verified, as its files hold it."""
-
-    manifest: CheckpointManifest
-    partition: int
-    rows: pa.Table
-    #: The base's persisted key index (it names *rows* by position), or None: the store builds
-    #: its own. Rows made anew from *rows* (filtered, migrated) must not be given it.
-    index: KeyIndex | None = None
 
 
 class _VanishedError(Exception):
@@ -77,9 +63,10 @@ class CheckpointSelector:
     generation: int | None = None
     require_checkpoint: bool = False
     skipped: list[SkippedCheckpoint] = field(default_factory=list)
-    #: Download bases' persisted key indexes with their files (a columnar store reads them
-    #: instead of building its index; other stores ignore them, so their restore may say False).
-    key_indexes: bool = True
+    #: Download bases' persisted key indexes with their files and hand partitions over split
+    #: (base, index, changes) where that pays: for a store that reads them (the columnar store);
+    #: every other one gets each partition merged.
+    key_indexes: bool = False
 
     def candidates(self, state: TopicState | None, now: datetime) -> Iterator[CheckpointManifest]:
         """Manifests newest first that parse, belong to this table and may be continued; every
@@ -136,20 +123,21 @@ class CheckpointSelector:
         self,
         state: TopicState,
         partitions: Sequence[int],
-        load: Callable[[LoadedPartition], None],
+        load: Callable[[DecodedPartition], None],
         clear: Callable[[], None],
         now: datetime,
     ) -> CheckpointManifest | None:
         """Load the chosen checkpoint's *partitions* through *load* (each with the checkpoint it
-        belongs to: a store's migrations depend on its state version); None means replay everything.
+        belongs to: a store's migrations depend on its state version; split over its base's key
+        index where :attr:`key_indexes` asks for that); None means replay everything.
 
         *clear* undoes a partial load before the next candidate is tried.
         """
 
         def fill(item: CheckpointManifest) -> None:
             wanted = [p for p in partitions if p in item.partitions]
-            for p, rows, index in self.repo.iter_indexed(item, wanted, indexes=self.key_indexes):
-                load(LoadedPartition(item, p, rows, index))
+            for _p, decoded in self.repo.iter_decoded(item, wanted, indexes=self.key_indexes):
+                load(decoded)
 
         for _attempt in range(RESTORE_ATTEMPTS):
             try:

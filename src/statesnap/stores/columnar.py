@@ -22,8 +22,11 @@ import bisect
 import heapq
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
+from typing import cast
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from statesnap.checkpoint import datafile
 from statesnap.stores.base import (
@@ -35,6 +38,7 @@ from statesnap.stores.base import (
     Record,
     blob_origin,
     decode_changes,
+    encode_rows,
 )
 from statesnap.stores.columnar_base import BATCH, Base, PartitionKeys, merge
 from statesnap.stores.keyindex import KeyIndex
@@ -279,6 +283,31 @@ class ColumnarStore:
         )
         self._version += 1
 
+    def load_split(self, partition: int, rows: pa.Table, index: KeyIndex | None, changes: pa.Table) -> int:
+        """Restore a partition handed over split (see :mod:`statesnap.checkpoint.partition_files`):
+        *rows* become its base with their persisted *index*, and *changes* (the deltas' newest
+        row per key, tombstones as null values) go to the overlay, as a replay of them would, but
+        not to the change set (the checkpoint holds them). Returns the partition's key count, for
+        the restore to check against its manifest: one batched base lookup of the changed keys."""
+        self.load(partition, rows, index)
+        if not changes.num_rows:
+            return int(rows.num_rows)
+        keys = changes.column("key").to_pylist()
+        blobs = _overlay_blobs(partition, changes)
+        live = np.asarray(changes.column("value").is_valid())
+        in_base = np.asarray(self._base.find_many(keys), dtype=np.int64) >= 0
+        count = int(rows.num_rows) + int((live & ~in_base).sum()) - int((~live & in_base).sum())
+        over = self._over
+        with self._changes.lock:
+            before, settled = len(over), self._settled == len(over)
+            over.update(zip(keys, blobs, strict=True))
+            if settled and len(over) == before + len(keys):  # all new: their base lookup is done
+                self._settled = len(over)
+                self._shadowed += int(in_base.sum())
+            self._version += 1
+        self._over_sorted = None
+        return count
+
     # --- checkpoints ---------------------------------------------------------------------------
 
     def export(self) -> dict[int, pa.Table]:
@@ -368,3 +397,14 @@ class ColumnarStore:
     def nbytes(self) -> int:
         """Bytes held by the base (Arrow buffers and index); the overlay is not counted."""
         return self._base.nbytes
+
+
+def _overlay_blobs(partition: int, rows: pa.Table) -> list[bytes]:
+    """Overlay blobs of data-file rows, column-wise: header + value, or a tombstone's header (of
+    ``~partition``, as :meth:`ColumnarStore.apply` writes it) where the value is null."""
+    values = rows.column("value")
+    blobs = encode_rows(partition, rows)
+    if values.null_count:
+        emptied = rows.set_column(rows.schema.get_field_index("value"), "value", pc.fill_null(values, b""))
+        blobs = pc.if_else(pc.is_valid(values.combine_chunks()), blobs, encode_rows(~partition, emptied))
+    return cast(list[bytes], blobs.to_pylist())

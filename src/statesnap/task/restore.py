@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from statesnap.checkpoint import CheckpointManifest
-from statesnap.checkpoint.restore import LoadedPartition, SkippedCheckpoint
+from statesnap.checkpoint.partition_files import DecodedPartition
+from statesnap.checkpoint.restore import SkippedCheckpoint
 from statesnap.checkpoint.selection import TopicState
 from statesnap.errors import GenerationNotFoundError
 from statesnap.kafka.partitioner import PartitionerSpec
 from statesnap.stores import StateStore
+from statesnap.stores.columnar import ColumnarStore
 from statesnap.task.migration import RowMigrator, StateVersion
 from statesnap.task.opening import OpenedTask
 from statesnap.task.rowfilter import RowFilter
@@ -133,9 +135,15 @@ def restore_into_store(
             )
         return migrators[manifest.generation]
 
-    def load(part: LoadedPartition) -> None:
-        rows = part.rows
+    def load(part: DecodedPartition) -> None:
         step = migrator(part.manifest)
+        if part.changes is not None and step is None and row_filter is None:
+            assert isinstance(store, ColumnarStore)  # the one store key_indexes is asked for
+            keys = store.load_split(part.partition, part.rows, part.index, part.changes)
+            part.check_keys(keys)
+            loaded[0] += keys
+            return
+        rows = part.merged()
         if step is not None:
             rows = step.rows(part.partition, rows)
         kept = rows if row_filter is None else row_filter.rows(rows)
