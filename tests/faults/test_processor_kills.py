@@ -21,7 +21,8 @@ On file:// and on S3 (the session moto server); the RocksDB and columnar local s
 variants. A second test runs two members of one consumer group and kills them in turn (a
 survivor gains the dead member's partitions from their checkpoint); a third kills the windowed
 processor (windows closing, late records, expiry at retention, a punctuator). The default run
-kills three times per test; long mode (``STATESNAP_FAULTS=long``) more.
+kills twice per processor (once mid-processing, once between a checkpoint's files and its
+manifest); long mode (``STATESNAP_FAULTS=long``) more.
 """
 
 from __future__ import annotations
@@ -445,7 +446,7 @@ def test_sigkill_processor_restores_its_stores_and_outputs(
     """Apache Kafka (the session's broker: transactions hidden from ``read_committed`` readers
     when aborted, which exactly-once needs), both blob stores; the output mode as parametrized."""
     extra, judge_outputs = OUTPUT_MODES[output_mode]
-    rounds = 8 if long_mode else 3
+    rounds = 8 if long_mode else 2  # a kill mid-processing, then one between files and manifest
     topic = new_topic(PARTITIONS, "pay")
     output = new_topic(PARTITIONS, "balances-out")
     scratch = new_topic(PARTITIONS, "balances-replay")

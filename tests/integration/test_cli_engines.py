@@ -293,7 +293,13 @@ def test_snapshot_create_waits_for_following_writers(
                 assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.monotonic() < deadline, "the writers never registered the table"
             time.sleep(0.5)
-        time.sleep(8)  # restores done, first micro-batches run
+        if engine == "spark":  # the first micro-batch journaled: the session runs
+            while not list(tmp_path.glob("ckpt/*/_spark/*/*.json")):
+                assert procs[0].poll() is None, procs[0].communicate()[1][-3000:]
+                assert time.monotonic() < deadline, "the Spark materializer never journaled a batch"
+                time.sleep(0.2)
+        else:
+            time.sleep(8)  # restores done, first commits made
         for _ in range(2):  # idle the second time: nothing new since the first snapshot
             started = time.monotonic()
             created = statesnap(

@@ -1,7 +1,7 @@
 """``statesnap snapshot diff`` of a processor's generations, run as a user runs it (fresh processes
 of the venv's interpreter): counted store by store against an independent recomputation from the
-input topic, never counting the processor's own ``_statesnap`` rows, ``--store`` for one store, and
-the Spark engine answering the same JSON as the Python one.
+input topic, never counting the processor's own ``_statesnap`` rows, and ``--store`` for one store.
+The Spark engine's answer for a processor: tests/integration/spark/test_snapshot_diff_spark.py.
 
 Proven on Apache Kafka (the suite's broker) and on Tansu (the dev broker): nothing here depends on broker
 behaviour beyond ordered partitions and partition EOF; the diff itself reads only the checkpoint store (a
@@ -10,7 +10,6 @@ filesystem).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ import pytest
 from integration.cli_runner import ok, statesnap
 from integration.conftest import KafkaTool
 from integration.processor.test_store_readback import recompute, write_history
-from statesnap.materialize import spark_available
 
 pytestmark = pytest.mark.integration
 
@@ -78,19 +76,3 @@ def test_processor_diff_counts_each_store_and_never_its_bookkeeping(
     last = refused.stderr.strip().splitlines()[-1]
     assert last.startswith("Error: ConfigError: processor 'tally' has no store 'nope'"), last
     assert "balances, per_minute" in last
-
-
-@pytest.mark.spark
-def test_spark_diff_of_a_processor_answers_the_same_json(
-    kafka: KafkaTool, topic_name: str, tmp_path: Path
-) -> None:
-    """One system, two engines: ``--engine spark`` gives the Python engine's JSON, key for key
-    (per-store counts, examples, totals)."""
-    if not spark_available():
-        pytest.skip("Spark needs pyspark and Java")
-    url = str(tmp_path / "ckpt")
-    write_history(kafka, topic_name, url, (200, 100))
-    python = diff(url)
-    spark = diff(url, "--engine", "spark")
-    assert spark == python, json.dumps({"python": python, "spark": spark})[:3000]
-    assert python["changed"] > 0

@@ -190,6 +190,10 @@ def _apps(cluster: StandaloneCluster) -> list[dict[str, Any]]:
     return apps
 
 
+# Long (suite budget: a master and two workers take ~35 s to start and run): by default Spark runs
+# local[*], spark-submit is proven from a venv by test_first_job.py, executors' S3 options by
+# tests/unit/test_s3_for_executors.py.
+@pytest.mark.long
 def test_spark_submit_runs_the_pipeline_on_the_cluster(
     spark_cluster: StandaloneCluster, kafka: Any, topic_name: str, s3_location: Any, tmp_path: Path
 ) -> None:
