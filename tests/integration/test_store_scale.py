@@ -138,6 +138,7 @@ def test_a_restore_reads_a_bounded_number_of_partitions_ahead(
 
     from statesnap.blob import open_blob_store
     from statesnap.checkpoint import repository as repository_module
+    from statesnap.checkpoint.partition_files import DecodedPartition
     from statesnap.checkpoint.repository import CheckpointRepository
     from statesnap.checkpoint.writer import PartitionUpdate
     from statesnap.task.write import write_checkpoint
@@ -161,7 +162,7 @@ def test_a_restore_reads_a_bounded_number_of_partitions_ahead(
     lock = threading.Lock()
     decode = repo.decode_partition
 
-    def slow_decode(m: Any, p: int, downloads: Any, index: Any) -> tuple[pa.Table, Any]:
+    def slow_decode(m: Any, p: int, downloads: Any, index: Any) -> DecodedPartition:
         with lock:
             started.append(p)
         time.sleep(0.05)  # decodes take a while: an unbounded reader would start them all at once
