@@ -52,3 +52,30 @@ else
     echo "setup: Apache Kafka ${kafka_version} not fetched — its tests will be skipped: ${reason}" >&2
   fi
 fi
+
+# Spark's own Kafka source (spark-sql-kafka-0-10), for the tests that compare format("kafka") with
+# format("statesnap-kafka") row for row and for benchmarks/kafka_sources.py: resolved once into
+# benchmarks/peers/spark-kafka/target/lib (staged, then moved in place). Soft, as above.
+connector_pom=benchmarks/peers/spark-kafka
+connector_lib="$connector_pom/target/lib"
+if ls "$connector_lib"/spark-sql-kafka-0-10_2.13-*.jar >/dev/null 2>&1; then
+  echo "setup: Spark's Kafka connector already in $connector_lib" >&2
+elif ! command -v mvn >/dev/null 2>&1; then
+  echo "setup: mvn not found — the comparisons with Spark's own Kafka source will be skipped" >&2
+else
+  started=$SECONDS
+  mkdir -p "$connector_pom/target"
+  staging="$(cd "$connector_pom/target" && mktemp -d "$PWD/staging.XXXXXX")"
+  if (cd "$connector_pom" && mvn -q -B -Dstyle.color=never dependency:copy-dependencies \
+        -DincludeScope=runtime -DoutputDirectory="$staging/lib" >"$staging/mvn.log" 2>&1) \
+     && ls "$staging"/lib/spark-sql-kafka-0-10_2.13-*.jar >/dev/null 2>&1; then
+    rm -rf "$connector_lib" && mv "$staging/lib" "$connector_lib"
+    rm -rf "$staging"
+    echo "setup: Spark's Kafka connector in $connector_lib ($((SECONDS - started))s)" >&2
+  else
+    reason="$(grep -m1 -E 'ERROR|Could not' "$staging/mvn.log" 2>/dev/null | sed 's/\x1b\[[0-9;]*m//g' \
+              || echo 'no spark-sql-kafka jar resolved')"
+    rm -rf "$staging"
+    echo "setup: Spark's Kafka connector not fetched — its comparisons will be skipped: ${reason}" >&2
+  fi
+fi

@@ -19,7 +19,7 @@ from statesnap.cli.options import (
 )
 from statesnap.cli.output import Output
 from statesnap.durations import parse_duration
-from statesnap.errors import CheckpointError, CorruptCheckpointError, EngineOptionError, TableNotFoundError
+from statesnap.errors import CheckpointError, CorruptCheckpointError, TableNotFoundError
 from statesnap.snapshot.api import SnapshotApi
 from statesnap.snapshot.audit import verify_table_metadata
 
@@ -283,7 +283,9 @@ def gc(
     type=click.Choice(["python", "spark"]),
     default="python",
     show_default=True,
-    help="Only python (the migrated table is held in memory until written).",
+    help="python holds the migrated table in memory until it is written; spark migrates and writes "
+    "each partition in a task of its own (STATESNAP_SPARK_MASTER, default local[*]), for tables "
+    "larger than memory.",
 )
 @click.option(
     "--dry-run", is_flag=True, help="Print counts (kept, changed, dropped) and a sample; write nothing."
@@ -311,25 +313,33 @@ def migrate(
     state version, so code of that version restores it without migrating. A key the migration
     moves out of its partition is refused, as is a --from-version the checkpoint does not hold.
     """
-    if engine == "spark":
-        raise EngineOptionError(
-            "checkpoints migrate runs on the python engine only; for a table too large for memory, "
-            "register the migration with the table's code instead (it runs while restoring)"
-        )
     from statesnap.task.offline_migration import load_migration, migrate_checkpoint
 
-    result = migrate_checkpoint(
-        url,
-        table,
-        load_migration(function),
-        from_version=from_version,
-        to_version=to_version,
-        generation=generation,
-        dry_run=dry_run,
-        storage_options=pairs_to_dict(storage_pairs, "--storage-option"),
-        partitioner="consistent_random" if partitioner == "consistent_random" else "murmur2_random",
-        **snapshot_store_args(),
-    )
+    migration = load_migration(function)
+    spark = None
+    if engine == "spark":
+        from statesnap.cli.spark_engine import spark_session
+        from statesnap.spark.migration import ship_by_value
+
+        spark = spark_session()
+        ship_by_value(function.partition(":")[0])
+    try:
+        result = migrate_checkpoint(
+            url,
+            table,
+            migration,
+            from_version=from_version,
+            to_version=to_version,
+            generation=generation,
+            dry_run=dry_run,
+            storage_options=pairs_to_dict(storage_pairs, "--storage-option"),
+            partitioner="consistent_random" if partitioner == "consistent_random" else "murmur2_random",
+            spark=spark,
+            **snapshot_store_args(),
+        )
+    finally:
+        if spark is not None:
+            spark.stop()
     if as_json or not dry_run:
         Output(as_json).result(result)
         return

@@ -149,6 +149,11 @@ class Participant:
             "restart the writer to continue from the newest checkpoint left"
         )
 
+    def fail(self, generation: int, reason: str) -> None:
+        """This task cannot report to *generation*: the snapshot fails at once (a later ``begin``
+        starts a new one) instead of waiting for the report until it is stale."""
+        self.orchestrator.fail(generation, self.task_id, reason)
+
     def submit(
         self,
         generation: int,

@@ -10,8 +10,10 @@ generation (a rollback point GC never deletes) and commit the migrated rows as a
 numbered like any other (above the high-water mark), every partition a new base file, the manifest
 recording the new state version. A table then restored by code of that version loads it as it is.
 
-Python only: the migrated partitions are held in memory until they are written (a table that does
-not fit is migrated lazily, while restoring, instead).
+Two engines, one plan and one commit: in Python the migrated partitions are held in memory until
+they are written; with a SparkSession (``spark=``, ``--engine spark``) every partition is read,
+migrated and written by a Spark task of its own (:mod:`statesnap.spark.migration`), so a table
+larger than one process's memory migrates too, and the driver holds only counts and samples.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from statesnap.blob import BlobStore, open_blob_store
-from statesnap.checkpoint.manifest import UNVERSIONED, CheckpointManifest
+from statesnap.checkpoint.manifest import UNVERSIONED, CheckpointManifest, PartitionCheckpoint
 from statesnap.checkpoint.repository import CheckpointRepository, locate_table
 from statesnap.checkpoint.restore import CheckpointSelector
 from statesnap.checkpoint.writer import PartitionUpdate
@@ -40,7 +42,7 @@ from statesnap.kafka.config import KafkaSettings
 from statesnap.kafka.partitioner import PartitionerSpec, resolve_partitioner
 from statesnap.snapshot.api import SnapshotApi
 from statesnap.task.migration import Migration, MigrationCounts, RowMigrator, StateVersion
-from statesnap.task.write import write_checkpoint
+from statesnap.task.write import WriteFiles, write_checkpoint
 
 __all__ = ["OfflineMigration", "load_migration", "migrate_checkpoint"]
 
@@ -119,6 +121,7 @@ def migrate_checkpoint(
     snapshot_store: str | None = None,
     kafka: KafkaSettings | None = None,
     sample: int = SAMPLE_ROWS,
+    spark: Any | None = None,
 ) -> OfflineMigration:
     """Migrate *generation* (default: the newest that verifies) of *table* into a new generation.
 
@@ -167,21 +170,43 @@ def migrate_checkpoint(
     migrator = RowMigrator(
         table, found, target, steps, resolve_partitioner(partitioner), partitions, sample_size=sample
     )
-    updates: dict[int, PartitionUpdate] = {}
-    for p, rows in repo.iter_partitions(source):
-        migrated = migrator.rows(p, rows)
-        updates[p] = PartitionUpdate(p, source.partitions[p].position, base=migrated)
-    result = OfflineMigration(
-        table, repo.url, source.generation, found, target, migrator.counts, dry_run,
-        samples=tuple(migrator.samples),
-    )  # fmt: skip
+
+    def pin_source() -> None:  # before the new generation commits: GC may not take the source
+        api = SnapshotApi.for_repo(repo, table, snapshot_store=snapshot_store, kafka=kafka)
+        try:
+            api.pin(source.generation)
+        finally:
+            api.close()
+
+    updates: dict[int, PartitionUpdate] | WriteFiles
+    if spark is None:
+        updates = {}
+        for p, rows in repo.iter_partitions(source):
+            migrated = migrator.rows(p, rows)
+            updates[p] = PartitionUpdate(p, source.partitions[p].position, base=migrated)
+        counts, samples = migrator.counts, migrator.samples
+        if not dry_run:
+            pin_source()
+    else:
+        from statesnap.spark.migration import migrate_on_spark
+
+        # A dry run's tasks migrate without writing. A real run's count and write in one pass once
+        # the snapshot has begun (the files go into its generation): a refusal found by a task
+        # then fails that snapshot (its files are orphans GC removes) and pins nothing.
+        on_spark = migrate_on_spark(spark, repo, source, migrator, None) if dry_run else None
+        counts, samples = (
+            (on_spark.counts, on_spark.samples) if on_spark is not None else (migrator.counts, [])
+        )
+
+        def updates(generation: int) -> dict[int, PartitionCheckpoint]:
+            done = migrate_on_spark(spark, repo, source, migrator, generation)
+            counts.add(done.counts)
+            samples.extend(done.samples)
+            pin_source()
+            return done.partitions
+
     if dry_run:
-        return _finished(result, None, started)
-    api = SnapshotApi.for_repo(repo, table, snapshot_store=snapshot_store, kafka=kafka)
-    try:
-        api.pin(source.generation)
-    finally:
-        api.close()
+        return _finished(_result(repo, table, source, found, target, counts, samples, True), None, started)
     manifest = write_checkpoint(
         repo,
         table=table,
@@ -189,6 +214,7 @@ def migrate_checkpoint(
         cluster_id=source.cluster_id,
         updates=updates,
         previous=source,
+        engine="python" if spark is None else "spark",
         extra={
             "state_versions": {table: target},
             "migrated_from": {"generation": source.generation, "state_version": found},
@@ -198,7 +224,22 @@ def migrate_checkpoint(
         kafka=kafka,
     )
     log.info("%s: generation %d migrated into %d", repo.url, source.generation, manifest.generation)
-    return _finished(result, manifest, started)
+    return _finished(_result(repo, table, source, found, target, counts, samples, False), manifest, started)
+
+
+def _result(
+    repo: CheckpointRepository,
+    table: str,
+    source: CheckpointManifest,
+    found: int,
+    target: int,
+    counts: MigrationCounts,
+    samples: list[tuple[int, bytes, bytes, bytes | None, bytes | None]],
+    dry_run: bool,
+) -> OfflineMigration:
+    return OfflineMigration(
+        table, repo.url, source.generation, found, target, counts, dry_run, samples=tuple(samples)
+    )
 
 
 def _finished(

@@ -7,11 +7,12 @@ which commits the manifest and the snapshot record.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
-from statesnap.checkpoint.manifest import CheckpointManifest
+from statesnap.checkpoint.manifest import CheckpointManifest, PartitionCheckpoint
 from statesnap.checkpoint.repository import CheckpointRepository
 from statesnap.checkpoint.retention import RetentionPolicy
 from statesnap.checkpoint.writer import PartitionUpdate
@@ -21,7 +22,11 @@ from statesnap.snapshot.participant import Participant
 from statesnap.task.opening import TaskEngine, join_snapshots
 from statesnap.task.options import SnapshotOptions
 
-__all__ = ["write_checkpoint"]
+__all__ = ["WriteFiles", "write_checkpoint"]
+
+#: Writes a generation's data files itself (a Spark job: the rows never reach this process) and
+#: returns every partition's entry; called with the generation once the snapshot has begun.
+WriteFiles = Callable[[int], Mapping[int, PartitionCheckpoint]]
 
 
 def write_checkpoint(
@@ -30,7 +35,7 @@ def write_checkpoint(
     table: str,
     topic: str,
     cluster_id: str,
-    updates: Mapping[int, PartitionUpdate],
+    updates: Mapping[int, PartitionUpdate] | WriteFiles,
     previous: CheckpointManifest | None = None,
     engine: str = "python",
     extra: Mapping[str, Any] | None = None,
@@ -40,9 +45,11 @@ def write_checkpoint(
 ) -> CheckpointManifest:
     """Commit *updates* (every partition of the table) as one snapshot; returns its manifest.
 
-    Partitions without a new ``base``/``delta`` reference *previous*'s files again.
+    Partitions without a new ``base``/``delta`` reference *previous*'s files again. *updates* may
+    instead be a :data:`WriteFiles` that writes the files itself (every partition of *previous*).
     """
-    partitions = tuple(sorted(set(updates) | set(previous.partitions if previous is not None else ())))
+    named = set(updates) if isinstance(updates, Mapping) else set()
+    partitions = tuple(sorted(named | set(previous.partitions if previous is not None else ())))
     task = join_snapshots(
         Participant,
         repo,
@@ -61,7 +68,16 @@ def write_checkpoint(
     api = task.api
     try:
         snap = task.begin()
-        files = task.write(snap.generation, updates)
+        try:
+            files = (
+                task.write(snap.generation, updates)
+                if isinstance(updates, Mapping)
+                else dict(updates(snap.generation))
+            )
+        except Exception as e:  # the snapshot would wait for this report until it went stale
+            with contextlib.suppress(Exception):  # the error to report is the one that happened
+                task.fail(snap.generation, f"{type(e).__name__}: {e}")
+            raise
         offsets = {p: pc.next_offset for p, pc in files.items()}
         manifest = task.submit(snap.generation, files, offsets, extra)
     finally:
