@@ -201,3 +201,18 @@ def kafka(kafka_broker: EmbeddedBroker | ApacheKafkaBroker) -> Iterator[KafkaToo
     tool = KafkaTool(kafka_broker.bootstrap_servers)
     yield tool
     tool.close()
+
+
+@pytest.fixture(autouse=True)
+def _shared_spark_session_survives(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that stopped the suite's one SparkSession (a helper that stops the session it was
+    given or found, say) fails here, by name, instead of every later Spark test failing."""
+    yield
+    if "spark" not in request.fixturenames:
+        return
+    session: Any = request.getfixturevalue("spark")
+    if session.sparkContext._jsc is None:
+        pytest.fail(
+            "this test stopped the suite's shared SparkSession: pass the session to what it runs "
+            "(as diff_on_spark(spark=...)) instead of letting it start and stop its own"
+        )

@@ -143,10 +143,17 @@ def interrupted() -> bool:
 
 
 def diff_on_spark(
-    api: Any, old: int, new: int, storage_options: dict[str, str] | None = None, *, store: str | None = None
+    api: Any,
+    old: int,
+    new: int,
+    storage_options: dict[str, str] | None = None,
+    *,
+    store: str | None = None,
+    spark: Any = None,
 ) -> SnapshotDiff:
     """The snapshot diff as a Spark join (for tables larger than one process's memory): the same
-    counts, stores and examples as :func:`statesnap.snapshot.diff.diff_snapshots`.
+    counts, stores and examples as :func:`statesnap.snapshot.diff.diff_snapshots`. On *spark*, a
+    session of the caller's, left running; by default on the CLI's own, stopped at the end.
 
     Each generation's checkpoint is read once and cached (a processor's stores are cut from it as
     ``read_table(store=)`` cuts them), each store's join is cached for its count and its examples:
@@ -160,7 +167,9 @@ def diff_on_spark(
     stores = diff_stores(old_manifest, new_manifest, store) if processor else {}  # refused before Spark
     from statesnap.spark import read_table
 
-    spark = spark_session()
+    own = spark is None
+    if own:
+        spark = spark_session()
     cached: list[Any] = []
 
     def keep(frame: Any) -> Any:
@@ -198,7 +207,8 @@ def diff_on_spark(
     finally:
         for frame in cached:
             frame.unpersist()
-        spark.stop()
+        if own:
+            spark.stop()
 
 
 def _spark_diff(old: Any, new: Any, keys: list[str], show: Any, keep: Any) -> SnapshotDiff:

@@ -33,9 +33,10 @@ def test_spark_diff_of_a_processor_answers_the_same_json(
     python = ok(statesnap("snapshot", "diff", url, "--table", "tally", "1", "2", "--json"))
     api = SnapshotApi.open(url, "tally")
     try:
-        on_spark = json.loads(json.dumps(diff_on_spark(api, 1, 2).to_json()))
+        on_spark = json.loads(json.dumps(diff_on_spark(api, 1, 2, spark=spark).to_json()))
     finally:
         api.close()
     assert on_spark == python, json.dumps({"python": python, "spark": on_spark})[:3000]
     assert python["changed"] > 0
     assert set(python["stores"]) == {"balances", "per_minute"}
+    assert spark.sparkContext._jsc is not None  # the suite's session is still running
