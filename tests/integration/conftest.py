@@ -208,10 +208,9 @@ def _shared_spark_session_survives(request: pytest.FixtureRequest) -> Iterator[N
     """A test that stopped the suite's one SparkSession (a helper that stops the session it was
     given or found, say) fails here, by name, instead of every later Spark test failing."""
     yield
-    if "spark" not in request.fixturenames:
-        return
-    session: Any = request.getfixturevalue("spark")
-    if session.sparkContext._jsc is None:
+    # What the test was given as `spark` (a parameter of that name is a bool, not a session).
+    session: Any = getattr(request.node, "funcargs", {}).get("spark")
+    if session is not None and hasattr(session, "sparkContext") and session.sparkContext._jsc is None:
         pytest.fail(
             "this test stopped the suite's shared SparkSession: pass the session to what it runs "
             "(as diff_on_spark(spark=...)) instead of letting it start and stop its own"

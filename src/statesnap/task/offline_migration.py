@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from statesnap.blob import BlobStore, open_blob_store
@@ -50,6 +50,11 @@ log = logging.getLogger(__name__)
 
 #: Rows a dry run shows (changed or dropped ones, first found).
 SAMPLE_ROWS = 5
+
+#: How long the new generation's snapshot may stay open (another writer fails it after): the
+#: Python engine writes what it has migrated; a Spark job migrates while the snapshot is open.
+_SNAPSHOT_TIMEOUT = timedelta(minutes=5)
+_SPARK_SNAPSHOT_TIMEOUT = timedelta(hours=2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,8 +210,13 @@ def migrate_checkpoint(
             pin_source()
             return done.partitions
 
+    def result(dry: bool) -> OfflineMigration:
+        return OfflineMigration(
+            table, repo.url, source.generation, found, target, counts, dry, samples=tuple(samples)
+        )
+
     if dry_run:
-        return _finished(_result(repo, table, source, found, target, counts, samples, True), None, started)
+        return _finished(result(True), None, started)
     manifest = write_checkpoint(
         repo,
         table=table,
@@ -222,31 +232,18 @@ def migrate_checkpoint(
         },
         snapshot_store=snapshot_store,
         kafka=kafka,
+        # A Spark job over a table too large for one process runs while the snapshot is open.
+        snapshot_timeout=_SPARK_SNAPSHOT_TIMEOUT if spark is not None else _SNAPSHOT_TIMEOUT,
     )
     log.info("%s: generation %d migrated into %d", repo.url, source.generation, manifest.generation)
-    return _finished(_result(repo, table, source, found, target, counts, samples, False), manifest, started)
-
-
-def _result(
-    repo: CheckpointRepository,
-    table: str,
-    source: CheckpointManifest,
-    found: int,
-    target: int,
-    counts: MigrationCounts,
-    samples: list[tuple[int, bytes, bytes, bytes | None, bytes | None]],
-    dry_run: bool,
-) -> OfflineMigration:
-    return OfflineMigration(
-        table, repo.url, source.generation, found, target, counts, dry_run, samples=tuple(samples)
-    )
+    return _finished(result(False), manifest, started)
 
 
 def _finished(
-    result: OfflineMigration, manifest: CheckpointManifest | None, started: float
+    base: OfflineMigration, manifest: CheckpointManifest | None, started: float
 ) -> OfflineMigration:
     return replace(
-        result,
+        base,
         generation=manifest.generation if manifest is not None else None,
         seconds=time.monotonic() - started,
     )

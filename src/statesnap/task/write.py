@@ -42,11 +42,13 @@ def write_checkpoint(
     retention: RetentionPolicy | None = None,
     snapshot_store: str | None = None,
     kafka: KafkaSettings | None = None,
+    snapshot_timeout: timedelta = timedelta(minutes=5),
 ) -> CheckpointManifest:
     """Commit *updates* (every partition of the table) as one snapshot; returns its manifest.
 
     Partitions without a new ``base``/``delta`` reference *previous*'s files again. *updates* may
     instead be a :data:`WriteFiles` that writes the files itself (every partition of *previous*).
+    *snapshot_timeout*: how long the snapshot may stay open before another writer fails it.
     """
     named = set(updates) if isinstance(updates, Mapping) else set()
     partitions = tuple(sorted(named | set(previous.partitions if previous is not None else ())))
@@ -58,7 +60,7 @@ def write_checkpoint(
         cluster_id=cluster_id,
         partitions=partitions,
         settings=kafka,
-        snapshots=SnapshotOptions(snapshot_store, timedelta(minutes=5)),
+        snapshots=SnapshotOptions(snapshot_store, snapshot_timeout),
         retention=retention,
         task_id=engine,
         owned=partitions,
