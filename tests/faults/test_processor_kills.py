@@ -68,6 +68,7 @@ from faults.processor_child import (
 )
 from statesnap.checkpoint import layout
 from statesnap.devstack import ApacheKafkaBroker
+from statesnap.snapshot.api import SnapshotApi
 
 PARTITIONS = 3
 ACCOUNTS = 400
@@ -375,10 +376,17 @@ def _verify(ledger: CaseLedger, kafka: KafkaTool, run: Run, produced: int) -> li
     want = recompute(records)
 
     # What the crashes left, point in time: each retained checkpoint's files, then + the tail.
-    # A restore is a writer: it would complete (and GC after) a killed writer's snapshot still in
-    # progress, so the deadline of the last one passes first.
+    # A restore is a writer: it would settle the killed writer's last snapshot (and GC after), so
+    # that is settled first, as the next writer settles it — finished where every partition was
+    # reported (the kill fell between the report and the commit: a valid checkpoint), else failed
+    # once its deadline passed.
     time.sleep(SNAPSHOT_TIMEOUT + 0.5)
     repo = repo_of(loc)
+    api = SnapshotApi.for_repo(repo, NAME)
+    try:
+        api.wait(api.current().generation, timeout=0)
+    finally:
+        api.close()
     generations = repo.generations()
     assert len(generations) >= 2, generations
     for gen in generations:

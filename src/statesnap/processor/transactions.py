@@ -73,16 +73,17 @@ def _error_of(e: KafkaException) -> Any:
     return e.args[0] if e.args else None
 
 
-def _kafka_cause(e: SystemError) -> KafkaException:
-    """The KafkaException behind a SystemError: a fatal producer (fenced) may run a pending
-    delivery callback while its own exception is set, which Python reports as "returned a result
-    with an exception set" — the Kafka error is its cause. Anything else is re-raised."""
+def _system_error(e: SystemError) -> Any:
+    """What a SystemError from the producer says: a fatal producer (fenced) may run a pending
+    delivery callback while its own exception is set ("returned a result with an exception set":
+    the Kafka error is its cause), or return NULL with no exception set at all (its own text,
+    then; the abort that follows names the producer's fatal error, e.g. fenced)."""
     cause: BaseException | None = e
     while cause is not None:
         if isinstance(cause, KafkaException):
-            return cause
+            return _error_of(cause)
         cause = cause.__cause__ or cause.__context__
-    raise e
+    return e
 
 
 class TransactionalOutputs(Outputs):
@@ -202,7 +203,7 @@ class TransactionalOutputs(Outputs):
         except KafkaException as e:  # fatal, most often: fenced by a newer instance of this task
             self._abort(f"producing to {topic} failed: {_error_of(e)}")
         except SystemError as e:
-            self._abort(f"producing to {topic} failed: {_error_of(_kafka_cause(e))}")
+            self._abort(f"producing to {topic} failed: {_system_error(e)}")
 
     def _begin(self, producer: Any) -> None:
         try:
@@ -252,7 +253,7 @@ class TransactionalOutputs(Outputs):
         except OutputError as e:
             self._abort(str(e))
         except SystemError as e:
-            self._abort(f"flush failed: {_error_of(_kafka_cause(e))}")
+            self._abort(f"flush failed: {_system_error(e)}")
         tps = [TopicPartition(self.topic, p, o) for p, o in sorted(offsets.items())]
         tps += [
             TopicPartition(t, p, o) for t, moved in other_offsets.items() for p, o in sorted(moved.items())
