@@ -23,7 +23,7 @@ import logging
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -210,13 +210,23 @@ def migrate_checkpoint(
             pin_source()
             return done.partitions
 
-    def result(dry: bool) -> OfflineMigration:
+    def result(manifest: CheckpointManifest | None) -> OfflineMigration:
+        """What was done: the new generation *manifest* committed, or (None) a dry run."""
         return OfflineMigration(
-            table, repo.url, source.generation, found, target, counts, dry, samples=tuple(samples)
+            table,
+            repo.url,
+            source.generation,
+            found,
+            target,
+            counts,
+            dry_run=manifest is None,
+            generation=None if manifest is None else manifest.generation,
+            seconds=time.monotonic() - started,
+            samples=tuple(samples),
         )
 
     if dry_run:
-        return _finished(result(True), None, started)
+        return result(None)
     manifest = write_checkpoint(
         repo,
         table=table,
@@ -236,17 +246,7 @@ def migrate_checkpoint(
         snapshot_timeout=_SPARK_SNAPSHOT_TIMEOUT if spark is not None else _SNAPSHOT_TIMEOUT,
     )
     log.info("%s: generation %d migrated into %d", repo.url, source.generation, manifest.generation)
-    return _finished(result(False), manifest, started)
-
-
-def _finished(
-    base: OfflineMigration, manifest: CheckpointManifest | None, started: float
-) -> OfflineMigration:
-    return replace(
-        base,
-        generation=manifest.generation if manifest is not None else None,
-        seconds=time.monotonic() - started,
-    )
+    return result(manifest)
 
 
 def _source(repo: CheckpointRepository, table: str, generation: int | None) -> CheckpointManifest:
