@@ -29,14 +29,17 @@ __all__ = ["NOTICES", "without_jvm_notices"]
 NOTICES = (b"WARNING: Using incubator modules:",)
 
 
-def _may_become_notice(partial: bytes) -> bool:
+#: How a Python traceback begins.
+_TRACEBACK = b"Traceback (most recent call last):"
+
+
+def _must_wait(partial: bytes) -> bool:
     """Whether an unfinished line could still turn out to be a notice or the start of a traceback
-    (so it must wait)."""
+    (so it waits for its end)."""
     return any(held.startswith(partial[: len(held)]) for held in (*NOTICES, _TRACEBACK))
 
 
-#: How a Python traceback and its chained causes begin.
-_TRACEBACK = b"Traceback (most recent call last):"
+#: The line between a traceback and the one raised while handling it.
 _CHAINED = (
     b"During handling of the above exception, another exception occurred:",
     b"The above exception was the direct cause of the following exception:",
@@ -92,7 +95,7 @@ def _forward(source: int, target: int) -> None:
             pending += chunk
             *lines, pending = pending.split(b"\n")
             kept = b"".join(tracebacks.line(line) for line in lines if not line.startswith(NOTICES))
-            if pending and not tracebacks.holding and not _may_become_notice(pending):
+            if pending and not tracebacks.holding and not _must_wait(pending):
                 kept, pending = kept + pending, b""
             if kept:
                 os.write(target, kept)
