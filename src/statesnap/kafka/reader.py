@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
@@ -151,6 +151,25 @@ class ChangelogReader:
 
     def _assign(self) -> None:
         assign_checked(self._consumer, self.topic, self.positions)
+
+    def reassign(self, gained: Mapping[int, int], dropped: Collection[int] = ()) -> None:
+        """Read *gained* (partition → next offset) too and *dropped* no more: the partitions a
+        consumer group moved (a processor's other inputs follow its first input's assignment).
+        Partitions kept continue from their positions."""
+        for p in dropped:
+            self.positions.pop(p, None)
+            self._start.pop(p, None)
+            self._eof_offset.pop(p, None)
+            self._batch_end.pop(p, None)
+            self._high.pop(p, None)
+            self.at_eof.discard(p)
+            self._beyond_since.pop(p, None)
+        for p, offset in gained.items():
+            self.positions[p] = self._start[p] = offset
+            self.at_eof.discard(p)
+            self._eof_offset.pop(p, None)
+        self._progressed()
+        self._assign()
 
     @property
     def caught_up(self) -> bool:

@@ -82,7 +82,6 @@ class MergedReader:
         others: Sequence[ChangelogReader],
         *,
         max_idle: float,
-        log_starts: Mapping[str, Mapping[int, int]] | None = None,
     ) -> None:
         self.readers = (primary, *others)
         self.topics = tuple(r.topic for r in self.readers)
@@ -98,23 +97,20 @@ class MergedReader:
         self._returned: dict[int, dict[int, int]] = {}
         self._blocked_since: dict[int, float] = {}
         self._tailing = False
-        self._check_log_starts(log_starts or {})
+        self._deleted: RecordsDeletedError | None = None
 
     def _check_log_starts(self, log_starts: Mapping[str, Mapping[int, int]]) -> None:
         """An input (not the first: the checkpoint's selection judges that one) whose restored
         offset lies below its log start: retention deleted records the checkpoint never saw. The
-        first poll raises :class:`RecordsDeletedError` naming the input, partition and offsets, so
+        next poll raises :class:`RecordsDeletedError` naming the input, partition and offsets, so
         the task replays from the beginning or, with ``require``, fails — never skips input."""
-        self._deleted: RecordsDeletedError | None = None
         for i, reader in enumerate(self.readers[1:], start=1):
-            starts = log_starts.get(reader.topic, {})
-            for p, pos in sorted(self.applied_at[i].items()):
-                low = starts.get(p, 0)
+            for p, low in sorted(log_starts.get(reader.topic, {}).items()):
+                pos = self.applied_at[i].get(p, 0)
                 if 0 < pos < low or (pos == 0 < low and self._continues(p)):
-                    self._deleted = RecordsDeletedError(
+                    self._deleted = self._deleted or RecordsDeletedError(
                         reader.topic, p, pos, low, self.settings.bootstrap_servers
                     )
-                    return
 
     def _continues(self, partition: int) -> bool:
         """Whether the task continues a checkpoint there (the first input starts past 0)."""
@@ -129,21 +125,60 @@ class MergedReader:
         *,
         max_idle: float,
     ) -> MergedReader:
-        """The merged reader continuing *primary* with *others* at the offsets *store* holds."""
+        """The merged reader continuing *primary* with *others* at the offsets *store* holds
+        (a group member's *primary* holds no partition yet: they come with :meth:`gain`)."""
         partitions = tuple(sorted(primary.positions))
         readers: list[ChangelogReader] = []
-        starts: dict[str, dict[int, int]] = {}
         try:
             for topic in others:
-                offsets = restored_offsets(store, topic, partitions)
-                if any(offsets.values()) or any(primary.positions.values()):
-                    starts[topic] = log_start_offsets(primary.settings, topic, partitions)
-                readers.append(ChangelogReader(primary.settings, topic, offsets))
+                readers.append(
+                    ChangelogReader(primary.settings, topic, restored_offsets(store, topic, partitions))
+                )
         except BaseException:
             for reader in readers:
                 reader.close()
             raise
-        return cls(primary, readers, max_idle=max_idle, log_starts=starts)
+        merged = cls(primary, readers, max_idle=max_idle)
+        merged._check_log_starts(merged._log_starts(partitions))
+        return merged
+
+    def _log_starts(self, partitions: Sequence[int]) -> dict[str, dict[int, int]]:
+        """The other inputs' log starts over *partitions*, where a restore continues from offsets
+        retention may have passed (a fresh start from 0 everywhere needs none)."""
+        starts: dict[str, dict[int, int]] = {}
+        for i, reader in enumerate(self.readers[1:], start=1):
+            if any(self.applied_at[i].get(p, 0) or self.applied_at[0].get(p, 0) for p in partitions):
+                starts[reader.topic] = log_start_offsets(self.settings, reader.topic, tuple(partitions))
+        return starts
+
+    # --- a consumer group moves the first input's partitions; the others follow --------------
+
+    def gain(self, offsets: Mapping[int, int], store: StateStore) -> None:
+        """The group gave the first input's reader the partitions of *offsets* (next offset of
+        the first input, restored into *store*): read them from every input, each of the others
+        at the offset *store* holds for it."""
+        partitions = tuple(sorted(offsets))
+        self.applied_at[0].update(offsets)
+        for i, reader in enumerate(self.readers):
+            for p in partitions:
+                self._buffers[(i, p)] = deque()
+            if i:
+                restored = restored_offsets(store, reader.topic, partitions)
+                self.applied_at[i].update(restored)
+                reader.reassign(restored)
+        self._check_log_starts(self._log_starts(partitions))
+
+    def drop(self, partitions: Sequence[int]) -> None:
+        """The group took *partitions* away (or the task closes): forget what was read of them
+        from every input."""
+        for p in partitions:
+            for i in range(len(self.readers)):
+                self._buffers.pop((i, p), None)
+                self.applied_at[i].pop(p, None)
+            self._returned.pop(p, None)
+            self._blocked_since.pop(p, None)
+        for reader in self.readers[1:]:
+            reader.reassign({}, partitions)
 
     # --- the reader surface the task's loop uses --------------------------------------------
 
@@ -199,16 +234,22 @@ class MergedReader:
             if not self._wants(i):
                 continue
             for p, messages in reader.poll(share).items():
+                buffer = self._buffers.get((i, p))
+                if buffer is None:  # no longer the task's (dropped in a rebalance)
+                    continue
                 # The reader's positions are what it fetched (where it would re-assign).
                 reader.applied(p, messages[-1].offset() + 1)
-                self._buffers[(i, p)].extend(messages)
+                buffer.extend(messages)
         for i, reader in enumerate(self.readers):
             for p, fetched in reader.positions.items():
                 # At its end with nothing buffered: every record below is applied (markers moved it).
-                if not self._buffers[(i, p)] and fetched > self.applied_at[i].get(p, 0):
+                if not self._buffers.get((i, p)) and fetched > self.applied_at[i].get(p, fetched):
                     self.applied_at[i][p] = fetched
         out: dict[int, list[Any]] = {}
-        for p in self.positions:
+        consumed = self.readers[0].positions  # a group member's suspended partitions wait
+        for p in list(self.positions):
+            if p not in consumed:
+                continue
             merged = self._merge(p)
             if merged:
                 out[p] = merged

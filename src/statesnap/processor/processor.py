@@ -24,7 +24,8 @@ task p reads partition p of every input, merged by record timestamp (:mod:`state
 in the task's keyspace, so every checkpoint holds all of them. While catching up the merge waits
 for every input's next record (deterministic: a restore re-runs the same order); once following,
 an input with nothing new is not waited for, so the order across inputs is then that of arrival
-(``max_idle`` bounds the wait for an input that says nothing). Not with ``group`` (yet).
+(``max_idle`` bounds the wait for an input that says nothing). In a consumer ``group`` the group
+assigns the first input; a member reads partition p of the others for each p it is given.
 
 The determinism contract: for ``restore + process(tail) == process(everything)`` to hold, a
 handler's effect on its stores must depend only on the records and the stores — use
@@ -173,7 +174,6 @@ class Processor(Aggregations):
         self.max_idle = parse_duration(max_idle).total_seconds()
         if self.max_idle < 0:
             raise ConfigError(f"processor {name!r}: max_idle must not be negative, got {max_idle!r}")
-        _check_multiple_inputs(name, self.inputs, group=group)
         _check_start_from(name, start_from, exactly_once=exactly_once, confirm=confirm)
         self.state_version = StateVersion(state_version).version
         self.migrations = dict(migrations or {})
@@ -242,7 +242,6 @@ class Processor(Aggregations):
                 f"processor {self.name!r}: exactly_once=True with a consumer group is not supported yet; "
                 "give partitions= (all, a list or a StaticShare) instead"
             )
-        _check_multiple_inputs(self.name, self.inputs, group=copied._settings.group)
         _check_start_from(
             self.name, copied._settings.start_from, exactly_once=copied.exactly_once, confirm=copied.confirm
         )
@@ -488,17 +487,6 @@ class Processor(Aggregations):
         task = self._running("read a store")
         ks, vs = self._serdes(spec)
         return StoreReader(spec, ks, vs, task.readable_store("read a store"), task.partitions)
-
-
-def _check_multiple_inputs(name: str, inputs: tuple[str, ...], *, group: str | GroupOptions | None) -> None:
-    """What several inputs do not support yet, refused in one line."""
-    if len(inputs) < 2:
-        return
-    if group is not None:
-        raise ConfigError(
-            f"processor {name!r}: several inputs with a consumer group are not supported yet (a "
-            "member must get partition p of every input); give partitions= (all, a list or a StaticShare)"
-        )
 
 
 def _check_start_from(name: str, start_from: int | None, *, exactly_once: bool, confirm: bool) -> None:

@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import Any, cast
 
 from statesnap.checkpoint import CheckpointManifest
+from statesnap.checkpoint.selection import resume_offsets
 from statesnap.errors import OutputError
 from statesnap.kafka.reader import ChangelogReader
 from statesnap.processor.handler import ProcessorHandler
@@ -55,16 +56,30 @@ class ProcessorTask(Table[bytes, bytes]):
         self.max_idle = max_idle
         super().__init__(topic, **table_options)
 
-    def _new_reader(self, offsets: dict[int, int]) -> ChangelogReader:
+    def _read_with(self, reader: ChangelogReader) -> ChangelogReader:
         """The first input's reader, continued by a merged reader of every input at the offsets
         the restored store holds (the other inputs' offsets live in the task's keyspace)."""
-        reader = super()._new_reader(offsets)
         if not self.others:
             return reader
         return cast(
             ChangelogReader,
             MergedReader.continuing(reader, self.others, self.store, max_idle=self.max_idle),
         )
+
+    def take_partitions(self, partitions: tuple[int, ...], restored: CheckpointManifest | None) -> None:
+        """A consumer group gave the task partition p of its first input: it reads partition p of
+        every input (the group assigns the first input only, so any assignment strategy keeps
+        the inputs co-partitioned)."""
+        super().take_partitions(partitions, restored)
+        reader: object = self._reader
+        if isinstance(reader, MergedReader):
+            reader.gain(resume_offsets(restored, partitions), self.store)
+
+    def release_partitions(self, partitions: tuple[int, ...], *, drop_rows: bool) -> int:
+        reader: object = self._reader
+        if isinstance(reader, MergedReader):
+            reader.drop(partitions)
+        return super().release_partitions(partitions, drop_rows=drop_rows)
 
     def _new_handler(self) -> RecordHandler:
         handler = self._make_handler(self)

@@ -241,9 +241,13 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
         return UpsertHandler(self.store, self.row_filter)
 
     def _new_reader(self, offsets: dict[int, int]) -> ChangelogReader:
-        """The reader of the task's input from *offsets*, once the store is restored: a table reads
-        its topic (a processor with several inputs merges them all)."""
-        return ChangelogReader(self.settings, self.topic, offsets)
+        """The reader of the task's input from *offsets*, once the store is restored."""
+        return self._read_with(ChangelogReader(self.settings, self.topic, offsets))
+
+    def _read_with(self, reader: ChangelogReader) -> ChangelogReader:
+        """What the task consumes, given the reader of its topic (from offsets, or a consumer
+        group's): a table reads its topic; a processor with several inputs merges them all."""
+        return reader
 
     def __repr__(self) -> str:
         return f"Table(name={self.name!r}, topic={self.topic!r}, state={self._state.value!r})"
@@ -415,7 +419,7 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
         if self.repo is not None:
             self._join_snapshots(task, None)
         started = time.monotonic()
-        self._reader = self._membership.join(task)
+        self._reader = self._read_with(self._membership.join(task))
         self._state = TaskPhase.RESTORING
         try:
             self._catch_up(progress)

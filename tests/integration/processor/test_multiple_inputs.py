@@ -78,7 +78,9 @@ def produce_split(bootstrap: str, topics: list[str], rng: random.Random, start: 
     return len(batch)
 
 
-def read_input(bootstrap: str, topic: str) -> list[tuple[int, int, int, bytes, int]]:
+def read_input(
+    bootstrap: str, topic: str, partitions: int = PARTITIONS
+) -> list[tuple[int, int, int, bytes, int]]:
     """(partition, timestamp, offset, key, amount) of every record: a plain consumer to EOF."""
     consumer = Consumer(
         {
@@ -90,12 +92,12 @@ def read_input(bootstrap: str, topic: str) -> list[tuple[int, int, int, bytes, i
             "fetch.wait.max.ms": 10,
         }
     )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     out: list[tuple[int, int, int, bytes, int]] = []
     ended: set[int] = set()
     deadline = time.monotonic() + 30
     try:
-        while len(ended) < PARTITIONS and time.monotonic() < deadline:
+        while len(ended) < partitions and time.monotonic() < deadline:
             for m in consumer.consume(1000, 0.1):
                 partition, offset, key, value = m.partition(), m.offset(), m.key(), m.value()
                 assert partition is not None
@@ -108,7 +110,7 @@ def read_input(bootstrap: str, topic: str) -> list[tuple[int, int, int, bytes, i
                 out.append((partition, m.timestamp()[1], offset, key, json.loads(value)))
     finally:
         consumer.close()
-    assert len(ended) == PARTITIONS
+    assert len(ended) == partitions
     return out
 
 
@@ -233,16 +235,14 @@ def test_inputs_must_be_co_partitioned(kafka: KafkaTool, topic_name: str) -> Non
         proc.start()
 
 
-def test_what_several_inputs_do_not_support_yet_is_refused() -> None:
-    with pytest.raises(ConfigError, match="several inputs with a consumer group"):
-        ledger("g", ["a", "b"], "127.0.0.1:1", None, group="g")
+def test_inputs_must_be_distinct() -> None:
     with pytest.raises(ConfigError, match="distinct input topics"):
         ledger("d", ["a", "a"], "127.0.0.1:1", None)
 
 
 def test_statesnap_run_processes_every_input(kafka: KafkaTool, topic_name: str, tmp_path: Path) -> None:
     """``statesnap run`` as a user runs it (a fresh process): the python engine, every input's
-    records; a consumer group is refused in one line."""
+    records."""
     from integration.processor.test_cli_run import run_in
 
     topics = [
@@ -266,10 +266,6 @@ def test_statesnap_run_processes_every_input(kafka: KafkaTool, topic_name: str, 
     result = json.loads(done.stdout)
     assert result["engine"] == "python"
     assert result["processed"] == n
-    refused = run_in(app, "run", "join_app:proc", "--group", "g", "--follow")
-    assert refused.returncode != 0
-    assert "several inputs with a consumer group are not supported yet" in refused.stderr
-    assert "Traceback" not in refused.stderr
 
 
 def test_following_live_inputs_loses_and_repeats_nothing_across_a_restart(
@@ -339,3 +335,101 @@ def test_following_live_inputs_loses_and_repeats_nothing_across_a_restart(
             truth[k] = truth.get(k, 0) + 1
     assert got == truth
     assert sum(truth.values()) == produced
+
+
+def test_a_consumer_group_moves_partition_p_of_every_input_together(
+    kafka: KafkaTool, topic_name: str, tmp_path: Path
+) -> None:
+    """Two group members over two inputs with four partitions, input produced before, between and
+    after the rebalances: a member joins (the first hands over half), the first leaves (the second
+    restores its partitions from the hand-over checkpoint, every input at its own offset). Each
+    member's counts per input and key cover exactly its partitions, and at the end the survivor's
+    equal a plain count of every record of both inputs (nothing lost, nothing twice). The group
+    assigns the first input only; partition p of the other follows it, whatever the strategy.
+
+    Proven on Apache Kafka (the suite's broker; classic protocol, eager round-robin)."""
+    partitions = 4
+    topics = [
+        kafka.create_topic(f"{topic_name}-a", partitions),
+        kafka.create_topic(f"{topic_name}-b", partitions),
+    ]
+    url = str(tmp_path / "ckpt")
+    group = f"{topic_name}-group"
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 2})
+    produced: dict[bytes, int] = {}
+
+    def produce_round(n: int) -> None:
+        for i in range(n):
+            topic = topics[i % 2]
+            key = b"k%d" % (i % 24)
+            producer.produce(topic, b"1", key, partition=(i % 24) % partitions)
+            produced[topic.encode() + b"/" + key] = produced.get(topic.encode() + b"/" + key, 0) + 1
+        assert producer.flush(15) == 0
+
+    def member() -> Processor:
+        proc = Processor(
+            "grouped",
+            inputs=topics,
+            bootstrap_servers=kafka.bootstrap,
+            checkpoints=CheckpointOptions(url, interval="1h", commit_interval="50ms"),
+            stores=["counts"],
+            group=group,
+            max_idle="50ms",
+        )
+
+        @proc.handler
+        def count(record: Record, ctx: ProcessorContext) -> None:
+            counts = ctx.stores["counts"]
+            key = record.topic.encode() + b"/" + (record.key or b"")
+            counts[key] = b"%d" % (int(counts.get(key, b"0")) + 1)
+
+        return proc
+
+    def counts(proc: Processor) -> dict[bytes, int]:
+        return {k: int(v) for k, v in proc.store("counts").items()}
+
+    def expected(owned: Iterable[int]) -> dict[bytes, int]:
+        keep = set(owned)
+        return {k: n for k, n in produced.items() if int(k.rsplit(b"k", 1)[1]) % partitions in keep}
+
+    def wait_for(what: str, predicate: Any, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            time.sleep(0.1)
+
+    produce_round(200)
+    first, second = member(), member()
+    first.start()
+    try:
+        wait_for("the first member to hold everything", lambda: counts(first) == expected(range(partitions)))
+        produce_round(120)
+        second.start()
+
+        def shared() -> bool:
+            a, b = set(first.task.partitions), set(second.task.partitions)
+            return bool(a) and bool(b) and a | b == set(range(partitions)) and not a & b
+
+        wait_for("the members to share the partitions", shared)
+        produce_round(120)
+        wait_for(
+            "each member to count exactly its partitions",
+            lambda: counts(first) == expected(first.task.partitions)
+            and counts(second) == expected(second.task.partitions),
+        )
+        first.close()
+        produce_round(120)
+        wait_for(
+            "the survivor to count everything",
+            lambda: set(second.task.partitions) == set(range(partitions))
+            and counts(second) == expected(range(partitions)),
+        )
+    finally:
+        first.close(checkpoint=False)
+        second.close(checkpoint=False)
+    truth: dict[bytes, int] = {}
+    for t in topics:
+        for _p, _ts, _off, key, _amount in read_input(kafka.bootstrap, t, partitions):
+            k = t.encode() + b"/" + key
+            truth[k] = truth.get(k, 0) + 1
+    assert truth == produced
