@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import signal
 import threading
+from typing import TYPE_CHECKING
 
 import click
 
 from statesnap.cli.options import json_option
 from statesnap.cli.output import Output
-from statesnap.devstack import ApacheKafkaBroker, EmbeddedBroker
-from statesnap.devstack.process import LoopbackService
+
+if TYPE_CHECKING:  # the devstack is imported when a broker starts
+    from statesnap.devstack.process import LoopbackService
 
 __all__ = ["broker"]
 
@@ -36,6 +38,8 @@ def broker(port: int | None, impl: str, storage_engine: str | None, as_json: boo
     under-reports high watermarks, never compacts and shows aborted transactions; Apache Kafka
     behaves as production Kafka does.
     """
+    from statesnap.devstack import ApacheKafkaBroker, EmbeddedBroker
+
     b: LoopbackService
     if impl == "apache":
         if storage_engine is not None:

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from statesnap.blob import open_blob_store
-from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, RetentionPolicy
-from statesnap.checkpoint.repository import TableLocation, discover_tables
 from statesnap.cli.options import (
     json_option,
     pairs_to_dict,
@@ -20,8 +17,10 @@ from statesnap.cli.options import (
 from statesnap.cli.output import Output
 from statesnap.durations import parse_duration
 from statesnap.errors import CheckpointError, CorruptCheckpointError, TableNotFoundError
-from statesnap.snapshot.api import SnapshotApi
-from statesnap.snapshot.audit import verify_table_metadata
+
+if TYPE_CHECKING:  # the checkpoint package loads pyarrow: imported where a command runs
+    from statesnap.checkpoint import CheckpointManifest, CheckpointRepository
+    from statesnap.checkpoint.repository import TableLocation
 
 __all__ = ["checkpoints", "common", "gc", "list_cmd", "migrate", "show", "verify"]
 
@@ -32,6 +31,9 @@ def checkpoints() -> None:
 
 
 def _tables(url: str, table: str | None, storage_pairs: tuple[str, ...]) -> list[TableLocation]:
+    from statesnap.blob import open_blob_store
+    from statesnap.checkpoint.repository import discover_tables
+
     store = open_blob_store(url, **pairs_to_dict(storage_pairs, "--storage-option"))
     store.check(writable=False)
     found: list[TableLocation] = discover_tables(store, table)
@@ -42,6 +44,8 @@ def _tables(url: str, table: str | None, storage_pairs: tuple[str, ...]) -> list
 
 
 def _locations(url: str, table: str | None, storage_pairs: tuple[str, ...]) -> list[CheckpointRepository]:
+    from statesnap.checkpoint import CheckpointRepository
+
     found = _tables(url, table, storage_pairs)
     store = click.get_current_context().meta["statesnap.store"]
     return [CheckpointRepository(store, loc.directory) for loc in found]
@@ -155,6 +159,9 @@ def verify(url: str, table: str | None, storage_pairs: tuple[str, ...], as_json:
     corrupt checkpoint; one whose only damage is a base's key index still restores, rebuilding the
     index, and says so). A generation GC deletes while it is checked is reported as gone, not corrupt.
     """
+    from statesnap.checkpoint import CheckpointRepository
+    from statesnap.snapshot.audit import verify_table_metadata
+
     results: list[dict[str, Any]] = []
     kafka = snapshot_store_args()["kafka"]
     for loc in _tables(url, table, storage_pairs):
@@ -223,6 +230,9 @@ def gc(
     Spark journal still needs are always kept, whichever engine wrote them; --dry-run lists exactly
     what a real run would delete.
     """
+    from statesnap.checkpoint import CheckpointRepository, RetentionPolicy
+    from statesnap.snapshot.api import SnapshotApi
+
     policy = RetentionPolicy(min_count, parse_duration(min_age), parse_duration(orphan_grace))
     reports = []
     for loc in _tables(url, table, storage_pairs):

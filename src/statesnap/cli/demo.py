@@ -6,28 +6,29 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.table import Table as RichTable
 
 from statesnap.cli.options import json_option
 from statesnap.cli.output import Output
-from statesnap.cli.progress import ConsoleProgress, progress_bar, stderr
-from statesnap.cli.spark_engine import spark_session
 from statesnap.cli.tables import start_with_progress
-from statesnap.devstack import EmbeddedBroker
 from statesnap.digest import table_digest
-from statesnap.kafka.config import KafkaSettings
-from statesnap.materialize import SparkOptions, materialize, spark_available
-from statesnap.python.reads import StoreName
-from statesnap.python.table import Table
-from statesnap.sample import SampleSpec, produce_sample
+
+if TYPE_CHECKING:  # imported when the demo runs: registering it loads no engine
+    from rich.table import Table as RichTable
+
+    from statesnap.kafka.config import KafkaSettings
+    from statesnap.python.reads import StoreName
+    from statesnap.sample import SampleSpec
 
 __all__ = ["demo"]
 
 
 def _produce(settings: KafkaSettings, spec: SampleSpec, label: str, quiet: bool) -> float:
+    from statesnap.cli.progress import progress_bar
+    from statesnap.sample import produce_sample
+
     started = time.monotonic()
     with progress_bar(quiet) as bar:
         task = bar.add_task(label, total=spec.updates)
@@ -77,6 +78,14 @@ def demo(
 ) -> None:
     """Start the embedded broker, write a long history, checkpoint it, then restore twice —
     from the checkpoint and by full replay — and compare times and digests side by side."""
+    from statesnap.cli.progress import ConsoleProgress, stderr
+    from statesnap.cli.spark_engine import spark_session
+    from statesnap.devstack import EmbeddedBroker
+    from statesnap.kafka.config import KafkaSettings
+    from statesnap.materialize import SparkOptions, materialize, spark_available
+    from statesnap.python.table import Table
+    from statesnap.sample import SampleSpec
+
     quiet = as_json
     tmp = None if workdir else tempfile.mkdtemp(prefix="statesnap-demo-")
     root = Path(workdir or tmp or ".") / "checkpoints"
@@ -176,6 +185,8 @@ def demo(
 
 
 def _side_by_side(results: dict[str, dict[str, Any]], engine: str, history: str) -> RichTable:
+    from rich.table import Table as RichTable
+
     kinds = sorted({r["store"] for r in results.values()})
     into = f"a {kinds[0]} store" if len(kinds) == 1 else f"{' and '.join(kinds)} stores"
     out = RichTable(title=f"statesnap demo: {history} (checkpoint written by {engine}, restored into {into})")

@@ -15,19 +15,18 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from statesnap.blob import open_blob_store
 from statesnap.cli.output import Output
 from statesnap.errors import ConfigError
-from statesnap.kafka.admin import KafkaAdmin
-from statesnap.kafka.config import KafkaSettings
-from statesnap.processor.readback import StoreCheckpoint, store_digest
-from statesnap.processor.stores import StoreKind
-from statesnap.serde import Serde, resolve_serde
-from statesnap.task.restore import RestoreReport
+
+if TYPE_CHECKING:  # loaded to register `dump` (SERDES): what reads a store loads when it runs
+    from statesnap.kafka.config import KafkaSettings
+    from statesnap.processor.stores import StoreKind
+    from statesnap.serde import Serde
+    from statesnap.task.restore import RestoreReport
 
 __all__ = [
     "SERDES",
@@ -143,11 +142,18 @@ def printed_field(name: str, data: bytes, serde: Serde | None) -> dict[str, Any]
 
 
 def _serde(name: str) -> Serde | None:
+    from statesnap.serde import resolve_serde
+
     return None if name == "bytes" else resolve_serde(name)
 
 
 def dump_store(request: StoreDumpRequest, *, digest: bool, as_json: bool) -> None:
     """Print the store's rows (JSON lines in key order per partition) or its digest."""
+    from statesnap.blob import open_blob_store
+    from statesnap.kafka.admin import KafkaAdmin
+    from statesnap.processor.readback import StoreCheckpoint, store_digest
+    from statesnap.processor.stores import StoreKind
+
     started = time.monotonic()
     blob_store = open_blob_store(request.checkpoints, **dict(request.storage_options))
     cluster_id = KafkaAdmin(request.kafka).cluster_id() if request.kafka is not None else None

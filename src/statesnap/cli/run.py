@@ -14,6 +14,7 @@ import click
 
 from statesnap.cli.interrupts import shutdown_timeout_option
 from statesnap.cli.options import (
+    ENGINES,
     from_generation_option,
     json_option,
     kafka_config_options,
@@ -23,12 +24,9 @@ from statesnap.cli.options import (
     storage_options,
 )
 from statesnap.cli.output import Output
-from statesnap.cli.progress import ConsoleProgress
 from statesnap.cli.tables import FollowSignals, cli_session, share_of
 from statesnap.durations import parse_duration
 from statesnap.errors import ConfigError, InvalidDurationError
-from statesnap.kafka.config import config_from_env, parse_properties
-from statesnap.materialize import Engine, FollowOptions, SparkOptions
 
 __all__ = ["RUN_EXAMPLES", "run"]
 
@@ -88,7 +86,7 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 )
 @click.option(
     "--engine",
-    type=click.Choice([e.value for e in Engine]),
+    type=click.Choice(ENGINES),
     default="auto",
     show_default=True,
     envvar="STATESNAP_ENGINE",
@@ -193,6 +191,9 @@ def run(
     prints materialize's keys (engine, checkpoint, restore.checkpoint, …) plus processed, emitted,
     dead_lettered and stores (rows per store).
     """
+    from statesnap.cli.progress import ConsoleProgress
+    from statesnap.kafka.config import config_from_env, parse_properties
+    from statesnap.materialize import FollowOptions, SparkOptions
     from statesnap.processor.running import (
         CheckpointOverrides,
         ProcessorOverrides,

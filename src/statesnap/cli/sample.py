@@ -15,8 +15,6 @@ from statesnap.cli.options import (
     topic_option,
 )
 from statesnap.cli.output import Output
-from statesnap.cli.progress import progress_bar
-from statesnap.sample import SampleSpec, produce_sample
 
 __all__ = ["produce_sample_cmd"]
 
@@ -52,6 +50,9 @@ def produce_sample_cmd(
     quiet: bool,
 ) -> None:
     """Create TOPIC if missing and append a reproducible changelog of upserts and tombstones."""
+    from statesnap.cli.progress import progress_bar
+    from statesnap.sample import SampleSpec, produce_sample
+
     settings = kafka_settings(bootstrap_servers, kafka_pairs, kafka_files, timeout)
     spec = SampleSpec(topic, partitions, keys, updates, tombstone_ratio, value_bytes, seed)
     started = time.monotonic()

@@ -20,11 +20,11 @@ from statesnap.cli.options import (
 )
 from statesnap.durations import parse_duration
 from statesnap.errors import InvalidDurationError, StatesnapError
-from statesnap.python.reads import StoreName
 
 if TYPE_CHECKING:  # the serve package imports FastAPI: not on every `statesnap` command
     from statesnap.processor.store_follower import StoreFollower
     from statesnap.python.follower import Follower
+    from statesnap.python.reads import StoreName
     from statesnap.serve.generations import GenerationSource
     from statesnap.serve.waits import OwnedReplica
 

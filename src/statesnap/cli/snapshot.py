@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,10 +15,11 @@ from statesnap.cli.options import (
     storage_options,
 )
 from statesnap.cli.output import Output
-from statesnap.snapshot.api import SnapshotApi, snapshot_json
-from statesnap.snapshot.clone import clone_generation
-from statesnap.snapshot.diff import SnapshotDiff, diff_snapshots
-from statesnap.snapshot.model import Snapshot, SnapshotState
+
+if TYPE_CHECKING:  # imported where a command runs: the snapshot package loads pyarrow and Kafka's client
+    from statesnap.snapshot.api import SnapshotApi
+    from statesnap.snapshot.diff import SnapshotDiff
+    from statesnap.snapshot.model import Snapshot
 
 __all__ = [
     "clone",
@@ -58,6 +59,8 @@ def common(f: Any) -> Any:
 
 
 def _api(url: str, table: str, storage_pairs: tuple[str, ...]) -> SnapshotApi:
+    from statesnap.snapshot.api import SnapshotApi
+
     where = snapshot_store_args()
     options: dict[str, Any] = pairs_to_dict(storage_pairs, "--storage-option")
     api = SnapshotApi.open(
@@ -79,10 +82,14 @@ def _line(s: Snapshot) -> str:
 
 
 def _print(s: Snapshot, as_json: bool) -> None:
+    from statesnap.snapshot.api import snapshot_json
+
     Output(as_json).show(snapshot_json(s), _lines(s))
 
 
 def _lines(s: Snapshot) -> Iterator[str]:
+    from statesnap.snapshot.model import SnapshotState
+
     yield _line(s)
     if s.state is SnapshotState.CREATED and s.missing_partitions:
         yield f"  waiting for partitions {s.missing_partitions}"
@@ -110,6 +117,8 @@ def create(
 
     Exits 1 if --wait ends with the snapshot FAILED or still incomplete.
     """
+    from statesnap.snapshot.model import SnapshotState
+
     api = _api(url, table, storage_pairs)
     snap = api.create(label=label, pin=pin, timeout=timeout, expires_in=expires_in)
     if wait:
@@ -123,6 +132,8 @@ def create(
 @common
 def list_cmd(url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool) -> None:
     """List snapshots, newest first."""
+    from statesnap.snapshot.api import snapshot_json
+
     snaps = _api(url, table, storage_pairs).list()
     Output(as_json).show([snapshot_json(s) for s in snaps], (_line(s) for s in snaps))
 
@@ -132,6 +143,8 @@ def list_cmd(url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool
 @click.argument("generation", type=int)
 def show(url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool, generation: int) -> None:
     """Show one snapshot with every task's offsets."""
+    from statesnap.snapshot.api import snapshot_json
+
     s = _api(url, table, storage_pairs).get(generation)
     Output(as_json).show(snapshot_json(s), _task_lines(s))
 
@@ -208,6 +221,8 @@ def diff(
     Of a processor, per store (its own bookkeeping never counted): a key is a store's key in one
     partition (a window store's with its window start), examples shown as STORE:KEY.
     """
+    from statesnap.snapshot.diff import diff_snapshots
+
     api = _api(url, table, storage_pairs)
     for generation in (old, new):
         api.get(generation)  # SnapshotNotFoundError naming it, on both engines, before any work
@@ -270,6 +285,8 @@ def clone(
     of either table never deletes the other's files. Refused: an existing target, a missing
     generation, a FAILED or unfinished one.
     """
+    from statesnap.snapshot.clone import clone_generation
+
     where = snapshot_store_args()
     options = pairs_to_dict(storage_pairs, "--storage-option")
     to_options = pairs_to_dict(to_storage_pairs, "--to-storage-option") if to_storage_pairs else None

@@ -6,7 +6,6 @@ import click
 
 from statesnap.cli.options import json_option, pairs_to_dict, storage_options
 from statesnap.cli.output import Output
-from statesnap.sql import query_generation
 
 __all__ = ["sql"]
 
@@ -61,6 +60,8 @@ def sql(
     statesnap sql ./ckpt --table tally --store balances --value-serde json \\
         "SELECT key, value_json FROM balances ORDER BY value_json::INT DESC LIMIT 10" --json
     """
+    from statesnap.sql import query_generation
+
     result = query_generation(
         url,
         table,

@@ -8,11 +8,10 @@ import sys
 import threading
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from statesnap.checkpoint import RetentionPolicy
 from statesnap.cli.dumping import (
     SERDES,
     StoreDumpRequest,
@@ -24,6 +23,7 @@ from statesnap.cli.dumping import (
 )
 from statesnap.cli.interrupts import Interrupted, shutdown_timeout_option, stop_on_signals
 from statesnap.cli.options import (
+    ENGINES,
     bootstrap_option,
     from_generation_option,
     json_option,
@@ -37,19 +37,15 @@ from statesnap.cli.options import (
     topic_option,
 )
 from statesnap.cli.output import Output
-from statesnap.cli.progress import ConsoleProgress
-from statesnap.cli.spark_engine import interrupted as spark_jobs_cancelled
 from statesnap.digest import table_digest
 from statesnap.durations import parse_duration
 from statesnap.errors import ConfigError, StatesnapError
-from statesnap.materialize import Engine, FollowOptions, SparkOptions, Stage
-from statesnap.materialize import materialize as materialize_table
-from statesnap.materialize.python_run import Restorable, restore_with_progress
-from statesnap.python.follower import ReadOnlyTable
-from statesnap.serde import resolve_serde
-from statesnap.task.migration import StateVersion
-from statesnap.task.options import CheckpointOptions, GroupOptions, SnapshotOptions, StaticShare, StoreOptions
-from statesnap.task.restore import RestoreReport
+
+if TYPE_CHECKING:  # the engines load when a command runs, not to register it
+    from statesnap.materialize import Stage
+    from statesnap.materialize.python_run import Restorable
+    from statesnap.task.options import CheckpointOptions, GroupOptions, StaticShare
+    from statesnap.task.restore import RestoreReport
 
 __all__ = [
     "FollowSignals",
@@ -75,6 +71,9 @@ Examples:
 def start_with_progress(table: Restorable, quiet: bool) -> RestoreReport:
     """``table.start()`` with a bar: records replayed of an estimated total, rate and ETA, and
     partitions at their end (see :func:`statesnap.materialize.python_run.restore_with_progress`)."""
+    from statesnap.cli.progress import ConsoleProgress
+    from statesnap.materialize.python_run import restore_with_progress
+
     with ConsoleProgress(quiet) as progress:
         return restore_with_progress(table, progress)
 
@@ -92,7 +91,7 @@ def start_with_progress(table: Restorable, quiet: bool) -> RestoreReport:
 )
 @click.option(
     "--engine",
-    type=click.Choice([e.value for e in Engine]),
+    type=click.Choice(ENGINES),
     default="auto",
     show_default=True,
     envvar="STATESNAP_ENGINE",
@@ -211,6 +210,13 @@ def materialize(
     Every option means the same on both engines or is refused, in one line, by the one that cannot
     honour it; --json prints the same keys on both (see :func:`statesnap.materialize.materialize`).
     """
+    from statesnap.cli.progress import ConsoleProgress
+    from statesnap.cli.spark_engine import interrupted as spark_jobs_cancelled
+    from statesnap.materialize import FollowOptions, SparkOptions, Stage
+    from statesnap.materialize import materialize as materialize_table
+    from statesnap.task.migration import StateVersion
+    from statesnap.task.options import StoreOptions
+
     checkpoint_options = _checkpoint_options(
         checkpoints, storage_pairs, checkpoint_interval, commit_interval, generation, snapshot_timeout,
         snapshot_store, min_count, min_age, orphan_grace,
@@ -262,6 +268,9 @@ def _checkpoint_options(
 ) -> CheckpointOptions:
     """``materialize``'s checkpoint flags as the bundle; unreferenced files are kept at least an
     hour, or twice the checkpoint interval when that is longer (a writer's files in flight)."""
+    from statesnap.checkpoint import RetentionPolicy
+    from statesnap.task.options import CheckpointOptions, SnapshotOptions
+
     interval = parse_duration(checkpoint_interval)
     grace = parse_duration(orphan_grace) if orphan_grace else max(timedelta(hours=1), 2 * interval)
     return CheckpointOptions(
@@ -285,6 +294,8 @@ def share_of(
 ) -> StaticShare | GroupOptions | None:
     """``--instance/--instances`` or ``--group`` as the bundle, refusing what cannot go together
     in the flags' own words (the library refuses the same in its own)."""
+    from statesnap.task.options import GroupOptions, StaticShare
+
     if group is not None and (instance is not None or instances is not None):
         raise click.UsageError(
             "--group and --instance/--instances are two ways of sharing partitions; pick one"
@@ -313,22 +324,24 @@ class FollowSignals:
     to stop cleanly (a Spark session starting, the Python engine following); before that a
     Ctrl-C ends the command like any other."""
 
-    #: What a second Ctrl-C interrupts, by the stage the run is in.
-    AGAIN = {
-        Stage.SESSION_STARTING: "stopped again while the Spark session was starting",
-        Stage.QUERY_STARTING: "stopped again while the streaming query was starting",
-    }
-
     def __init__(self, stop: threading.Event) -> None:
         self.stop = stop
         self.stage: Stage | None = None
         self.installed = False
 
     def again(self) -> str:
-        default = "stopped again before the final checkpoint finished"
-        return self.AGAIN.get(self.stage, default) if self.stage is not None else default
+        """What a second Ctrl-C interrupts, by the stage the run is in."""
+        from statesnap.materialize import Stage
+
+        if self.stage is Stage.SESSION_STARTING:
+            return "stopped again while the Spark session was starting"
+        if self.stage is Stage.QUERY_STARTING:
+            return "stopped again while the streaming query was starting"
+        return "stopped again before the final checkpoint finished"
 
     def on_stage(self, stage: Stage) -> None:
+        from statesnap.materialize import Stage
+
         self.stage = stage
         if not self.installed and stage in (Stage.SESSION_STARTING, Stage.FOLLOWING):
             stop_on_signals(self.again, self.stop)
@@ -450,6 +463,10 @@ def dump(
     tailed), rows with "partition" (window stores: "window_start"/"window_end", epoch ms); the
     digest covers the stored key bytes (a window store's: the 8-byte window start, then the key).
     """
+    from statesnap.python.follower import ReadOnlyTable
+    from statesnap.serde import resolve_serde
+    from statesnap.task.options import CheckpointOptions, StoreOptions
+
     if store_name is not None:
         name, url = check_store_flags(
             table=table,

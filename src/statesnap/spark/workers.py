@@ -46,6 +46,9 @@ def check_workers(spark: Any) -> None:
             import pyarrow  # noqa: F401
 
             import statesnap
+
+            for name in statesnap.__all__:  # loaded on first use: load them all, as a job would
+                getattr(statesnap, name)
         except ImportError as e:  # answered, not raised: Spark would retry a failed task 4 times
             return f"ImportError: {e}"
         return statesnap.__version__
