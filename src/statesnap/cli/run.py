@@ -105,7 +105,8 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     "--exactly-once",
     is_flag=True,
     help="Emitted records and input offsets commit in one Kafka transaction per commit point (the "
-    "broker must implement transactions; readers use read_committed). Not with --group.",
+    "broker must implement transactions; readers use read_committed). With --group, the group's own "
+    "offsets, fenced by its generation (KIP-447).",
 )
 @click.option(
     "--spark-conf",

@@ -4,7 +4,8 @@ The group decides which partitions this member owns; where each one starts is st
 business, never the group's committed offsets: a partition gained in a rebalance is restored from
 the newest checkpoint by the :class:`RebalanceListener`, which answers with the offsets to resume
 from. The offsets committed to the group (at commit points and on revocation) are informational,
-for lag monitoring tools.
+for lag monitoring tools — unless an exactly-once processor's transactions commit them instead
+(``informational_commits`` off; :mod:`statesnap.processor.transactions`).
 
 Protocols. ``partition.assignment.strategy`` decides (default ``roundrobin``, eager: every
 rebalance revokes everything, then assigns). ``cooperative-sticky`` moves only the partitions
@@ -109,6 +110,10 @@ class GroupReader:
         #: Whether the group has given this member an assignment yet (possibly empty).
         self.assigned = False
         self.rebalances = 0
+        #: Whether :meth:`commit` commits the positions (for lag tools). Off when a transactional
+        #: producer commits the group's offsets with its outputs (exactly-once processors): the
+        #: committed offsets then say which outputs are committed, and only it may move them.
+        self.informational_commits = True
         self._eof_offset: dict[int, int] = {}
         #: Gained partitions assigned paused at a position with a leader epoch, to be sought there
         #: (which has the leader check the epoch) and resumed by the next poll().
@@ -421,6 +426,8 @@ class GroupReader:
 
     def commit(self, partitions: list[int] | None = None, *, asynchronous: bool = True) -> None:
         """Commit our positions to the group, for lag monitoring; never read back by statesnap."""
+        if not self.informational_commits:
+            return
         parts = sorted(self.positions) if partitions is None else partitions
         offsets = [self._start(p) for p in parts if self.positions.get(p, 0) > 0]  # with their epochs
         if not offsets:
@@ -429,6 +436,12 @@ class GroupReader:
             self._consumer.commit(offsets=offsets, asynchronous=asynchronous)
         except KafkaException as e:
             log.debug("group %s: offset commit failed (informational only): %s", self.group, e)
+
+    def group_metadata(self) -> Any:
+        """This member's consumer group metadata (member id, generation): a transactional
+        producer sends it with the offsets it commits, so the group coordinator fences a member
+        a rebalance has replaced (KIP-447)."""
+        return self._consumer.consumer_group_metadata()
 
     def log_start(self, partitions: list[int]) -> dict[int, int]:
         """The first offset still stored per partition (exact, unlike the high watermark)."""

@@ -359,6 +359,17 @@ class ProcessorHandler:
                     self.store.apply(partition, gone)
                     self._expired.add(partition)
 
+    def release(self, partitions: Sequence[int]) -> None:
+        """A consumer group took *partitions* away: forget what was known of them (gained again,
+        they start from their restored state)."""
+        gone = set(partitions)
+        for p in gone:
+            self._first_at_checkpoint.pop(p, None)
+            self._last.pop(p, None)
+        self._others_moved -= gone
+        self._expired -= gone
+        self._swept = {key: t for key, t in self._swept.items() if key[1] not in gone}
+
     def rebase_partitions(self) -> frozenset[int]:
         return frozenset(self._expired)
 

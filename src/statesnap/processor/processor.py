@@ -190,11 +190,6 @@ class Processor(Aggregations):
         )
         self._schema_registry = schema_registry_url
         self.dead_letter_topic = dead_letter_topic
-        if exactly_once and group is not None:
-            raise ConfigError(
-                f"processor {name!r}: exactly_once=True with a consumer group is not supported yet; "
-                "give partitions= (all, a list or a StaticShare) instead"
-            )
         self.exactly_once = exactly_once
         self._handlers: list[Handler] = []
         self._punctuations: list[Punctuation] = []
@@ -237,11 +232,6 @@ class Processor(Aggregations):
         if "exactly_once" in changes:
             copied.exactly_once = bool(changes.pop("exactly_once"))
         copied._settings = dataclasses.replace(self._settings, **changes)
-        if copied.exactly_once and copied._settings.group is not None:
-            raise ConfigError(
-                f"processor {self.name!r}: exactly_once=True with a consumer group is not supported yet; "
-                "give partitions= (all, a list or a StaticShare) instead"
-            )
         _check_start_from(
             self.name, copied._settings.start_from, exactly_once=copied.exactly_once, confirm=copied.confirm
         )
@@ -348,7 +338,7 @@ class Processor(Aggregations):
                         self.key_serde,
                         self.value_serde,
                         topic=self.inputs[0],
-                        group_id=offsets_group_of(self.name),
+                        group_id=offsets_group_of(self.name) if task.group is None else task.group.group_id,
                         others=self.inputs[1:],
                     )
                     if self.exactly_once
@@ -359,8 +349,13 @@ class Processor(Aggregations):
         def fence(task: ProcessorTask) -> None:
             """Before the restore: fence the previous incarnation, learn which outputs committed."""
             assert isinstance(self._outputs, TransactionalOutputs)
+            # A static group member (group.instance.id) keeps its transactional.id across
+            # restarts, so a restart aborts what its crashed incarnation left open at once.
+            instance = task.settings.config.get("group.instance.id") if task.group is not None else None
             self._outputs.open(
-                transactional_id_of(self.name, task.task_id, task.wanted_partitions), task.settings.timeout
+                transactional_id_of(self.name, str(instance or task.task_id), task.wanted_partitions),
+                task.settings.timeout,
+                grouped=task.group is not None,
             )
 
         self._task = ProcessorTask(

@@ -17,9 +17,11 @@ from typing import Any, cast
 from statesnap.checkpoint import CheckpointManifest
 from statesnap.checkpoint.selection import resume_offsets
 from statesnap.errors import OutputError
+from statesnap.kafka.group_reader import GroupReader
 from statesnap.kafka.reader import ChangelogReader
 from statesnap.processor.handler import ProcessorHandler
 from statesnap.processor.inputs import MergedReader, check_co_partitioned
+from statesnap.processor.transactions import TransactionalOutputs
 from statesnap.python.consuming import RecordHandler
 from statesnap.python.table import Table
 from statesnap.task.lifecycle import TaskPhase
@@ -58,7 +60,14 @@ class ProcessorTask(Table[bytes, bytes]):
 
     def _read_with(self, reader: ChangelogReader) -> ChangelogReader:
         """The first input's reader, continued by a merged reader of every input at the offsets
-        the restored store holds (the other inputs' offsets live in the task's keyspace)."""
+        the restored store holds (the other inputs' offsets live in the task's keyspace). A
+        consumer group's reader commits no offsets of its own under exactly-once outputs: their
+        transactions commit them, with the member's group metadata."""
+        outputs = self._transactional()
+        group: object = reader
+        if outputs is not None and isinstance(group, GroupReader):
+            group.informational_commits = False
+            outputs.group_metadata = group.group_metadata
         if not self.others:
             return reader
         return cast(
@@ -71,6 +80,9 @@ class ProcessorTask(Table[bytes, bytes]):
         every input (the group assigns the first input only, so any assignment strategy keeps
         the inputs co-partitioned)."""
         super().take_partitions(partitions, restored)
+        outputs = self._transactional()
+        if outputs is not None:
+            outputs.taken(partitions, self.settings.timeout)
         reader: object = self._reader
         if isinstance(reader, MergedReader):
             reader.gain(resume_offsets(restored, partitions), self.store)
@@ -79,7 +91,16 @@ class ProcessorTask(Table[bytes, bytes]):
         reader: object = self._reader
         if isinstance(reader, MergedReader):
             reader.drop(partitions)
+        handler = self._handler
+        if isinstance(handler, ProcessorHandler):
+            handler.release(partitions)
         return super().release_partitions(partitions, drop_rows=drop_rows)
+
+    def _transactional(self) -> TransactionalOutputs | None:
+        handler = self._handler
+        if isinstance(handler, ProcessorHandler) and isinstance(handler.outputs, TransactionalOutputs):
+            return handler.outputs
+        return None
 
     def _new_handler(self) -> RecordHandler:
         handler = self._make_handler(self)

@@ -14,6 +14,14 @@ their outputs are already committed (``Outputs.replay_until``). A transaction th
 commit is aborted and the processor stops (its state is past outputs that never committed);
 a restart re-processes from the checkpoint.
 
+In a consumer group (KIP-447) the offsets are the member's group's, sent with the member's group
+metadata: the coordinator refuses them from a member a rebalance replaced (a zombie), so its
+transaction aborts and it stops; the ``transactional.id`` is then per incarnation. Partitions are
+handed over at their revocation by a commit point (the transaction commits, then the checkpoint),
+and a member reads K of each partition it gains (:meth:`TransactionalOutputs.taken`): a previous
+owner's last transaction is committed by then, or, if it died, aborted by the broker within
+``transaction.timeout.ms`` (K stays unstable until then, and the gain waits).
+
 Readers of the output topics must consume with ``isolation.level=read_committed``. The dev
 broker (Tansu) shows aborted records to such readers: exactly-once needs a broker that
 implements transactions (Apache Kafka).
@@ -23,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, NoReturn
 
 from confluent_kafka import KafkaError as RdKafkaError
@@ -110,6 +118,10 @@ class TransactionalOutputs(Outputs):
         self.group_id = group_id
         self.transactional_id: str | None = None
         self._group: Any = None  # a consumer of the group, never subscribed: its metadata, offsets
+        #: A consumer-group member's metadata (:meth:`GroupReader.group_metadata`), sent with the
+        #: offsets so the coordinator fences a member a rebalance replaced; None: the unsubscribed
+        #: consumer's (a static task, fenced by its stable ``transactional.id`` instead).
+        self.group_metadata: Callable[[], Any] | None = None
         self._in_transaction = False
         self._began = 0.0
         #: Per partition the offset last committed (never moves back, even during a replay).
@@ -132,10 +144,11 @@ class TransactionalOutputs(Outputs):
             )
         return self._producer
 
-    def open(self, transactional_id: str, timeout: float) -> dict[int, int]:
+    def open(self, transactional_id: str, timeout: float, *, grouped: bool = False) -> dict[int, int]:
         """Fence the task's previous incarnation, then read the group's committed offsets K of
         the input (read_committed: an open transaction's offsets are not K). Returns K; records
-        below it emit nothing when re-processed."""
+        below it emit nothing when re-processed. A consumer-group member (*grouped*) owns no
+        partition yet: it reads K of each partition as the group gives it one (:meth:`taken`)."""
         self.transactional_id = transactional_id
         producer = self.producer
         try:
@@ -149,6 +162,8 @@ class TransactionalOutputs(Outputs):
             self.settings,
             **{"group.id": self.group_id, "isolation.level": "read_committed", "enable.auto.commit": False},
         )
+        if grouped:
+            return {}
         committed = self._read_committed(self.topic, timeout)
         self._committed = dict(committed)
         self.replay_until = dict(committed)
@@ -163,12 +178,40 @@ class TransactionalOutputs(Outputs):
         )
         return committed
 
-    def _read_committed(self, topic: str, timeout: float) -> dict[int, int]:
-        meta = self._group.list_topics(topic, timeout=timeout)
-        described = meta.topics.get(topic)
-        if described is None or described.error is not None:
-            return {}
-        wanted = [TopicPartition(topic, p) for p in sorted(described.partitions)]
+    def taken(self, partitions: Collection[int], timeout: float) -> None:
+        """A consumer group gave this member *partitions*: their committed offsets K (the last
+        transaction of whoever owned them before) say below which re-processed records emit
+        nothing. A previous owner that died mid-transaction holds K unstable until the broker
+        aborts that transaction (``transaction.timeout.ms``), so the wait allows for that."""
+        timeout += TRANSACTION_TIMEOUT_MS / 1000
+        for topic, committed, until in (
+            (self.topic, self._committed, self.replay_until),
+            *((t, self._committed_of[t], self.replay_until_of.setdefault(t, {})) for t in self.others),
+        ):
+            found = self._read_committed(topic, timeout, partitions)
+            for p in partitions:
+                committed.pop(p, None)
+                until.pop(p, None)
+            committed.update(found)
+            until.update(found)
+        log.info(
+            "exactly-once outputs %s: group %s gave partitions %s, committed %s",
+            self.transactional_id,
+            self.group_id,
+            sorted(partitions),
+            {p: self._committed.get(p) for p in sorted(partitions)},
+        )
+
+    def _read_committed(
+        self, topic: str, timeout: float, partitions: Collection[int] | None = None
+    ) -> dict[int, int]:
+        if partitions is None:
+            meta = self._group.list_topics(topic, timeout=timeout)
+            described = meta.topics.get(topic)
+            if described is None or described.error is not None:
+                return {}
+            partitions = described.partitions
+        wanted = [TopicPartition(topic, p) for p in sorted(partitions)]
         deadline = time.monotonic() + timeout
         while True:  # a coordinator still loading (or moving) answers with a retriable error
             try:
@@ -259,9 +302,12 @@ class TransactionalOutputs(Outputs):
             TopicPartition(t, p, o) for t, moved in other_offsets.items() for p, o in sorted(moved.items())
         ]
         try:
-            producer.send_offsets_to_transaction(
-                tps, self._group.consumer_group_metadata(), max(0.0, deadline - time.monotonic())
+            metadata = (
+                self._group.consumer_group_metadata()
+                if self.group_metadata is None
+                else self.group_metadata()
             )
+            producer.send_offsets_to_transaction(tps, metadata, max(0.0, deadline - time.monotonic()))
             while True:
                 try:
                     producer.commit_transaction(max(0.0, deadline - time.monotonic()))

@@ -254,10 +254,7 @@ class Consuming:
             with self._lock:
                 if abandoned.is_set():
                     return None  # the caller gave up while a commit held the lock
-                self._handler.commit_point(checkpoint=True)
-                self.store.flush()
-                self._last_checkpoint_at = time.monotonic()
-                return snapshots.checkpoint(self._task_state(), full=full)
+                return self._checkpoint_now(snapshots, full=full)
 
         seconds = None if timeout is None else parse_duration(timeout).total_seconds()
         return call_within(
@@ -266,6 +263,15 @@ class Consuming:
             lambda: self._timed_out("the checkpoint", seconds),
             f"statesnap-checkpoint-{self.name}",
         )
+
+    def _checkpoint_now(self, snapshots: SnapshotTask, *, full: bool = False) -> CheckpointManifest | None:
+        """A checkpoint now, the lock held: the handler's commit point first (a processor's
+        outputs delivered, or committed with their offsets, before a checkpoint claims them),
+        then the store flushed and the snapshot task's checkpoint."""
+        self._handler.commit_point(checkpoint=True)
+        self.store.flush()
+        self._last_checkpoint_at = time.monotonic()
+        return snapshots.checkpoint(self._task_state(), full=full)
 
     def _timed_out(self, what: str, seconds: float | None) -> CheckpointTimeoutError:
         return CheckpointTimeoutError(

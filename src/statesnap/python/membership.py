@@ -124,6 +124,9 @@ class GroupMember:
     def _task_state(self) -> TaskState:
         raise NotImplementedError
 
+    def _checkpoint_now(self, snapshots: SnapshotTask, *, full: bool = False) -> CheckpointManifest | None:
+        raise NotImplementedError
+
     def restore_partitions(
         self, task: OpenedTask, state: TopicState, *, first: bool
     ) -> CheckpointManifest | None:
@@ -146,8 +149,7 @@ class GroupMember:
         if self.snapshots is None or not self._writes:
             return
         try:
-            self.store.flush()
-            manifest = self.snapshots.checkpoint(self._task_state())
+            manifest = self._checkpoint_now(self.snapshots)
         except (CheckpointError, BlobStoreError, SnapshotError) as e:
             # The next owner restores from an older checkpoint and replays a longer tail: slower,
             # still exact.

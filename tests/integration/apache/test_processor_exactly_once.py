@@ -18,6 +18,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
 from integration.conftest import KafkaTool
@@ -65,7 +66,8 @@ def tally(cfg: dict[str, Any]) -> Processor:
         ),
         stores=["balances"],
         value_serde="json",
-        partitions=range(PARTITIONS),
+        **({"group": cfg["group"]} if cfg.get("group") else {"partitions": range(PARTITIONS)}),
+        kafka_config=cfg.get("kafka_config"),
         exactly_once=True,
         dead_letter_topic=cfg.get("dlq"),
     )
@@ -296,11 +298,27 @@ def restart_and_check(kafka: KafkaTool, cfg: dict[str, Any], checkpoint: int | N
 # --- the kill tests ----------------------------------------------------------------------------
 
 
-def test_killed_between_a_transaction_commit_and_the_checkpoint(kafka: KafkaTool, tmp_path: Path) -> None:
+def share_of(share: str) -> dict[str, Any]:
+    """How the test's processor gets its partitions: all of them, a consumer group's, or a static
+    group member's (``group.instance.id``: the same member after a restart)."""
+    tag = uuid.uuid4().hex[:6]
+    if share == "group":
+        return {"group": f"eos-group-{tag}"}
+    if share == "static-group":
+        return {"group": f"eos-group-{tag}", "kafka_config": {"group.instance.id": "member-1"}}
+    return {}
+
+
+@pytest.mark.parametrize("share", ["partitions", "group"])
+def test_killed_between_a_transaction_commit_and_the_checkpoint(
+    kafka: KafkaTool, tmp_path: Path, share: str
+) -> None:
     """Apache Kafka proved it: the child commits transactions past its checkpoint C (up to K) and is
     SIGKILLed right after one commits; restarted, it restores C, re-processes [C, K) without
-    emitting and emits from K: read_committed outputs are exactly one per input record."""
-    cfg = setup(kafka, tmp_path, kill="after_commit", at=300)
+    emitting and emits from K: read_committed outputs are exactly one per input record. In a
+    consumer group the restart is a new member that gains the partitions once the dead one's
+    session expired, and reads K as it gains them (KIP-447: the member's own group)."""
+    cfg = setup(kafka, tmp_path, kill="after_commit", at=300, **share_of(share))
     payments(kafka, cfg["topic"], 0, 200)
     log = tmp_path / "child.log"
     child_proc = start_child(cfg, log)
@@ -312,11 +330,15 @@ def test_killed_between_a_transaction_commit_and_the_checkpoint(kafka: KafkaTool
     assert suppressed >= 100, f"only {suppressed} records were re-processed silently (K - C >= 100)"
 
 
-def test_killed_mid_transaction(kafka: KafkaTool, tmp_path: Path) -> None:
+@pytest.mark.parametrize("share", ["partitions", "static-group"])
+def test_killed_mid_transaction(kafka: KafkaTool, tmp_path: Path, share: str) -> None:
     """Apache Kafka proved it: the child is SIGKILLed with a transaction open whose records are on
     the broker (read_uncommitted sees them twice after the restart); the restart fences the dead
-    producer (its transaction aborts) and read_committed outputs are exactly one per input record."""
-    cfg = setup(kafka, tmp_path, kill="mid", at=330, commit_interval="300ms")
+    producer (its transaction aborts) and read_committed outputs are exactly one per input record.
+    A static group member (``group.instance.id``) keeps its transactional.id, so its restart
+    fences the dead one at once too (a dynamic member's is per incarnation: the broker aborts
+    the dead one's transaction after ``transaction.timeout.ms``)."""
+    cfg = setup(kafka, tmp_path, kill="mid", at=330, commit_interval="300ms", **share_of(share))
     payments(kafka, cfg["topic"], 0, 200)
     log = tmp_path / "child.log"
     child_proc = start_child(cfg, log)
@@ -399,6 +421,48 @@ def test_a_restarted_instance_fences_its_zombie(kafka: KafkaTool, tmp_path: Path
         successor.close()
     assert successor.last_checkpoint is not None
     restart_and_check(kafka, cfg, successor.last_checkpoint.generation)
+
+
+def test_consumer_group_members_hand_partitions_over_exactly_once(kafka: KafkaTool, tmp_path: Path) -> None:
+    """Apache Kafka proved it (classic protocol, eager round-robin; KIP-447 offsets with the
+    member's group metadata): while input keeps arriving, a second member joins (the first
+    commits its transaction, then checkpoints, for the partition it hands over) and then the first
+    leaves. Every running total emitted is right (the state moved whole with its partition) and
+    the committed outputs are exactly one per input record; the group's committed offsets are
+    the transactions' (no informational commit moved them past committed outputs)."""
+    cfg = setup(kafka, tmp_path, **share_of("group"))
+    payments(kafka, cfg["topic"], 0, 60)
+    first, second = tally(cfg), tally(cfg)
+    first.start()
+    producer = threading.Thread(target=produce_slowly, args=(kafka, cfg["topic"], 60, 240, 30, 0.2))
+    producer.start()
+    try:
+        second.start()
+        KafkaTool.wait_for(
+            lambda: len(first.task.partitions) == len(second.task.partitions) == 1,
+            timeout=60,
+            what="the members to share the partitions",
+        )
+        time.sleep(1.0)  # both process input for a while
+        first.close()
+        KafkaTool.wait_for(
+            lambda: len(second.task.partitions) == PARTITIONS, timeout=60, what="the survivor to own both"
+        )
+        producer.join(60)
+        ends = KafkaTool.end_offsets(kafka.read_all(cfg["topic"], range(PARTITIONS)), range(PARTITIONS))
+        KafkaTool.wait_for(
+            lambda: all(second.task.offsets.get(p, 0) >= e for p, e in ends.items()),
+            timeout=60,
+            what="the survivor to process every record",
+        )
+    finally:
+        producer.join(60)
+        first.close()
+        second.close()
+    group = cfg["group"]
+    committed = kafka.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result()
+    assert {tp.partition: tp.offset for tp in committed.topic_partitions} == ends
+    restart_and_check(kafka, cfg, None)
 
 
 @pytest.mark.long  # suite budget: a log message

@@ -109,9 +109,7 @@ def test_migrate_then_start_from_on_the_command_line(
 
     # materialize (state version 1) is refused the newest generation (version 2) and starts from 1.
     kafka.produce(topic, records(90, 40))
-    one_line_error(
-        run_in(tmp_path, "materialize", *base), "StateVersionError", "version 2", "version 1"
-    )
+    one_line_error(run_in(tmp_path, "materialize", *base), "StateVersionError", "version 2", "version 1")
     again = ok(run_in(tmp_path, "materialize", *base, "--from-generation", "1"))
     assert (again["restore"]["checkpoint"], again["checkpoint"]) == (1, 3)
     assert again["keys"] == len(kafka.truth(kafka.read_all(topic, range(PARTITIONS))))

@@ -225,13 +225,13 @@ def test_a_module_or_object_that_is_not_a_processor_is_one_typed_line(
     refused = run_in(app, "run", "tally_app:proc", "-c", ckpt, "--follow", "--engine", "spark", timeout=60)
     assert refused.returncode == 1
     assert "EngineOptionError: --follow cannot be used with --engine spark" in refused.stderr
-    both = run_in(
-        app, "run", "tally_app:proc", "-c", ckpt, "--follow", "--group", "g", "--exactly-once", timeout=60
+    unfollowed = run_in(
+        app, "run", "tally_app:proc", "-c", ckpt, "--group", "g", "--exactly-once", timeout=60
     )
-    assert both.returncode == 1
-    assert both.stderr.strip().splitlines()[-1] == (
-        "Error: ConfigError: processor 'tally': exactly_once=True with a consumer group is not "
-        "supported yet; give partitions= (all, a list or a StaticShare) instead"
+    assert unfollowed.returncode == 2  # a usage error, named by its options
+    assert unfollowed.stderr.strip().splitlines()[-1] == (
+        "Error: --group needs --follow: a group member holds only the partitions it is assigned, so a "
+        "one-shot run could not checkpoint every partition"
     )
     help_text = ok(run_in(app, "run", "--help", timeout=60))
     assert "statesnap run tally:proc --follow" in help_text

@@ -414,15 +414,19 @@ def test_a_consumer_group_moves_partition_p_of_every_input_together(
         produce_round(120)
         wait_for(
             "each member to count exactly its partitions",
-            lambda: counts(first) == expected(first.task.partitions)
-            and counts(second) == expected(second.task.partitions),
+            lambda: (
+                counts(first) == expected(first.task.partitions)
+                and counts(second) == expected(second.task.partitions)
+            ),
         )
         first.close()
         produce_round(120)
         wait_for(
             "the survivor to count everything",
-            lambda: set(second.task.partitions) == set(range(partitions))
-            and counts(second) == expected(range(partitions)),
+            lambda: (
+                set(second.task.partitions) == set(range(partitions))
+                and counts(second) == expected(range(partitions))
+            ),
         )
     finally:
         first.close(checkpoint=False)
