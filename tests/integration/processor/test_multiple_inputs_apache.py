@@ -2,7 +2,8 @@
 ``apache_kafka``): Tansu shows aborted records to ``read_committed`` readers and crashes on
 ``delete_records``, so neither exactly-once outputs nor a moved log start can be proven there.
 
-- exactly-once: every input's offsets go in each transaction; after a stop between a transaction
+- exactly-once: every input's offsets go in each transaction (also in a consumer group, where a
+  survivor takes over a member stopped without a commit); after a stop between a transaction
   commit and the checkpoint, each input's records below its own committed offset are re-processed
   for state only: ``read_committed`` outputs are exactly one per input record.
 - a log start that moved past the second input's checkpointed offset: ``require`` fails naming
@@ -135,6 +136,67 @@ def test_exactly_once_outputs_over_two_inputs(apache: KafkaTool, tmp_path: Path)
     got = Counter(committed_outputs(apache.bootstrap, out))
     assert got == every_record(apache, topics)
     assert set(got.values()) == {1}
+
+
+def test_exactly_once_outputs_over_two_inputs_in_a_consumer_group(apache: KafkaTool, tmp_path: Path) -> None:
+    """Two group members over two inputs, exactly-once: the second joins (the first commits, then
+    checkpoints, what it hands over), then the first stops without a checkpoint or a commit (its
+    open transaction aborted). The survivor gains its partitions, reads each input's committed
+    offsets and re-processes below them for state only: ``read_committed`` outputs are exactly one
+    per input record, and the counts per input and key equal a plain count."""
+    tag = uuid.uuid4().hex[:8]
+    topics = [
+        apache.create_topic(f"eos2g-a-{tag}", PARTITIONS),
+        apache.create_topic(f"eos2g-b-{tag}", PARTITIONS),
+    ]
+    out = apache.create_topic(f"eos2g-out-{tag}", PARTITIONS)
+    url, name = str(tmp_path / "ckpt"), f"eos2g-{tag}"
+    options: dict[str, Any] = {"exactly_once": True, "group": f"eos2g-group-{tag}", "max_idle": "50ms"}
+
+    def produced(start: int, n: int) -> None:
+        for t in topics:
+            produce(apache, t, start, n)
+
+    def outputs_reach(n: int) -> None:
+        KafkaTool.wait_for(
+            lambda: len(committed_outputs(apache.bootstrap, out)) >= n, timeout=60, what=f"{n} outputs"
+        )
+
+    produced(0, 40)
+    first = echo(name, topics, out, apache.bootstrap, url, **options)
+    second = echo(name, topics, out, apache.bootstrap, url, **options)
+    first.start()
+    try:
+        produced(40, 30)
+        second.start()
+        KafkaTool.wait_for(
+            lambda: len(first.task.partitions) == len(second.task.partitions) == 1,
+            timeout=60,
+            what="the members to share the partitions",
+        )
+        produced(70, 30)
+        outputs_reach(200)
+        first.close(checkpoint=False)
+        produced(100, 20)
+        KafkaTool.wait_for(
+            lambda: len(second.task.partitions) == PARTITIONS, timeout=60, what="the survivor to own both"
+        )
+        outputs_reach(240)
+        assert second._outputs is not None
+        assert second._outputs.suppressed_records > 0  # the first's committed tail, for state only
+        seen: Counter[bytes] = Counter()
+        for k, v in second.store("seen").items():  # a key is in both partitions: one row in each
+            seen[k] += int(v)
+    finally:
+        first.close(checkpoint=False)
+        second.close()
+    got = Counter(committed_outputs(apache.bootstrap, out))
+    assert got == every_record(apache, topics)
+    assert set(got.values()) == {1}
+    truth = Counter(
+        t.encode() + b"/" + (r.key or b"") for t in topics for r in apache.read_all(t, range(PARTITIONS))
+    )
+    assert seen == truth
 
 
 def test_a_log_start_past_the_second_inputs_offset_is_never_skipped(
