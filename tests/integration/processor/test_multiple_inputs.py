@@ -51,6 +51,30 @@ def ledger(name: str, inputs: list[str], bootstrap: str, url: str | None, **opti
     return proc
 
 
+def per_input_counter(
+    name: str, inputs: list[str], bootstrap: str, checkpoints: CheckpointOptions, **options: Any
+) -> Processor:
+    """Counts records per input and key (``b"topic/key"``): order-free, so live input (ordered
+    across inputs by arrival) still has one right answer."""
+    proc = Processor(
+        name,
+        inputs=inputs,
+        bootstrap_servers=bootstrap,
+        checkpoints=checkpoints,
+        stores=["counts"],
+        max_idle="50ms",
+        **options,
+    )
+
+    @proc.handler
+    def count(record: Record, ctx: ProcessorContext) -> None:
+        counts = ctx.stores["counts"]
+        key = record.topic.encode() + b"/" + (record.key or b"")
+        counts[key] = b"%d" % (int(counts.get(key, b"0")) + 1)
+
+    return proc
+
+
 def events(rng: random.Random, start: int, stop: int) -> list[Event]:
     """Events with timestamps in [start, stop) s after BASE, in time order (ties included)."""
     out = []
@@ -282,22 +306,8 @@ def test_following_live_inputs_loses_and_repeats_nothing_across_a_restart(
     url = str(tmp_path / "ckpt")
 
     def counter() -> Processor:
-        proc = Processor(
-            "live",
-            inputs=topics,
-            bootstrap_servers=kafka.bootstrap,
-            checkpoints=CheckpointOptions(url, interval="100ms", commit_interval="20ms"),
-            stores=["counts"],
-            max_idle="50ms",
-        )
-
-        @proc.handler
-        def count(record: Record, ctx: ProcessorContext) -> None:
-            counts = ctx.stores["counts"]
-            key = record.topic.encode() + b"/" + (record.key or b"")
-            counts[key] = b"%d" % (int(counts.get(key, b"0")) + 1)
-
-        return proc
+        checkpoints = CheckpointOptions(url, interval="100ms", commit_interval="20ms")
+        return per_input_counter("live", topics, kafka.bootstrap, checkpoints)
 
     def total(proc: Processor) -> int:
         return sum(int(v) for v in dict(proc.store("counts").items()).values())
@@ -367,23 +377,8 @@ def test_a_consumer_group_moves_partition_p_of_every_input_together(
         assert producer.flush(15) == 0
 
     def member() -> Processor:
-        proc = Processor(
-            "grouped",
-            inputs=topics,
-            bootstrap_servers=kafka.bootstrap,
-            checkpoints=CheckpointOptions(url, interval="1h", commit_interval="50ms"),
-            stores=["counts"],
-            group=group,
-            max_idle="50ms",
-        )
-
-        @proc.handler
-        def count(record: Record, ctx: ProcessorContext) -> None:
-            counts = ctx.stores["counts"]
-            key = record.topic.encode() + b"/" + (record.key or b"")
-            counts[key] = b"%d" % (int(counts.get(key, b"0")) + 1)
-
-        return proc
+        checkpoints = CheckpointOptions(url, interval="1h", commit_interval="50ms")
+        return per_input_counter("grouped", topics, kafka.bootstrap, checkpoints, group=group)
 
     def counts(proc: Processor) -> dict[bytes, int]:
         return {k: int(v) for k, v in proc.store("counts").items()}
