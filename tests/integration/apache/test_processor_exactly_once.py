@@ -33,8 +33,10 @@ from integration.conftest import KafkaTool
 from statesnap import CheckpointOptions, Processor, ProcessorContext, Record
 from statesnap.errors import HandlerError, OutputError
 from statesnap.kafka.config import KafkaSettings
+from statesnap.processor import transactions
 from statesnap.processor.outputs import Outputs
 from statesnap.processor.stores import StoreReader
+from statesnap.processor.task import ProcessorTask
 from statesnap.processor.transactions import TransactionalOutputs, offsets_group_of
 from statesnap.serde import resolve_serde
 from statesnap.stores import open_state_store
@@ -91,15 +93,28 @@ def tally(cfg: dict[str, Any]) -> Processor:
 def child(arg: str) -> None:
     """The processor as a service: start, checkpoint, say so, keep processing — and SIGKILL itself
     at ``cfg["kill"]``: ``after_commit`` (a transaction committed through ``at`` input records, no
-    checkpoint yet claims them) or ``mid`` (record ``at`` is being handled, the open transaction's
-    earlier records flushed to the broker)."""
+    checkpoint yet claims them), ``mid`` (record ``at`` is being handled, the open transaction's
+    earlier records flushed to the broker) or ``after_hand_over`` (a consumer group revoked its
+    partitions and it handed them over: the next owner restores that checkpoint). ``txn_timeout``
+    (ms) shortens the broker's wait before it aborts what the dead child left open."""
     cfg = json.loads(arg)
+    if cfg.get("txn_timeout"):
+        transactions.TRANSACTION_TIMEOUT_MS = cfg["txn_timeout"]
     proc = tally(cfg)
     kill, at = cfg["kill"], cfg["at"]
     checkpointed = False
 
     def die() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
+
+    hand_over = ProcessorTask.hand_over
+
+    def hand_over_then_die(self: ProcessorTask, partitions: tuple[int, ...]) -> None:
+        hand_over(self, partitions)
+        if kill == "after_hand_over" and checkpointed:
+            die()
+
+    ProcessorTask.hand_over = hand_over_then_die  # type: ignore[method-assign,assignment]
 
     original = TransactionalOutputs.commit
 
@@ -350,6 +365,47 @@ def test_killed_mid_transaction(kafka: KafkaTool, tmp_path: Path, share: str) ->
     assert suppressed > 0, "the committed transactions past the checkpoint were not re-processed silently"
     uncommitted = read_outputs(kafka.bootstrap, cfg["out"], "read_uncommitted")
     assert len(uncommitted) > len(set(uncommitted)), "the killed transaction left no records on the broker"
+
+
+def test_a_member_killed_right_after_handing_over_loses_no_output(kafka: KafkaTool, tmp_path: Path) -> None:
+    """Apache Kafka proved it: a group member with outputs in its open transaction is revoked
+    (another member joins), hands its partitions over and is SIGKILLed at once. The hand-over
+    committed its transaction before its checkpoint (C <= K), so the next owner, which restores
+    that checkpoint and emits from K, loses nothing and repeats nothing: read_committed outputs
+    are exactly one per input record. (A hand-over that only checkpointed left K below C: the
+    outputs between were in the transaction the kill aborted, and were lost.)"""
+    cfg = setup(
+        kafka,
+        tmp_path,
+        kill="after_hand_over",
+        at=0,
+        commit_interval="1h",
+        txn_timeout=5000,
+        **share_of("group"),
+    )
+    payments(kafka, cfg["topic"], 0, 200)
+    log = tmp_path / "child.log"
+    child_proc = start_child(cfg, log)
+    wait_started(child_proc, log)
+    payments(kafka, cfg["topic"], 200, 100)  # outputs in the child's open transaction
+    time.sleep(1.5)
+    successor = tally({**cfg, "commit_interval": "100ms"})
+    successor.start()  # the child hands over, dies; its session expires; the successor owns all
+    try:
+        wait_killed(child_proc, log)
+        KafkaTool.wait_for(
+            lambda: len(successor.task.partitions) == PARTITIONS, timeout=60, what="the successor to own both"
+        )
+        payments(kafka, cfg["topic"], 300, 50)
+        ends = KafkaTool.end_offsets(kafka.read_all(cfg["topic"], range(PARTITIONS)), range(PARTITIONS))
+        KafkaTool.wait_for(
+            lambda: all(successor.task.offsets.get(p, 0) >= e for p, e in ends.items()),
+            timeout=60,
+            what="the successor to process every record",
+        )
+    finally:
+        successor.close()
+    restart_and_check(kafka, cfg, None)
 
 
 @pytest.mark.long
