@@ -269,6 +269,19 @@ def read_values(bootstrap: str, topic: str, isolation: str, timeout: float = 30)
         c.close()
 
 
+def wait_processed(
+    kafka: KafkaTool, cfg: dict[str, Any], proc: Processor, timeout: float = 20.0
+) -> dict[int, int]:
+    """Wait until *proc* has processed the input to its ends now; returns them."""
+    ends = KafkaTool.end_offsets(kafka.read_all(cfg["topic"], range(PARTITIONS)), range(PARTITIONS))
+    KafkaTool.wait_for(
+        lambda: all(proc.task.offsets.get(p, 0) >= e for p, e in ends.items()),
+        timeout=timeout,
+        what=f"processor {cfg['name']} to process every record",
+    )
+    return ends
+
+
 def setup(kafka: KafkaTool, tmp_path: Path, **extra: Any) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:10]
     return {
@@ -397,12 +410,7 @@ def test_a_member_killed_right_after_handing_over_loses_no_output(kafka: KafkaTo
             lambda: len(successor.task.partitions) == PARTITIONS, timeout=60, what="the successor to own both"
         )
         payments(kafka, cfg["topic"], 300, 50)
-        ends = KafkaTool.end_offsets(kafka.read_all(cfg["topic"], range(PARTITIONS)), range(PARTITIONS))
-        KafkaTool.wait_for(
-            lambda: all(successor.task.offsets.get(p, 0) >= e for p, e in ends.items()),
-            timeout=60,
-            what="the successor to process every record",
-        )
+        wait_processed(kafka, cfg, successor, timeout=60)
     finally:
         successor.close()
     restart_and_check(kafka, cfg, None)
@@ -470,8 +478,7 @@ def test_a_restarted_instance_fences_its_zombie(kafka: KafkaTool, tmp_path: Path
         assert isinstance(error, OutputError), error
         assert "fenced" in str(error), error
         zombie.close()
-        ends = KafkaTool.end_offsets(kafka.read_all(cfg["topic"], range(PARTITIONS)), range(PARTITIONS))
-        KafkaTool.wait_for(lambda: all(successor.task.offsets.get(p, 0) >= e for p, e in ends.items()))
+        wait_processed(kafka, cfg, successor)
     finally:
         zombie.close()
         successor.close()
@@ -505,12 +512,7 @@ def test_consumer_group_members_hand_partitions_over_exactly_once(kafka: KafkaTo
             lambda: len(second.task.partitions) == PARTITIONS, timeout=60, what="the survivor to own both"
         )
         producer.join(60)
-        ends = KafkaTool.end_offsets(kafka.read_all(cfg["topic"], range(PARTITIONS)), range(PARTITIONS))
-        KafkaTool.wait_for(
-            lambda: all(second.task.offsets.get(p, 0) >= e for p, e in ends.items()),
-            timeout=60,
-            what="the survivor to process every record",
-        )
+        ends = wait_processed(kafka, cfg, second, timeout=60)
     finally:
         producer.join(60)
         first.close()

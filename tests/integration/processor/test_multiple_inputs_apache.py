@@ -103,16 +103,18 @@ def committed_outputs(bootstrap: str, topic: str, timeout: float = 30) -> list[t
         c.close()
 
 
+def two_inputs(apache: KafkaTool, prefix: str, tag: str) -> list[str]:
+    """Two co-partitioned input topics, ``PREFIX-a-TAG`` and ``PREFIX-b-TAG``."""
+    return [apache.create_topic(f"{prefix}-{side}-{tag}", PARTITIONS) for side in "ab"]
+
+
 def every_record(kafka: KafkaTool, topics: list[str]) -> Counter[tuple[str, int, int]]:
     return Counter((t, r.partition, r.offset) for t in topics for r in kafka.read_all(t, range(PARTITIONS)))
 
 
 def test_exactly_once_outputs_over_two_inputs(apache: KafkaTool, tmp_path: Path) -> None:
     tag = uuid.uuid4().hex[:8]
-    topics = [
-        apache.create_topic(f"eos2-a-{tag}", PARTITIONS),
-        apache.create_topic(f"eos2-b-{tag}", PARTITIONS),
-    ]
+    topics = two_inputs(apache, "eos2", tag)
     out = apache.create_topic(f"eos2-out-{tag}", PARTITIONS)
     url, name = str(tmp_path / "ckpt"), f"eos2-{tag}"
     for t in topics:
@@ -145,10 +147,7 @@ def test_exactly_once_outputs_over_two_inputs_in_a_consumer_group(apache: KafkaT
     offsets and re-processes below them for state only: ``read_committed`` outputs are exactly one
     per input record, and the counts per input and key equal a plain count."""
     tag = uuid.uuid4().hex[:8]
-    topics = [
-        apache.create_topic(f"eos2g-a-{tag}", PARTITIONS),
-        apache.create_topic(f"eos2g-b-{tag}", PARTITIONS),
-    ]
+    topics = two_inputs(apache, "eos2g", tag)
     out = apache.create_topic(f"eos2g-out-{tag}", PARTITIONS)
     url, name = str(tmp_path / "ckpt"), f"eos2g-{tag}"
     options: dict[str, Any] = {"exactly_once": True, "group": f"eos2g-group-{tag}", "max_idle": "50ms"}
@@ -203,10 +202,7 @@ def test_a_log_start_past_the_second_inputs_offset_is_never_skipped(
     apache: KafkaTool, tmp_path: Path
 ) -> None:
     tag = uuid.uuid4().hex[:8]
-    topics = [
-        apache.create_topic(f"del2-a-{tag}", PARTITIONS),
-        apache.create_topic(f"del2-b-{tag}", PARTITIONS),
-    ]
+    topics = two_inputs(apache, "del2", tag)
     url, name = str(tmp_path / "ckpt"), f"del2-{tag}"
     for t in topics:
         produce(apache, t, 0, 20)
@@ -233,10 +229,7 @@ def test_the_second_inputs_end_is_kept_without_records(apache: KafkaTool, tmp_pa
     produced after the checkpoint on a partition that was empty and deleted before the restore
     read them are never skipped silently."""
     tag = uuid.uuid4().hex[:8]
-    topics = [
-        apache.create_topic(f"end2-a-{tag}", PARTITIONS),
-        apache.create_topic(f"end2-b-{tag}", PARTITIONS),
-    ]
+    topics = two_inputs(apache, "end2", tag)
     url, name = str(tmp_path / "ckpt"), f"end2-{tag}"
     produce(apache, topics[0], 0, 20)
     produce(apache, topics[1], 0, 20)
