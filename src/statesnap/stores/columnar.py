@@ -90,23 +90,22 @@ class ColumnarStore:
         if probes is None:
             probes = self._base.ready_probes()
         k = _from_bytes(key, "little")
-        for entries, scale, p, mix, add, views, local_bits, local_mask, segment_mask in probes:
+        for halves, scale, p, mix, add, views, local_bits, local_mask in probes:
             h = k * mix % p
             h = (h * h + add) % p
-            i = h * scale >> 30
-            top = h << 32
-            e = entries[i]
-            while e < top:
-                i += 1
-                e = entries[i]
-            top += 0x100000000
-            while e < top:
-                ko, kd, vo, vd = views[e >> local_bits & segment_mask]
-                j = e & local_mask
+            i = (h * scale >> 30) << 1
+            e = halves[i + 1]
+            while e < h:
+                i += 2
+                e = halves[i + 1]
+            while e == h:
+                row = halves[i]
+                ko, kd, vo, vd = views[row >> local_bits]
+                j = row & local_mask
                 if kd[ko[j] : ko[j + 1]] == key:
                     return vd[vo[j] : vo[j + 1]].tobytes()
-                i += 1
-                e = entries[i]
+                i += 2
+                e = halves[i + 1]
         return None
 
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:

@@ -54,8 +54,9 @@ assert HASH_BITS == 30
 _from_bytes = int.from_bytes
 
 
-#: See Base.probes: a key index's slots and scale, its seed's prime, multiplier and addend, the
-#: views of the segments its rows name, local bits, local mask, segment mask.
+#: See Base.probes: a key index's slots as (row, hash) halves (KeyIndex.halves) and its scale,
+#: its seed's prime, multiplier and addend, the views of the segments its rows name (a row's
+#: segment is ``row >> local bits``), local bits, local mask.
 Probe = tuple[
     memoryview,
     int,
@@ -63,7 +64,6 @@ Probe = tuple[
     int,
     int,
     list[tuple[memoryview, memoryview, memoryview, memoryview]],
-    int,
     int,
     int,
 ]
@@ -124,7 +124,7 @@ class _Prober:
     def probe(self) -> Probe:
         seed = self.index.seed
         return (
-            self.index.entries_view,
+            self.index.halves,
             self.index.scale,
             seed.p,
             seed.mix,
@@ -132,7 +132,6 @@ class _Prober:
             [s.views for s in self.segments],
             self.bits,
             (1 << self.bits) - 1,
-            (1 << (ROW_BITS - self.bits)) - 1,
         )
 
     def row_id(self, row: int) -> int:
@@ -296,23 +295,22 @@ class Base:
         if probes is None:
             probes = self.ready_probes()
         k = _from_bytes(key, "little")
-        for entries, scale, p, mix, add, views, local_bits, local_mask, segment_mask in probes:
+        for halves, scale, p, mix, add, views, local_bits, local_mask in probes:
             h = k * mix % p
             h = (h * h + add) % p
-            i = h * scale >> 30
-            top = h << 32
-            e = entries[i]
-            while e < top:  # entries of smaller hashes, pushed past their home slots
-                i += 1
-                e = entries[i]
-            top += 0x100000000
-            while e < top:  # the entries of hash h (a free slot is above every top)
-                ko, kd, _, _ = views[e >> local_bits & segment_mask]
-                j = e & local_mask
+            i = (h * scale >> 30) << 1
+            e = halves[i + 1]
+            while e < h:  # entries of smaller hashes, pushed past their home slots
+                i += 2
+                e = halves[i + 1]
+            while e == h:  # the entries of hash h (a free slot's hash is above every hash)
+                row = halves[i]
+                ko, kd, _, _ = views[row >> local_bits]
+                j = row & local_mask
                 if kd[ko[j] : ko[j + 1]] == key:
                     return True
-                i += 1
-                e = entries[i]
+                i += 2
+                e = halves[i + 1]
         return False
 
     def find_many(self, keys: Sequence[bytes]) -> list[int]:

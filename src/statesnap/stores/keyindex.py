@@ -29,13 +29,16 @@ The index is one array of ``hash << 32 | row`` entries, sorted by hash and laid 
 the entries of smaller hashes, and free slots hold :data:`EMPTY` (above every entry). So a probe
 reads the home slot and usually nothing more: no directory and no bisect, two array reads and a
 cache line fewer than a bucketed sorted array (+15-20 % lookups at 10 M keys). Equal hashes are
-resolved by comparing the full key, so collisions cost time, never correctness.
+resolved by comparing the full key, so collisions cost time, never correctness. Lookups read the
+table as 32-bit halves, ``(row, hash)`` per slot (:attr:`KeyIndex.halves`): each half is a one-digit
+Python int, cheaper to read, compare and shift than the 64-bit entry (+6 % lookups at 10 M keys).
 """
 
 from __future__ import annotations
 
 import secrets
 import struct
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -219,7 +222,7 @@ def array_hashes(arr: pa.Array, seed: HashSeed | None = None) -> np.ndarray:
 class KeyIndex:
     """``hash << 32 | row`` entries in an ordered linear-probing table; rows are the caller's ids."""
 
-    __slots__ = ("entries_view", "rows", "scale", "seed", "table")
+    __slots__ = ("halves", "rows", "scale", "seed", "table")
 
     # The lookup hot path (ColumnarStore.get, >= 500 k/s from Python) inlines candidates().
 
@@ -278,7 +281,7 @@ class KeyIndex:
             table[pos] = packed[lo : lo + m]
         del packed
         self.table = table
-        self.entries_view = table.data
+        self.halves = _halves(table)
 
     @classmethod
     def of_keys(cls, keys: pa.Array | pa.ChunkedArray, seed: HashSeed) -> KeyIndex:
@@ -335,12 +338,12 @@ class KeyIndex:
         index = cls.__new__(cls)
         index.seed, index.rows, index.scale = seed, n, scale
         index.table = table.view(np.uint64)
-        index.entries_view = index.table.data
+        index.halves = _halves(index.table)
         return index
 
     @property
     def nbytes(self) -> int:
-        return int(self.entries_view.nbytes)
+        return int(self.table.nbytes)
 
     def find(self, key: bytes, matches: Callable[[int, bytes], bool]) -> int:
         """The row whose key is *key* (checked by ``matches(row, key)``), or -1."""
@@ -354,17 +357,21 @@ class KeyIndex:
         seed = self.seed
         h = int.from_bytes(key, "little") * seed.mix % seed.p
         h = (h * h + seed.add) % seed.p
-        entries = self.entries_view
-        i = h * self.scale >> HASH_BITS
-        top = h << 32
-        e = entries[i]
-        while e < top:  # entries of smaller hashes pushed past their home slots
-            i += 1
-            e = entries[i]
-        top += 1 << 32
+        halves = self.halves
+        i = (h * self.scale >> HASH_BITS) << 1
+        e = halves[i + 1]
+        while e < h:  # entries of smaller hashes pushed past their home slots
+            i += 2
+            e = halves[i + 1]
         out = []
-        while e < top:
-            out.append(e & 0xFFFFFFFF)
-            i += 1
-            e = entries[i]
+        while e == h:  # a free slot's hash half is above every hash
+            out.append(halves[i])
+            i += 2
+            e = halves[i + 1]
         return out
+
+
+def _halves(table: np.ndarray) -> memoryview:
+    """*table*'s slots as native 32-bit ints, row then hash (a copy only on a big-endian machine)."""
+    little = table.astype("<u8", copy=False).view("<u4")
+    return (little if sys.byteorder == "little" else little.astype(np.uint32)).data
