@@ -1,6 +1,9 @@
 """Parquet data files: ``key: binary, value: binary, offset: int64, timestamp: timestamp[ms, UTC]``.
 
-Sorted by key, zstd-compressed, readable as they are by Spark, DuckDB, pandas and Polars. A null
+Sorted by key, zstd-compressed, readable as they are by Spark, DuckDB, pandas and Polars. The
+``value`` column is left uncompressed when a sample of it does not compress by an eighth (random,
+encrypted or already-compressed values: RocksDB's rule for a block): zstd would spend the CPU for
+nothing, and every Parquet reader reads a column's codec from the file. A null
 ``value`` is a tombstone; it only appears in ``delta`` files. ``timestamp`` is stored UTC-adjusted
 (Parquet ``isAdjustedToUTC=true``): Kafka timestamps are instants, and every engine then reads the
 same type (Spark ``timestamp``, not ``timestamp_ntz``). Files written before that read the same.
@@ -18,8 +21,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from statesnap.errors import CorruptCheckpointError
+from statesnap.stores.keyindex import binary_parts
+from statesnap.stores.keyorder import key_order
 
 __all__ = [
+    "GOOD_COMPRESSION",
     "ROW_GROUP_SIZE",
     "SCHEMA",
     "TIMESTAMP",
@@ -30,6 +36,7 @@ __all__ = [
     "latest_per_key",
     "merge",
     "sorted_rows",
+    "value_codec",
 ]
 
 #: Kafka's record timestamps: milliseconds since the epoch, an instant.
@@ -44,6 +51,11 @@ SCHEMA = pa.schema(
 )
 #: Row groups of this many rows keep memory bounded for readers that stream a file.
 ROW_GROUP_SIZE = 256 * 1024
+#: The value column is compressed when zstd shrinks a sample of it below this share (RocksDB
+#: stores a block uncompressed when compression saves less than an eighth of it).
+GOOD_COMPRESSION = 7 / 8
+#: Bytes of value data sampled, in three slices (start, middle, end): about a millisecond of zstd.
+_SAMPLE_BYTES = 3 * 16 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +76,7 @@ def sorted_rows(table: pa.Table) -> pa.Table:
     them (a base's persisted key index names rows by their position in the file)."""
     table = table.select(SCHEMA.names).cast(SCHEMA)
     if not _sorted_by_key(table):
-        table = table.sort_by("key")
+        table = table.take(pa.array(key_order(table.column("key"))))
     return table
 
 
@@ -72,16 +84,41 @@ def encode(table: pa.Table, *, sort: bool = True) -> EncodedFile:
     """Serialize rows to Parquet bytes; sorts by key unless the caller already did."""
     table = sorted_rows(table) if sort else table.select(SCHEMA.names).cast(SCHEMA)
     sink = pa.BufferOutputStream()
+    codecs = dict.fromkeys(SCHEMA.names, "zstd")
+    codecs["value"] = value_codec(table.column("value"))
     pq.write_table(
         table,
         sink,
-        compression="zstd",
+        compression=codecs,
         row_group_size=ROW_GROUP_SIZE,
         use_dictionary=False,  # offsets are unique, keys and values mostly are: a dictionary only costs
         write_statistics=["key"],
     )
     data = sink.getvalue().to_pybytes()
     return EncodedFile(data, table.num_rows, hashlib.sha256(data).hexdigest())
+
+
+def value_codec(values: pa.ChunkedArray) -> str:
+    """``zstd``, or ``none`` when a sample of the values' bytes does not compress by an eighth."""
+    sample = _value_sample(values)
+    if len(sample) < 1024:  # too little to judge (or to gain by skipping)
+        return "zstd"
+    packed = pa.compress(sample, codec="zstd", asbytes=False)
+    return "zstd" if packed.size < GOOD_COMPRESSION * len(sample) else "none"
+
+
+def _value_sample(values: pa.ChunkedArray) -> bytes:
+    """Up to :data:`_SAMPLE_BYTES` of the value bytes: slices at the start, middle and end."""
+    chunks = [c for c in values.chunks if len(c)]
+    if not chunks:
+        return b""
+    at, data = binary_parts(max(chunks, key=len))
+    view = memoryview(data)[int(at[0]) : int(at[-1])]
+    part = _SAMPLE_BYTES // 3
+    if len(view) <= _SAMPLE_BYTES:
+        return view.tobytes()
+    mid = len(view) // 2 - part // 2
+    return b"".join([view[:part], view[mid : mid + part], view[len(view) - part :]])
 
 
 def _sorted_by_key(table: pa.Table) -> bool:
@@ -150,4 +187,4 @@ def merge(tables: Sequence[pa.Table]) -> pa.Table:
         if only.column("value").null_count:
             only = only.filter(pc.is_valid(only.column("value")))
         return only
-    return latest_per_key(tables, keep_tombstones=False).sort_by("key")
+    return sorted_rows(latest_per_key(tables, keep_tombstones=False))

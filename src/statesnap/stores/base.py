@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from statesnap.checkpoint import datafile
 from statesnap.stores.keyindex import KeyIndex, binary_parts
+from statesnap.stores.keyorder import key_order
 
 __all__ = [
     "HEADER",
@@ -177,9 +178,9 @@ def decode_rows(keys: pa.Array, blobs: pa.Array) -> dict[int, pa.Table]:
     """Split header + value blobs back into per-partition data-file tables sorted by key.
 
     Tombstone blobs become rows with a null value in their partition. The header fields are
-    gathered by numpy straight from the blobs' buffer; rows are grouped by partition (a stable
-    integer sort) and each partition's keys sorted on their own (small sorts stay in cache), so
-    the whole table is reordered by one ``take`` and each partition is a zero-copy slice.
+    gathered by numpy straight from the blobs' buffer; rows are ordered by partition, then key, in
+    one radix sort (:func:`~statesnap.stores.keyorder.key_order`), so the whole table is reordered
+    by one ``take`` and each partition is a zero-copy slice.
     """
     n = len(keys)
     if n == 0:
@@ -187,21 +188,10 @@ def decode_rows(keys: pa.Array, blobs: pa.Array) -> dict[int, pa.Table]:
     raw_part, offsets, ts = header_fields(blobs)
     dead = raw_part < 0
     partitions = np.where(dead, ~raw_part, raw_part)
-    # A stable sort of 16-bit integers is numpy's radix sort: ~7x faster than of 32-bit ones.
-    small = partitions.astype(np.int16) if int(partitions.max()) < 1 << 15 else partitions
-    grouped = np.argsort(small, kind="stable")
-    by_part = partitions[grouped]
+    order = key_order(keys, partitions)
+    by_part = partitions[order]
     cuts = (np.flatnonzero(np.diff(by_part)) + 1).tolist()
     bounds = list(zip([0, *cuts], [*cuts, n], strict=True))
-    if len(bounds) == 1:
-        order = pc.sort_indices(keys).to_numpy()
-    else:
-        grouped_keys = keys.take(pa.array(grouped))
-        order = grouped[
-            np.concatenate(
-                [pc.sort_indices(grouped_keys.slice(lo, hi - lo)).to_numpy() + lo for lo, hi in bounds]
-            )
-        ]
     take = pa.array(order)
     values = pc.binary_slice(blobs, HEADER_SIZE, (1 << 31) - 1).take(take)  # drop headers first: less to move
     dead_sorted = dead[order]

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from statesnap.checkpoint import datafile
 from statesnap.stores.base import HEADER_SIZE, header_fields
 from statesnap.stores.keyindex import EMPTY, HASH_BITS, ROW_BITS, KeyIndex, array_hashes, binary_parts
+from statesnap.stores.keyorder import key_order
 
 __all__ = ["BATCH", "Base", "PartitionKeys", "Probe", "Segment", "merge", "no_negative_timestamps"]
 
@@ -563,12 +564,12 @@ def merge(base: Base, over: dict[bytes, bytes]) -> dict[int, pa.Table]:
         if fresh is None:
             merged = pa.concat_tables(tables)
         else:
-            fresh = fresh.take(pc.sort_indices(fresh.column("key")))
+            fresh = fresh.take(pa.array(key_order(fresh.column("key"))))
             last = tables[-1].column("key")[-1].as_py() if tables else None
             if last is None or fresh.column("key")[0].as_py() > last:
                 merged = pa.concat_tables([*tables, fresh])  # new keys after the old: appended
             else:
-                merged = pa.concat_tables([*tables, fresh]).sort_by("key")
+                merged = datafile.sorted_rows(pa.concat_tables([*tables, fresh]))
         out[p] = no_negative_timestamps(merged.cast(datafile.SCHEMA))
     return out
 
