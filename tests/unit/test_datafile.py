@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import random
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -35,6 +37,24 @@ def test_files_are_plain_zstd_parquet_readable_by_any_engine() -> None:
     meta = pq.ParquetFile(io.BytesIO(enc.data)).metadata
     assert meta.row_group(0).column(0).compression == "ZSTD"
     assert pq.read_table(io.BytesIO(enc.data)).column_names == ["key", "value", "offset", "timestamp"]
+
+
+@pytest.mark.parametrize(
+    ("values", "codec"),
+    [
+        (lambda i: random.Random(i).randbytes(100), "UNCOMPRESSED"),  # random: zstd gains nothing
+        (lambda i: b'{"user": "u%d", "plan": "basic", "active": true}' % i, "ZSTD"),
+    ],
+    ids=["incompressible", "json"],
+)
+def test_the_value_column_is_compressed_only_when_zstd_shrinks_it(
+    values: Callable[[int], bytes], codec: str
+) -> None:
+    table = rows([(b"k%05d" % i, values(i), i) for i in range(2000)])
+    enc = datafile.encode(table)
+    column = pq.ParquetFile(io.BytesIO(enc.data)).metadata.row_group(0)
+    assert [column.column(i).compression for i in range(4)] == ["ZSTD", codec, "ZSTD", "ZSTD"]
+    assert datafile.decode(enc.data).equals(datafile.sorted_rows(table))
 
 
 def test_encode_is_deterministic() -> None:
