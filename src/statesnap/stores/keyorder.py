@@ -28,7 +28,7 @@ MAX_PASSES = 6
 
 def key_order(keys: pa.Array | pa.ChunkedArray, groups: np.ndarray | None = None) -> np.ndarray:
     """Positions (int64) of *keys* in ascending byte order, ties in input order; with *groups*
-    (one non-negative int per key), ascending by group first."""
+    (one int per key), ascending by group first."""
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks() if keys.num_chunks != 1 else keys.chunk(0)
     n = len(keys)
@@ -40,8 +40,8 @@ def key_order(keys: pa.Array | pa.ChunkedArray, groups: np.ndarray | None = None
     bits = (n - 1).bit_length()
     step = (64 - bits) // 8  # key bytes per pass, above the position's bits
     passes = -(-int(lengths.max()) // step)
-    top = 0 if groups is None else int(groups.max())
-    if passes > MAX_PASSES or top >> (64 - bits):
+    low, top = (0, 0) if groups is None else (int(groups.min()), int(groups.max()))
+    if passes > MAX_PASSES or low < 0 or top >> (64 - bits):  # beyond what the passes can hold
         return _arrow_order(keys, groups)
     raw = np.frombuffer(data, np.uint8)
     raw = np.concatenate([raw, np.zeros(8, np.uint8)])  # every 8-byte read below stays inside

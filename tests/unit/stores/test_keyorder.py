@@ -49,3 +49,9 @@ def test_long_keys_and_chunked_and_large_binary(long: bool) -> None:
     assert key_order(pa.array(keys, pa.large_binary()), groups).tolist() == expected
     sliced = pa.array([b"zz", *keys], pa.binary()).slice(1)  # a non-zero array offset
     assert key_order(sliced).tolist() == _expected(keys)
+
+
+def test_negative_groups_are_sorted_too() -> None:
+    keys = [b"b", b"a", b"c", b"a"]
+    groups = [0, -1, -1, 2]
+    assert key_order(pa.array(keys, pa.binary()), np.array(groups)).tolist() == _expected(keys, groups)
