@@ -40,7 +40,8 @@ from statesnap.stores.base import (
     decode_changes,
     encode_rows,
 )
-from statesnap.stores.columnar_base import BATCH, Base, PartitionKeys, merge
+from statesnap.stores.columnar_base import BATCH, Base, PartitionKeys
+from statesnap.stores.columnar_merge import merge
 from statesnap.stores.keyindex import KeyIndex
 
 __all__ = ["ColumnarStore"]
