@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from statesnap.checkpoint import datafile
-from statesnap.stores import StateStore, columnar_base, open_state_store
+from statesnap.stores import StateStore, columnar_base, columnar_merge, open_state_store
 from statesnap.stores import columnar as columnar_module
 from statesnap.stores import keyindex as keyindex_module
 from statesnap.stores.base import NO_TIMESTAMP
@@ -625,7 +625,7 @@ def test_export_merges_the_overlay_in_place_like_a_model(
     last key), whether overlay rows are matched by index probes or by ``index_in``: the export
     equals a per-partition model of latest writes, row for row."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(columnar_base, "_PROBE_SHARE", probe_share)
+        patch.setattr(columnar_merge, "_PROBE_SHARE", probe_share)
         exported = _export_after(base, writes, stamp)
     model: dict[bytes, tuple[int, bytes, int, int | None]] = {}  # key → partition, value, offset, ts
     for p, table in base_tables(base).items():
