@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -104,3 +105,59 @@ def test_a_writer_that_cannot_rebuild_says_so(tmp_path: Path) -> None:
     shutil.rmtree(root)
     with pytest.raises(CheckpointHistoryLostError, match="generation 1"):
         participant.begin()
+
+
+@pytest.mark.parametrize("when", ["before-the-files", "after-the-files"])
+def test_a_store_wiped_while_a_checkpoint_is_written_commits_nothing_naming_lost_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    """The wipe lands after begin() found the last checkpoint there: before the snapshot's record
+    is made (the wiped store then hands out an old generation number again) or after the delta
+    files are written. The generation fails instead of committing a manifest that names the
+    wiped files; the next one is complete, under a new number, and every row is in it."""
+    root = tmp_path / "store"
+    api, repo = _api(root)
+    task = SnapshotTask(
+        api, task_id="main", owned=PARTITIONS, engine="python", retention=None,
+        snapshot_timeout=timedelta(seconds=30), previous=None,
+    )  # fmt: skip
+    store, offsets = MemoryStore(), dict.fromkeys(PARTITIONS, 0)
+    model: dict[bytes, bytes] = {}
+
+    def write(tag: str, keys: range) -> TaskState:
+        for i in keys:
+            p = i % 2
+            key, value = b"k%d" % i, f"{tag}-{i}".encode()
+            store.apply(p, [(key, value, offsets[p], 0)])
+            offsets[p] += 1
+            model[key] = value
+        return TaskState(dict(offsets), store.export, store.changes, store.mark_checkpointed)
+
+    assert task.checkpoint(write("a", range(100))) is not None
+    if when == "before-the-files":
+        create = api.create
+
+        def wipe_then_create(*args: Any, **kwargs: Any) -> Any:
+            shutil.move(root, tmp_path / "wiped")  # the whole store, at once
+            return create(*args, **kwargs)
+
+        monkeypatch.setattr(api, "create", wipe_then_create)
+    else:
+        files = task.write
+
+        def write_then_wipe(*args: Any, **kwargs: Any) -> Any:
+            refs = files(*args, **kwargs)
+            shutil.move(root, tmp_path / "wiped")
+            return refs
+
+        monkeypatch.setattr(task, "write", write_then_wipe)
+    assert task.checkpoint(write("b", range(10))) is None, "a checkpoint named files that are gone"
+    assert repo.latest() is None
+    monkeypatch.undo()
+
+    after = task.checkpoint(write("c", range(5)))
+    assert after is not None
+    assert after.generation > 1, "a committed generation's number was used again"
+    assert all(f.kind == "base" for f in after.files)
+    assert repo.verify(after.generation).ok
+    assert _contents(repo) == model

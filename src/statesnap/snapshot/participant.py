@@ -127,14 +127,23 @@ class Participant:
 
     def _check_history(self) -> None:
         """Before a new generation: is the checkpoint this task builds on still there? One read
-        per checkpoint. A wiped store (or a deleted snapshot) would otherwise get delta files on
-        top of files that no longer exist, under a generation number already used."""
+        per checkpoint (and one more in :meth:`report`, which may join a snapshot without it).
+        A wiped store (or a deleted snapshot) would otherwise get delta files on top of files that
+        no longer exist, under a generation number already used."""
         last = self.last_checkpoint
         if self._descriptor is None:
             self._descriptor = self.repo.descriptor()
-        if last is None or self.repo.store.exists(self.repo.key(layout.manifest_key(last.generation))):
+        if last is None or self._still_there(last):
             return
-        self.api.raise_high_water(max(self.reported, last.generation))  # generations never repeat
+        self._lost(last)
+
+    def _still_there(self, last: CheckpointManifest) -> bool:
+        return self.repo.store.exists(self.repo.key(layout.manifest_key(last.generation)))
+
+    def _lost(self, last: CheckpointManifest, used: int = 0) -> None:
+        """*last* is gone: keep generations above it (and above *used*, one whose files went with
+        it), put the descriptor back, then :meth:`_history_lost`."""
+        self.api.raise_high_water(max(self.reported, last.generation, used))  # generations never repeat
         if self._descriptor is not None:
             d = self._descriptor
             partitions, spec = int(d.get("partitions", 0)), str(d.get("snapshot_store", "blob"))
@@ -310,8 +319,19 @@ class SnapshotTask(Participant):
 
     def report(self, target: Snapshot, state: TaskState, *, full: bool = False) -> CheckpointManifest | None:
         """Write this task's files into the target generation and report them. Files of another
-        state version are not built on: every partition then gets a new base."""
+        state version are not built on: every partition then gets a new base. Nor are the files of
+        a checkpoint that is gone (a deleted snapshot this task joined the next one on top of, a
+        wiped store): see :meth:`_lost`."""
         prev = self.last_checkpoint
+        if prev is not None and not self._still_there(prev):
+            # A wiped store lost its generation numbers too: one this task saw must not return.
+            reused = target.generation <= max(self.reported, prev.generation)
+            if reused:
+                self.fail(target.generation, "its number was used before the store was wiped")
+            self._lost(prev, used=target.generation)  # a task that can rebuild writes bases
+            if reused:
+                return None
+            prev = self.last_checkpoint
         if prev is not None and not self.same_versions(prev):
             prev = None
         changed = [
