@@ -47,24 +47,33 @@ def _contents(repo: CheckpointRepository) -> dict[bytes, bytes]:
     return out
 
 
-def test_a_python_task_writes_a_complete_checkpoint_under_a_new_generation(tmp_path: Path) -> None:
-    root = tmp_path / "store"
-    api, repo = _api(root)
-    task = SnapshotTask(
-        api, task_id="main", owned=PARTITIONS, engine="python", retention=None,
-        snapshot_timeout=timedelta(seconds=30), previous=None,
-    )  # fmt: skip
-    store, offsets = MemoryStore(), dict.fromkeys(PARTITIONS, 0)
-    model: dict[bytes, bytes] = {}
+class _Writer:
+    """A Python task over a memory store, and the rows it was given (the model)."""
 
-    def write(tag: str, keys: range) -> TaskState:
+    def __init__(self, api: SnapshotApi) -> None:
+        self.task = SnapshotTask(
+            api, task_id="main", owned=PARTITIONS, engine="python", retention=None,
+            snapshot_timeout=timedelta(seconds=30), previous=None,
+        )  # fmt: skip
+        self.store, self.offsets = MemoryStore(), dict.fromkeys(PARTITIONS, 0)
+        self.model: dict[bytes, bytes] = {}
+
+    def write(self, tag: str, keys: range) -> TaskState:
         for i in keys:
             p = i % 2
             key, value = b"k%d" % i, f"{tag}-{i}".encode()
-            store.apply(p, [(key, value, offsets[p], 0)])
-            offsets[p] += 1
-            model[key] = value
-        return TaskState(dict(offsets), store.export, store.changes, store.mark_checkpointed)
+            self.store.apply(p, [(key, value, self.offsets[p], 0)])
+            self.offsets[p] += 1
+            self.model[key] = value
+        store = self.store
+        return TaskState(dict(self.offsets), store.export, store.changes, store.mark_checkpointed)
+
+
+def test_a_python_task_writes_a_complete_checkpoint_under_a_new_generation(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    api, repo = _api(root)
+    writer = _Writer(api)
+    task, write, model = writer.task, writer.write, writer.model
 
     first = task.checkpoint(write("a", range(100)))
     second = task.checkpoint(write("b", range(10)))  # a delta on top of the first
@@ -117,21 +126,8 @@ def test_a_store_wiped_while_a_checkpoint_is_written_commits_nothing_naming_lost
     wiped files; the next one is complete, under a new number, and every row is in it."""
     root = tmp_path / "store"
     api, repo = _api(root)
-    task = SnapshotTask(
-        api, task_id="main", owned=PARTITIONS, engine="python", retention=None,
-        snapshot_timeout=timedelta(seconds=30), previous=None,
-    )  # fmt: skip
-    store, offsets = MemoryStore(), dict.fromkeys(PARTITIONS, 0)
-    model: dict[bytes, bytes] = {}
-
-    def write(tag: str, keys: range) -> TaskState:
-        for i in keys:
-            p = i % 2
-            key, value = b"k%d" % i, f"{tag}-{i}".encode()
-            store.apply(p, [(key, value, offsets[p], 0)])
-            offsets[p] += 1
-            model[key] = value
-        return TaskState(dict(offsets), store.export, store.changes, store.mark_checkpointed)
+    writer = _Writer(api)
+    task, write, model = writer.task, writer.write, writer.model
 
     assert task.checkpoint(write("a", range(100))) is not None
     if when == "before-the-files":
