@@ -327,7 +327,6 @@ def test_many_chunks_and_large_partitions_are_found(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(columnar_base, "_LOCAL_BITS", bits)
     monkeypatch.setattr(columnar_base, "_LOCAL_MASK", (1 << bits) - 1)
     monkeypatch.setattr(columnar_base, "_MAX_SEGMENTS", 1 << (32 - bits))
-    monkeypatch.setattr(columnar_base, "_SEGMENT_MASK", (1 << (32 - bits)) - 1)
     rows = {b"key-%d" % i: b"v%d" % i for i in range(5000)}
     s = ColumnarStore()
     for p, t in base_tables(rows).items():

@@ -67,7 +67,6 @@ def test_columnar_get_many_over_many_chunks(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(columnar_base, "_LOCAL_BITS", 6)
     monkeypatch.setattr(columnar_base, "_LOCAL_MASK", (1 << 6) - 1)
     monkeypatch.setattr(columnar_base, "_MAX_SEGMENTS", 1 << 26)
-    monkeypatch.setattr(columnar_base, "_SEGMENT_MASK", (1 << 26) - 1)
     rows = {b"k%05d" % i: b"v%d" % i for i in range(5000)}
     s = ColumnarStore()
     keys = sorted(rows)

@@ -42,7 +42,6 @@ _ARROW_GROUP = 48
 _LOCAL_BITS = 20
 _LOCAL_MASK = (1 << _LOCAL_BITS) - 1
 _MAX_SEGMENTS = 1 << (ROW_BITS - _LOCAL_BITS)
-_SEGMENT_MASK = _MAX_SEGMENTS - 1
 # The probes (here and ColumnarStore.get) spell the hash's bits as a literal.
 assert HASH_BITS == 30
 _from_bytes = int.from_bytes
