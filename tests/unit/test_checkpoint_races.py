@@ -156,3 +156,43 @@ def test_a_partition_dropped_and_gained_between_report_and_adoption(tmp_path: Pa
     g3 = b.checkpoint()
     assert g3 is not None
     assert exact(a.repo, g3, log)
+
+
+# --- two writers of one table under one task id (CI's test_two_writers_on_one_table) ----------
+
+
+def test_an_idle_report_on_another_writers_files_forgets_what_they_hold(
+    tmp_path: Path, log: Log, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """x's last checkpoint becomes y's files at x's own offsets (x's refresher finished y's
+    snapshot: y died before committing it), then x reports to a snapshot it did not start without
+    applying a record since. Its records since its last hand-out are in those files: forgotten,
+    or x's next delta starts below its base's offsets and verify refuses the checkpoint."""
+    x, y = Task(tmp_path, "main", (0, 1, 2, 3)), Task(tmp_path, "main", (0, 1, 2, 3))
+    x.write(log, 0, 10, "g1")
+    assert x.checkpoint() is not None
+    x.write(log, 0, 5, "after-g1")  # in x's change set, not handed out
+    for p in range(4):
+        y.catch_up(log, p)
+
+    def killed(*_: object) -> None:
+        raise RuntimeError("y was killed before it committed the manifest")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(y.repo, "commit", killed)
+        with pytest.raises(RuntimeError, match="killed"):
+            y.checkpoint()  # g2 holds y's report: complete, not committed
+    x.task.orchestrator.refresh()  # x's refresher commits g2: y's files, x's offsets
+    assert x.task.last_checkpoint is not None
+    g2 = x.task.last_checkpoint
+    assert g2.offsets == x.offsets
+    y.task.api.create()  # g3, from another process (an operator's `snapshot create`)
+    g3 = x.checkpoint()  # joins g3: every offset where g2 has it
+    assert g3 is not None
+    assert g3.generation == g2.generation + 1
+    x.write(log, 0, 3, "g4")
+    g4 = x.checkpoint()
+    assert g4 is not None
+    assert any(f.kind == "delta" for f in g4.files)
+    assert x.repo.verify(g4.generation).ok, x.repo.verify(g4.generation).problems
+    assert exact(x.repo, g4, log)

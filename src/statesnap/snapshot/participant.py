@@ -350,7 +350,12 @@ class SnapshotTask(Participant):
             or not self._builds_on(p, prev.partitions[p])
             or p in state.rebase
         ]
-        deltas = state.changes() if state.changes is not None and len(rebase) < len(changed) else {}
+        # The change set is handed out whenever no export hands it out, even with nothing to
+        # write: the mark forgets only what was handed out, and the rows of an unchanged partition
+        # are in the files it references (another writer's, at these offsets), so a later delta
+        # holding them would start below its base.
+        everything_rebased = bool(rebase) and len(rebase) == len(changed)
+        deltas = state.changes() if state.changes is not None and not everything_rebased else {}
         bases = state.export() if rebase else {}
         updates = {
             p: PartitionUpdate(
