@@ -60,6 +60,18 @@ def _named(config: pytest.Config) -> list[str]:
     return out
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Spark drivers the tests launch map the class archive setup made, also those given a HOME
+    of their own (``statesnap.spark.class_archive``; read once, at the run's boundary)."""
+    try:
+        from statesnap.spark.class_archive import ARCHIVE_ENV, archive_path
+    except ImportError:  # no Spark extra: no Spark tests
+        return
+    archive = archive_path()
+    if archive is not None and archive.is_file():
+        os.environ.setdefault(ARCHIVE_ENV, str(archive))
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     broker = f"integration suite broker: {suite_broker_impl()} ({BROKER_ENV})"
     if _long_wanted(config):

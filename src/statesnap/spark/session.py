@@ -80,13 +80,27 @@ def spark_session(
         settings.setdefault("spark.python.daemon.module", "statesnap.spark.daemon")
     if "spark.sql.shuffle.partitions" not in settings and local:
         settings["spark.sql.shuffle.partitions"] = str(max(2, os.cpu_count() or 2))
-    for key, value in settings.items():
-        builder = builder.config(key, value)
     from pyspark import SparkContext
 
+    # Imported here: `python -m statesnap.spark.class_archive` must find it not yet imported.
+    from statesnap.spark.class_archive import discard, driver_options, without_archive
+
     launching = SparkContext._gateway is None and not os.environ.get("PYSPARK_GATEWAY_PORT")
+    archive = driver_options() if launching else ""
+    if archive:  # the driver this call launches maps its classes (see statesnap.spark.class_archive)
+        extra = settings.get("spark.driver.extraJavaOptions", "")
+        settings["spark.driver.extraJavaOptions"] = f"{extra} {archive}".strip()
+    for key, value in settings.items():
+        builder = builder.config(key, value)
     with without_jvm_notices() if launching and not verbose else contextlib.nullcontext():
-        spark = builder.getOrCreate()
+        try:
+            spark = builder.getOrCreate()
+        except Exception:
+            if not archive or SparkContext._gateway is not None:
+                raise
+            options = without_archive(settings["spark.driver.extraJavaOptions"])
+            spark = builder.config("spark.driver.extraJavaOptions", options).getOrCreate()
+            discard("did not start a driver")  # one without it started: the archive was what failed
     if not verbose:
         spark.sparkContext.setLogLevel("ERROR")
     if "spark.sql.shuffle.partitions" not in (conf or {}) and not local:

@@ -33,9 +33,13 @@ def spark() -> Iterator[Any]:
     from pyspark.sql import SparkSession
 
     from statesnap.spark import register
+    from statesnap.spark.class_archive import driver_options
 
+    builder = SparkSession.builder
+    if driver_options():  # as spark_session() launches a driver: from the class archive setup made
+        builder = builder.config("spark.driver.extraJavaOptions", driver_options())
     session = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName("statesnap-tests")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")
