@@ -97,7 +97,10 @@ def test_a_python_task_writes_a_complete_checkpoint_under_a_new_generation(tmp_p
     assert _contents(repo) == model
 
 
-def test_a_writer_that_cannot_rebuild_says_so(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["starting a snapshot", "joining one"])
+def test_a_writer_that_cannot_rebuild_says_so(tmp_path: Path, how: str) -> None:
+    """The Spark materializer's state is its files: it stops, in one line, whether it starts the
+    next snapshot or joins one another process started on the wiped store."""
     root = tmp_path / "store"
     api, _repo = _api(root)
     participant = Participant(
@@ -112,8 +115,14 @@ def test_a_writer_that_cannot_rebuild_says_so(tmp_path: Path) -> None:
     assert participant.submit(snap.generation, refs, {0: 1, 1: 0}) is not None
 
     shutil.rmtree(root)
-    with pytest.raises(CheckpointHistoryLostError, match="generation 1"):
-        participant.begin()
+    if how == "starting a snapshot":
+        with pytest.raises(CheckpointHistoryLostError, match="generation 1"):
+            participant.begin()
+    else:
+        other, _ = _api(root)  # another process, on the wiped store
+        started = other.create()
+        with pytest.raises(CheckpointHistoryLostError, match="generation 1"):
+            participant.still_builds_on(started)
 
 
 @pytest.mark.parametrize("when", ["before-the-files", "after-the-files"])

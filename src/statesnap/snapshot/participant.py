@@ -127,7 +127,8 @@ class Participant:
 
     def _check_history(self) -> None:
         """Before a new generation: is the checkpoint this task builds on still there? One read
-        per checkpoint (and one more in :meth:`report`, which may join a snapshot without it).
+        per checkpoint (and one more in :meth:`still_builds_on`, which a task that joins a snapshot
+        without this check calls before it writes).
         A wiped store (or a deleted snapshot) would otherwise get delta files on top of files that
         no longer exist, under a generation number already used."""
         last = self.last_checkpoint
@@ -136,6 +137,20 @@ class Participant:
         if last is None or self._still_there(last):
             return
         self._lost(last)
+
+    def still_builds_on(self, target: Snapshot) -> bool:
+        """Before writing into *target* (joined, or created after :meth:`begin`'s check): is the
+        checkpoint this task builds on still there? Where it is gone (a wiped store, a deleted
+        snapshot) see :meth:`_lost`; False where *target*'s number is one a wiped store handed out
+        again (that snapshot is failed: no number a task saw returns)."""
+        prev = self.last_checkpoint
+        if prev is None or self._still_there(prev):
+            return True
+        reused = target.generation <= max(self.reported, prev.generation)
+        if reused:
+            self.fail(target.generation, "its number was used before the store was wiped")
+        self._lost(prev, used=target.generation)
+        return not reused
 
     def _still_there(self, last: CheckpointManifest) -> bool:
         return self.repo.store.exists(self.repo.key(layout.manifest_key(last.generation)))
@@ -322,16 +337,9 @@ class SnapshotTask(Participant):
         state version are not built on: every partition then gets a new base. Nor are the files of
         a checkpoint that is gone (a deleted snapshot this task joined the next one on top of, a
         wiped store): see :meth:`_lost`."""
+        if not self.still_builds_on(target):  # a task that can rebuild writes bases
+            return None
         prev = self.last_checkpoint
-        if prev is not None and not self._still_there(prev):
-            # A wiped store lost its generation numbers too: one this task saw must not return.
-            reused = target.generation <= max(self.reported, prev.generation)
-            if reused:
-                self.fail(target.generation, "its number was used before the store was wiped")
-            self._lost(prev, used=target.generation)  # a task that can rebuild writes bases
-            if reused:
-                return None
-            prev = self.last_checkpoint
         if prev is not None and not self.same_versions(prev):
             prev = None
         changed = [

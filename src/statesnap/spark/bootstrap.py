@@ -211,6 +211,7 @@ def _bootstrap(
             log.info("%s: nothing appended since generation %d", repo.url, previous.generation)
             return BootstrapResult(previous, False, restore, 0.0)
         committing = time.monotonic()
+        participant.still_builds_on(pending)  # raises where `previous` is gone meanwhile
         done = participant.submit(pending.generation, dict(previous.partitions), previous.offsets)
         joined = completed(done, pending.generation, repo.url)
         return BootstrapResult(joined, True, restore, time.monotonic() - committing)

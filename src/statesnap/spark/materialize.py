@@ -390,6 +390,8 @@ class StreamMaterializer:
             target = self.participant.begin()
             if target.generation <= self.participant.reported:
                 return None  # we already reported to it; other tasks have yet to
+        if not self.participant.still_builds_on(target):  # raises: this state is those files
+            return None
         started = time.monotonic()
         files: dict[int, tuple[DataFile, ...]] = {}
         for p in sorted(self.partitions):

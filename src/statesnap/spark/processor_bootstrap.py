@@ -334,6 +334,7 @@ class _Run:
                 log.info("%s: nothing appended since generation %d", self.repo.url, previous.generation)
                 return self._result(previous, False, path, restore=restore, checkpoint_seconds=0.0)
             committing = time.monotonic()
+            participant.still_builds_on(pending)  # raises where `previous` is gone meanwhile
             joined = completed(
                 participant.submit(pending.generation, dict(previous.partitions), previous.offsets),
                 pending.generation,
