@@ -89,9 +89,11 @@ elif archive="$(.venv/bin/python -c 'from statesnap.spark.class_archive import a
   echo "setup: Spark class archive already in $archive" >&2
 else
   started=$SECONDS
-  if made="$(.venv/bin/python -m statesnap.spark.class_archive 2>"${TMPDIR:-/tmp}/statesnap-class-archive.log")"; then
+  said="$(mktemp)"
+  if made="$(.venv/bin/python -m statesnap.spark.class_archive 2>"$said")"; then
     echo "setup: Spark class archive in $made ($((SECONDS - started))s)" >&2
   else
-    echo "setup: Spark class archive not made — Spark starts without it: $(tail -n1 "${TMPDIR:-/tmp}/statesnap-class-archive.log")" >&2
+    echo "setup: Spark class archive not made — Spark starts without it: $(tail -n1 "$said")" >&2
   fi
+  rm -f "$said"
 fi
