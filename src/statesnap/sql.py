@@ -29,8 +29,9 @@ import numpy as np
 import pyarrow as pa
 
 from statesnap.blob import BlobStore, open_blob_store
+from statesnap.checkpoint.discovery import locate_table
 from statesnap.checkpoint.manifest import CheckpointManifest, DataFile
-from statesnap.checkpoint.repository import IO_THREADS, CheckpointRepository, locate_table
+from statesnap.checkpoint.repository import IO_THREADS, CheckpointRepository
 from statesnap.checkpoint.restore import CheckpointSelector
 from statesnap.errors import ConfigError, CorruptCheckpointError
 

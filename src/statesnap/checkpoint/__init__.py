@@ -1,5 +1,6 @@
 """Checkpoints: the format (manifest, data files), writing, reading/verifying and retention GC."""
 
+from statesnap.checkpoint.discovery import discover_tables, locate_table
 from statesnap.checkpoint.manifest import (
     FORMAT_VERSION,
     CheckpointManifest,
@@ -7,12 +8,7 @@ from statesnap.checkpoint.manifest import (
     DataFile,
     PartitionCheckpoint,
 )
-from statesnap.checkpoint.repository import (
-    CheckpointRepository,
-    VerifyResult,
-    discover_tables,
-    locate_table,
-)
+from statesnap.checkpoint.repository import CheckpointRepository, VerifyResult
 from statesnap.checkpoint.retention import GcReport, RetentionPolicy, collect_garbage
 from statesnap.checkpoint.writer import PartitionUpdate, write_partition_files
 

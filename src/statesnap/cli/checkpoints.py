@@ -20,7 +20,7 @@ from statesnap.errors import CheckpointError, CorruptCheckpointError, TableNotFo
 
 if TYPE_CHECKING:  # the checkpoint package loads pyarrow: imported where a command runs
     from statesnap.checkpoint import CheckpointManifest, CheckpointRepository
-    from statesnap.checkpoint.repository import TableLocation
+    from statesnap.checkpoint.discovery import TableLocation
 
 __all__ = ["checkpoints", "common", "gc", "list_cmd", "migrate", "show", "verify"]
 
@@ -32,7 +32,7 @@ def checkpoints() -> None:
 
 def _tables(url: str, table: str | None, storage_pairs: tuple[str, ...]) -> list[TableLocation]:
     from statesnap.blob import open_blob_store
-    from statesnap.checkpoint.repository import discover_tables
+    from statesnap.checkpoint.discovery import discover_tables
 
     store = open_blob_store(url, **pairs_to_dict(storage_pairs, "--storage-option"))
     store.check(writable=False)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio.to_thread
 
 from statesnap.blob import BlobStore
-from statesnap.checkpoint.repository import locate_table
+from statesnap.checkpoint.discovery import locate_table
 from statesnap.errors import GenerationNotFoundError, StatesnapError
 from statesnap.processor.readback import StoreCheckpoint, StoreRows
 

@@ -18,9 +18,10 @@ from typing import Any
 
 from statesnap.blob import BlobStore, open_blob_store
 from statesnap.checkpoint import layout
+from statesnap.checkpoint.discovery import locate_table
 from statesnap.checkpoint.journal import journal_references
 from statesnap.checkpoint.manifest import CheckpointManifest
-from statesnap.checkpoint.repository import CheckpointRepository, locate_table
+from statesnap.checkpoint.repository import CheckpointRepository
 from statesnap.checkpoint.retention import GcReport, RetentionPolicy, collect_garbage
 from statesnap.durations import parse_duration
 from statesnap.errors import (

@@ -33,8 +33,9 @@ from typing import Any
 
 from statesnap.blob import BlobStore, copy_blob, open_blob_store
 from statesnap.checkpoint import layout
+from statesnap.checkpoint.discovery import locate_table
 from statesnap.checkpoint.manifest import CheckpointManifest, canonical_checksum
-from statesnap.checkpoint.repository import IO_THREADS, CheckpointRepository, locate_table
+from statesnap.checkpoint.repository import IO_THREADS, CheckpointRepository
 from statesnap.errors import (
     BlobExistsError,
     CheckpointConflictError,

@@ -20,6 +20,7 @@ __all__ = ["merge", "no_negative_timestamps"]
 #: Python call per key); a larger one by one vectorized ``index_in`` over every base key.
 _PROBE_SHARE = 16
 
+
 def merge(base: Base, over: dict[bytes, bytes]) -> dict[int, pa.Table]:
     """Base rows not overridden, plus the overlay's live rows, per partition sorted by key.
 

@@ -28,8 +28,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from statesnap.blob import BlobStore, open_blob_store
+from statesnap.checkpoint.discovery import locate_table
 from statesnap.checkpoint.manifest import UNVERSIONED, CheckpointManifest, PartitionCheckpoint
-from statesnap.checkpoint.repository import CheckpointRepository, locate_table
+from statesnap.checkpoint.repository import CheckpointRepository
 from statesnap.checkpoint.restore import CheckpointSelector
 from statesnap.checkpoint.writer import PartitionUpdate
 from statesnap.errors import (

@@ -17,7 +17,7 @@ import pytest
 from integration.cli_runner import STATESNAP, ok
 from integration.conftest import KafkaTool
 from statesnap.blob import open_blob_store
-from statesnap.checkpoint.repository import locate_table
+from statesnap.checkpoint.discovery import locate_table
 from statesnap.snapshot.api import SnapshotApi
 
 pytestmark = pytest.mark.integration

@@ -29,7 +29,7 @@ from integration.processor.test_store_readback import recompute, write_history
 from integration.test_serve import PARTITIONS, BlockedRestore, records, scan_all
 from statesnap import CheckpointOptions, Table
 from statesnap.blob import open_blob_store
-from statesnap.checkpoint.repository import locate_table
+from statesnap.checkpoint.discovery import locate_table
 from statesnap.python.follower import Follower
 from statesnap.serve import HttpServer, create_app
 from statesnap.serve.generations import GenerationCache, TableGenerations

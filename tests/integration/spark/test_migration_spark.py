@@ -17,7 +17,7 @@ import pytest
 from integration.spark.spark_testkit import changelog, replay
 from statesnap import Table
 from statesnap.blob import open_blob_store
-from statesnap.checkpoint.repository import locate_table
+from statesnap.checkpoint.discovery import locate_table
 from statesnap.errors import MigrationError
 from statesnap.snapshot.api import SnapshotApi
 from statesnap.snapshot.model import SnapshotState

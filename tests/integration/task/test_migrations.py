@@ -23,8 +23,9 @@ import pytest
 from integration.cli_runner import STATESNAP, ok
 from statesnap import CheckpointOptions, Follower, Table
 from statesnap.blob import open_blob_store
+from statesnap.checkpoint.discovery import locate_table
 from statesnap.checkpoint.manifest import FileKind
-from statesnap.checkpoint.repository import CheckpointRepository, locate_table
+from statesnap.checkpoint.repository import CheckpointRepository
 from statesnap.errors import CheckpointMismatchError, ConfigError
 from statesnap.snapshot.api import SnapshotApi
 from statesnap.task.offline_migration import migrate_checkpoint
