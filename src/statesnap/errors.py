@@ -16,6 +16,7 @@ __all__ = [
     "CheckpointHistoryLostError",
     "CheckpointMismatchError",
     "CheckpointTimeoutError",
+    "ClassArchiveError",
     "ConfigError",
     "CorruptCheckpointError",
     "DataLossError",
@@ -246,6 +247,11 @@ class TableNotFoundError(CheckpointError):
 
     Check the URL and ``--table``; a table appears once a writer has started over the store.
     """
+
+
+class ClassArchiveError(StatesnapError):
+    """The Spark driver's class archive could not be made (``statesnap.spark.class_archive``);
+    Spark starts without it."""
 
 
 class EngineOptionError(ConfigError):

@@ -3,17 +3,18 @@
 A Spark driver loads some 10,000 classes before its first job, every time a command starts it
 (``materialize --engine spark``, ``bootstrap``, a test's CLI run). Java's AppCDS maps them from
 an archive made once instead: :func:`create` runs a short Spark job in a JVM that dumps the
-classes it loaded when it exits (``-XX:ArchiveClassesAtExit``), and :func:`spark_session`
-passes ``-XX:SharedArchiveFile`` to every driver it launches while the archive is there
-(``benchmarks/spark_start.py`` measures the difference).
+classes it loaded when it exits (``-XX:ArchiveClassesAtExit``), and
+:func:`~statesnap.spark.session.spark_session` passes ``-XX:SharedArchiveFile`` to every driver it
+launches while the archive is there (``benchmarks/spark_startup.py`` measures the difference).
 
 The archive is keyed by the Java executable and the Spark version, so an upgrade of either gets a
 new one (an old archive that no longer matches is ignored by the JVM, silently). It is written
 under a temporary name and renamed once its JVM exited cleanly, its size recorded beside it: a
 truncated archive would crash the JVM (SIGBUS), so one whose size is not the recorded one is
 removed instead of used (:func:`usable`), and one that fails to start a driver anyway, where a
-driver without it starts, is removed too. ``scripts/setup.sh`` makes it; ``STATESNAP_SPARK_CLASS_ARCHIVE=off``
-turns it off, or names the file to use instead of the one under ``~/.cache/statesnap``.
+driver without it starts, is removed too. ``scripts/setup.sh`` makes it;
+``STATESNAP_SPARK_CLASS_ARCHIVE=off`` turns it off, or names the file to use instead of the one
+under ``~/.cache/statesnap``.
 
 Run ``python -m statesnap.spark.class_archive`` to make it (again).
 """
@@ -33,11 +34,10 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from statesnap.errors import StatesnapError
+from statesnap.errors import ClassArchiveError
 
 __all__ = [
     "ARCHIVE_ENV",
-    "ClassArchiveError",
     "archive_path",
     "create",
     "discard",
@@ -55,10 +55,6 @@ CREATE_TIMEOUT = 300.0
 _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 _TRAIN = "--train"
 _MODULE = "statesnap.spark.class_archive"
-
-
-class ClassArchiveError(StatesnapError):
-    """The Spark driver's class archive could not be made."""
 
 
 def _java() -> Path | None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from statesnap.errors import ClassArchiveError
 from statesnap.spark import class_archive
 from statesnap.spark.class_archive import ARCHIVE_ENV, archive_path, driver_options, without_archive
 
@@ -36,7 +37,7 @@ def test_no_java_no_archive(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
     monkeypatch.delenv(ARCHIVE_ENV, raising=False)
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-jdk"))
     assert archive_path() is None
-    with pytest.raises(class_archive.ClassArchiveError, match="no java"):
+    with pytest.raises(ClassArchiveError, match="no java"):
         class_archive.create()
 
 
