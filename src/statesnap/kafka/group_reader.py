@@ -180,6 +180,7 @@ class GroupReader:
         kept = [p for p in new if p in self.suspended]
         gone = sorted(set(self.suspended) - set(new))
         if gone:
+            self.restoring.difference_update(gone)  # a restore cut short by the rebalance ends here
             self.listener.partitions_dropped(gone)
         for p in kept:
             self.positions[p] = self.suspended[p]
