@@ -23,59 +23,62 @@ fi
 .venv/bin/python -m pip install --quiet -e '.[test,spark]'
 echo "setup: ready — .venv/bin/statesnap --help" >&2
 
+# Resolve the runtime dependencies of the pom in $1 into the directory $2 through a staging directory
+# beside it, check them with the command $3 (given the staged directory), then move them in place: an
+# interrupted fetch never leaves a half-filled directory that later runs would take as complete. On
+# failure prints why (Maven's first error, else $4) and returns 1.
+maven_fetch() {
+  local pom_dir="$1" dest="$2" check="$3" unchecked="$4" staging reason
+  mkdir -p "$(dirname "$dest")"
+  dest="$(cd "$(dirname "$dest")" && pwd)/$(basename "$dest")"  # Maven runs in $pom_dir
+  staging="$(mktemp -d "$dest.staging.XXXXXX")"
+  if (cd "$pom_dir" && mvn -q -B -Dstyle.color=never dependency:copy-dependencies \
+        -DincludeScope=runtime -DoutputDirectory="$staging/jars" >"$staging/mvn.log" 2>&1) \
+     && "$check" "$staging/jars"; then
+    rm -rf "$dest" && mv "$staging/jars" "$dest"
+    rm -rf "$staging"
+    return 0
+  fi
+  reason="$(grep -m1 -E 'ERROR|Could not' "$staging/mvn.log" 2>/dev/null | sed 's/\x1b\[[0-9;]*m//g' \
+            || echo "$unchecked")"
+  rm -rf "$staging"
+  echo "$reason"
+  return 1
+}
+
 # Apache Kafka for the tests that prove Kafka behaviour (compaction, retention, topic IDs, watermarks):
 # the pinned broker's jars from Maven Central into a cache, once. Soft: without java or mvn the
 # Tansu-based demo and tests still work, and the Apache Kafka tests are skipped.
 kafka_version="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' scripts/apache-kafka/pom.xml)"
-kafka_home="${XDG_CACHE_HOME:-$HOME/.cache}/statesnap/apache-kafka-${kafka_version}"
-kafka_libs="$kafka_home/libs"
+kafka_libs="${XDG_CACHE_HOME:-$HOME/.cache}/statesnap/apache-kafka-${kafka_version}/libs"
+kafka_runs() { [ "$(java -cp "$1/*" kafka.Kafka --version 2>/dev/null | tail -n1)" = "$kafka_version" ]; }
 if [ -f "$kafka_libs/kafka_2.13-${kafka_version}.jar" ]; then
   echo "setup: Apache Kafka ${kafka_version} jars already in $kafka_libs" >&2
 elif ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
   echo "setup: java or mvn not found — Apache Kafka tests will be skipped (install Java 17+ and Maven, rerun)" >&2
 else
   started=$SECONDS
-  mkdir -p "$(dirname "$kafka_home")"
-  staging="$(mktemp -d "$kafka_home.XXXXXX")"
-  # Resolve into a staging dir, check kafka.Kafka runs from it, then move it in place: an
-  # interrupted fetch never leaves a half-filled cache that later runs would take as complete.
-  if (cd scripts/apache-kafka && mvn -q -B -Dstyle.color=never dependency:copy-dependencies \
-        -DincludeScope=runtime -DoutputDirectory="$staging/libs" >"$staging/mvn.log" 2>&1) \
-     && [ "$(java -cp "$staging/libs/*" kafka.Kafka --version 2>/dev/null | tail -n1)" = "$kafka_version" ]; then
-    mkdir -p "$kafka_home" && rm -rf "$kafka_libs" && mv "$staging/libs" "$kafka_libs"
-    rm -rf "$staging"
+  if reason="$(maven_fetch scripts/apache-kafka "$kafka_libs" kafka_runs 'kafka.Kafka does not load from the fetched jars')"; then
     echo "setup: Apache Kafka ${kafka_version} jars in $kafka_libs ($((SECONDS - started))s)" >&2
   else
-    reason="$(grep -m1 -E 'ERROR|Could not' "$staging/mvn.log" 2>/dev/null | sed 's/\x1b\[[0-9;]*m//g' \
-              || echo 'kafka.Kafka does not load from the fetched jars')"
-    rm -rf "$staging"
     echo "setup: Apache Kafka ${kafka_version} not fetched — its tests will be skipped: ${reason}" >&2
   fi
 fi
 
 # Spark's own Kafka source (spark-sql-kafka-0-10), for the tests that compare format("kafka") with
 # format("statesnap-kafka") row for row and for benchmarks/kafka_sources.py: resolved once into
-# benchmarks/peers/spark-kafka/target/lib (staged, then moved in place). Soft, as above.
-connector_pom=benchmarks/peers/spark-kafka
-connector_lib="$connector_pom/target/lib"
-if ls "$connector_lib"/spark-sql-kafka-0-10_2.13-*.jar >/dev/null 2>&1; then
+# benchmarks/peers/spark-kafka/target/lib. Soft, as above.
+connector_lib=benchmarks/peers/spark-kafka/target/lib
+connector_there() { ls "$1"/spark-sql-kafka-0-10_2.13-*.jar >/dev/null 2>&1; }
+if connector_there "$connector_lib"; then
   echo "setup: Spark's Kafka connector already in $connector_lib" >&2
 elif ! command -v mvn >/dev/null 2>&1; then
   echo "setup: mvn not found — the comparisons with Spark's own Kafka source will be skipped" >&2
 else
   started=$SECONDS
-  mkdir -p "$connector_pom/target"
-  staging="$(cd "$connector_pom/target" && mktemp -d "$PWD/staging.XXXXXX")"
-  if (cd "$connector_pom" && mvn -q -B -Dstyle.color=never dependency:copy-dependencies \
-        -DincludeScope=runtime -DoutputDirectory="$staging/lib" >"$staging/mvn.log" 2>&1) \
-     && ls "$staging"/lib/spark-sql-kafka-0-10_2.13-*.jar >/dev/null 2>&1; then
-    rm -rf "$connector_lib" && mv "$staging/lib" "$connector_lib"
-    rm -rf "$staging"
+  if reason="$(maven_fetch benchmarks/peers/spark-kafka "$connector_lib" connector_there 'no spark-sql-kafka jar resolved')"; then
     echo "setup: Spark's Kafka connector in $connector_lib ($((SECONDS - started))s)" >&2
   else
-    reason="$(grep -m1 -E 'ERROR|Could not' "$staging/mvn.log" 2>/dev/null | sed 's/\x1b\[[0-9;]*m//g' \
-              || echo 'no spark-sql-kafka jar resolved')"
-    rm -rf "$staging"
     echo "setup: Spark's Kafka connector not fetched — its comparisons will be skipped: ${reason}" >&2
   fi
 fi
