@@ -1,8 +1,8 @@
 """The Spark driver's class archive on real Spark, each driver a fresh subprocess as a command
 starts one: a driver maps the archive ``scripts/setup.sh`` made (CI's setup makes it; the
-suite's Spark commands all start from it), and a damaged archive is removed and the driver
-started without it, in one warning line. Its making (``python -m statesnap.spark.class_archive``)
-runs a Spark job of its own (about 35 s): the setup proves it, and the ``long`` test here."""
+suite's Spark commands all start from it). In ``long`` mode: a damaged archive is removed and the
+driver started without it, in one warning line, and its making (``python -m
+statesnap.spark.class_archive``, a Spark job of its own, about 35 s; CI's setup runs it too)."""
 
 from __future__ import annotations
 
@@ -68,6 +68,7 @@ def _truncated(archive: Path, where: Path, *, recorded: int) -> Path:
     return where
 
 
+@pytest.mark.long  # the size check itself: tests/unit/spark/test_class_archive_options.py
 def test_a_truncated_archive_is_removed_not_given_to_a_driver(archive: Path, tmp_path: Path) -> None:
     """Real Spark: an archive cut short (its size is not the one recorded when it was made) would
     crash the JVM that maps it (SIGBUS); it is removed with one warning line instead, and the
