@@ -27,6 +27,7 @@ import hashlib
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -145,12 +146,18 @@ def create(path: Path | None = None, *, timeout: float = CREATE_TIMEOUT) -> Path
     if target is None:
         raise ClassArchiveError(f"no Spark class archive to make: {ARCHIVE_ENV}=off, or no java found")
     target.parent.mkdir(parents=True, exist_ok=True)
+    for left in target.parent.glob(f"{target.name}.*.tmp*"):  # of a create() killed mid-way
+        with contextlib.suppress(OSError):
+            if time.time() - left.stat().st_mtime > 2 * CREATE_TIMEOUT:
+                left.unlink()
     staging = target.with_name(f"{target.name}.{uuid.uuid4().hex}.tmp")
+    from statesnap.devstack.orphans import guarded  # here: every Spark session imports this module
     env = {**os.environ, ARCHIVE_ENV: "off"}  # a dump made while mapping another archive is refused
     started = time.monotonic()
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", _MODULE, _TRAIN, str(staging)],
+            # SIGTERM when this process dies: its JVM exits with it (stdin closed), never renamed
+            guarded([sys.executable, "-m", _MODULE, _TRAIN, str(staging)], signal.SIGTERM),
             env=env,
             capture_output=True,
             text=True,

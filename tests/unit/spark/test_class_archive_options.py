@@ -3,6 +3,8 @@ archive's making and use by real drivers are in tests/integration/spark/test_cla
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -72,3 +74,19 @@ def test_a_truncated_archive_is_removed_not_used(monkeypatch: pytest.MonkeyPatch
     (tmp_path / "classes.jsa.bytes").write_text("10\n")
     assert driver_options() == ""
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_killed_makings_leftovers_are_removed_once_stale(tmp_path: Path) -> None:
+    """A create() killed mid-way leaves its staging file (never renamed into place); the next one
+    removes those older than any making can take, and not one another process is writing now."""
+    target = tmp_path / "classes.jsa"
+    stale, fresh = tmp_path / "classes.jsa.0a1b.tmp", tmp_path / "classes.jsa.2c3d.tmp"
+    stale.write_bytes(b"half an archive")
+    fresh.write_bytes(b"being written")
+    old = time.time() - 3 * class_archive.CREATE_TIMEOUT
+    os.utime(stale, (old, old))
+    with pytest.raises(ClassArchiveError, match="took over"):
+        class_archive.create(target, timeout=0.01)  # the making itself is cut short at once
+    assert not stale.exists()
+    assert fresh.exists()
+    assert not target.exists()
