@@ -37,42 +37,33 @@ plans, checks the claim, takes the generation and commits for them as for the ha
 
 from __future__ import annotations
 
-import heapq
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
-from statesnap.checkpoint import CheckpointManifest, CheckpointRepository, PartitionCheckpoint, datafile
+from statesnap.checkpoint import CheckpointManifest, PartitionCheckpoint
 from statesnap.checkpoint.manifest import DataFile
 from statesnap.errors import ConfigError, HandlerError
 from statesnap.kafka.admin import log_start_offsets
 from statesnap.kafka.backlog import high_watermarks
 from statesnap.kafka.config import KafkaSettings
 from statesnap.processor import Processor
-from statesnap.processor.handler import ProcessorHandler
-from statesnap.processor.inputs import restored_offsets
-from statesnap.processor.keyspace import META_STORE
-from statesnap.processor.outputs import Outputs
 from statesnap.spark.bootstrap import Progress, completed
-from statesnap.spark.changes import write_data_file
-from statesnap.spark.kafka_io import iter_range
-from statesnap.spark.options import KafkaSourceOptions
 from statesnap.spark.processor_counts import (
     CountJob,
     CountPerKey,
     CountRule,
     JobProgress,
     check_count,
-    rows_per_store,
 )
+from statesnap.spark.processor_tasks import Done, Work, partition_task
 from statesnap.spark.workers import is_local
 from statesnap.spark.writer import SparkTableWriter
-from statesnap.stores import MemoryStore
 from statesnap.task.cluster import log_ends
 from statesnap.task.options import CheckpointOptions
 from statesnap.task.restore import RestoreReport
@@ -153,41 +144,6 @@ class ProcessorBootstrapResult:
             "dead_lettered": self.dead_lettered,
             "stores": None if self.stores is None else dict(self.stores),
         }
-
-
-@dataclass(frozen=True, slots=True)
-class _Work:
-    """One partition's task: records ``[start, end)`` on top of the base checkpoint's files.
-
-    Its file is ``p<partition>-base-<run>``, *run* drawn once per run: a retried Spark task finds
-    its own file and reuses it (same run, same rows), while a later run that joins the same
-    generation — the snapshot a failed run began is still open — writes its own instead of
-    reusing rows another plan (other offsets, a fixed handler) computed."""
-
-    partition: int
-    start: int
-    end: int
-    previous: tuple[DataFile, ...]
-    run: int = 0
-    #: With several inputs, (topic, log start, end) of every input after the first; each starts
-    #: at the offset the base checkpoint's rows hold, else at its log start.
-    other_ends: tuple[tuple[str, int, int], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class _Done:
-    """What a task returns to the driver (its file as JSON, never rows)."""
-
-    partition: int
-    files: tuple[dict[str, Any], ...]
-    rows: int
-    stores: dict[str, int]
-    processed: int = 0
-    dead_lettered: int = 0
-    emitted: int = 0
-    seconds: dict[str, float] = field(default_factory=dict)
-    #: A handler failed without a dead-letter topic: (message, offset).
-    failed: tuple[str, int] | None = None
 
 
 def bootstrap_processor(
@@ -345,9 +301,9 @@ class _Run:
                 joined, True, path, restore=restore, checkpoint_seconds=time.monotonic() - committing
             )
 
-        run = secrets.randbits(48)  # names this run's files (see _Work)
+        run = secrets.randbits(48)  # names this run's files (see Work)
         work = [
-            _Work(
+            Work(
                 p,
                 self.starts[p],
                 self.ends[p],
@@ -364,7 +320,7 @@ class _Run:
             rule.check_claim(self.proc, self.writer.opts, work)
         generation = participant.begin().generation
         planned = time.monotonic()
-        done: dict[int, _Done]
+        done: dict[int, Done]
         if rule is None:
             done = self._handler_job(work, generation)
         else:
@@ -379,7 +335,7 @@ class _Run:
         return self._commit(generation, path, done, planned, ran)
 
     def _commit(
-        self, generation: int, path: BootstrapPath, done: Mapping[int, _Done], planned: float, ran: float
+        self, generation: int, path: BootstrapPath, done: Mapping[int, Done], planned: float, ran: float
     ) -> ProcessorBootstrapResult:
         files = {p: tuple(DataFile.from_json(f) for f in d.files) for p, d in done.items()}
         records = sum(d.processed for d in done.values())
@@ -446,15 +402,15 @@ class _Run:
             stores=stores,
         )
 
-    def _handler_job(self, work: list[_Work], generation: int) -> dict[int, _Done]:
+    def _handler_job(self, work: list[Work], generation: int) -> dict[int, Done]:
         """One task per partition running the handler (see the module docstring)."""
         if not work:
             return {}
         sc = self.spark.sparkContext
         records_acc, tasks_acc = sc.accumulator(0), sc.accumulator(0)
-        task = _partition_task(self.proc, self.writer.opts, self.repo, generation, self.emit)
+        task = partition_task(self.proc, self.writer.opts, self.repo, generation, self.emit)
 
-        def counted(w: _Work) -> _Done:
+        def counted(w: Work) -> Done:
             d = task(w)
             records_acc.add(d.processed)
             tasks_acc.add(1)
@@ -467,8 +423,8 @@ class _Run:
         return {d.partition: d for d in out}
 
     def _count_job(
-        self, rule: CountRule, dataframe: bool, work: list[_Work], generation: int
-    ) -> dict[int, _Done]:
+        self, rule: CountRule, dataframe: bool, work: list[Work], generation: int
+    ) -> dict[int, Done]:
         """The count by key over *work*, in Python tasks or as a DataFrame ``groupBy``."""
         w = self.writer
         job = CountJob(
@@ -476,70 +432,8 @@ class _Run:
         )
         counted = job.in_dataframe(work) if dataframe else job.in_tasks(work)
         return {
-            p: _Done(p, (c.file,), c.rows, c.stores, c.records, seconds=c.seconds) for p, c in counted.items()
+            p: Done(p, (c.file,), c.rows, c.stores, c.records, seconds=c.seconds) for p, c in counted.items()
         }
-
-
-def _partition_task(
-    proc: Processor, opts: KafkaSourceOptions, repo: CheckpointRepository, generation: int, emit: bool
-) -> Callable[[_Work], _Done]:
-    """The function a Spark task runs for one partition (a closure: it pickles with *proc*)."""
-    names = [*proc.stores, META_STORE]
-
-    def run(w: _Work) -> _Done:
-        clock = time.perf_counter
-        mark = clock()
-        p = w.partition
-        rows = repo.merge_files(w.previous) if w.previous else datafile.empty_table()
-        store = MemoryStore()
-        store.load(p, rows)
-        store.forget_changes()  # no incremental checkpoint is taken of this store: keep no change set
-        others = [
-            (topic, restored_offsets(store, topic, [p])[p] or low, end) for topic, low, end in w.other_ends
-        ]
-        if w.end <= w.start and all(end <= start for _, start, end in others):
-            # nothing new: the base checkpoint's files stand (or an empty base)
-            if w.previous:
-                return _Done(
-                    p, tuple(f.to_json() for f in w.previous), rows.num_rows, rows_per_store(rows, names)
-                )
-            if w.end == 0:
-                return _Done(p, (), 0, dict.fromkeys(names, 0))
-            empty = write_data_file(repo, generation, p, "base", w.run, rows)
-            return _Done(p, (empty.to_json(),), 0, dict.fromkeys(names, 0))
-        outputs = Outputs(opts.settings(), proc.key_serde, proc.value_serde)
-        outputs.suppressed = not emit
-        handler = proc.handler_for(store, outputs)
-        seconds = {"load": clock() - mark}
-        mark = clock()
-        processed = 0
-        try:
-            for msgs in _records(opts, p, w.start, w.end, others, handler):
-                handler.apply(p, msgs, None)
-                processed += len(msgs)
-                store.forget_changes()
-            handler.commit_point(checkpoint=True)  # nothing expired stays in the file, as at a Python commit
-        except HandlerError as e:
-            return _Done(p, (), 0, {}, processed, failed=(str(e), e.offset))
-        finally:
-            outputs.close()
-        seconds["process"] = clock() - mark
-        mark = clock()
-        rows = store.export().get(p, datafile.empty_table())
-        written = write_data_file(repo, generation, p, "base", w.run, rows)
-        seconds["write"] = clock() - mark
-        return _Done(
-            p,
-            (written.to_json(),),
-            rows.num_rows,
-            rows_per_store(rows, names),
-            processed,
-            handler.dead_lettered,
-            outputs.emitted,
-            seconds,
-        )
-
-    return run
 
 
 def other_input_ends(
@@ -549,58 +443,3 @@ def other_input_ends(
     first input's is found (the dev broker under-reports watermarks)."""
     ends = log_ends(settings, topic, high_watermarks(settings, topic, partitions))
     return log_start_offsets(settings, topic, partitions), {p: int(end) for p, end in ends.items()}
-
-
-def _records(
-    opts: KafkaSourceOptions,
-    partition: int,
-    start: int,
-    end: int,
-    others: list[tuple[str, int, int]],
-    handler: ProcessorHandler,
-) -> Iterator[list[Any]]:
-    """The partition's records in batches: one input's in offset order, several merged as a
-    Python task merges them with every input at its end (:mod:`statesnap.processor.merge`:
-    the smallest timestamp first, ties to the input listed first, each input in offset order;
-    ``heapq.merge`` keeps exactly that head rule). The handler's first-input position follows
-    the batches, as a Python task's reader's does."""
-    if not others:
-        yield from iter_range(opts, partition, start, end)
-        return
-    first = opts.topic
-    applied = {partition: start}
-    handler.positions = lambda: applied
-    inputs = [_flat(iter_range(opts, partition, start, end))] + [
-        _flat(iter_range(opts, partition, s, e, topic=topic)) for topic, s, e in others
-    ]
-    batch: list[Any] = []
-    for message in heapq.merge(*inputs, key=_timestamp):
-        batch.append(message)
-        if len(batch) >= _MERGED_BATCH:
-            yield batch
-            applied[partition] = _first_end(batch, first, applied[partition])
-            batch = []
-    if batch:
-        yield batch
-
-
-#: Records per merged batch handed to the handler.
-_MERGED_BATCH = 10_000
-
-
-def _flat(batches: Iterator[list[Any]]) -> Iterator[Any]:
-    for batch in batches:
-        yield from batch
-
-
-def _timestamp(message: Any) -> int:
-    ts_type, ts = message.timestamp()
-    return int(ts) if ts_type else -1
-
-
-def _first_end(batch: list[Any], first: str, before: int) -> int:
-    """The first input's next offset after *batch*."""
-    for message in reversed(batch):
-        if message.topic() == first:
-            return int(message.offset()) + 1
-    return before
