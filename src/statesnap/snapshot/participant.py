@@ -122,34 +122,27 @@ class Participant:
         joined = self.pending(block=True)
         if joined is not None:
             return joined
-        self._check_history()
+        self.still_builds_on()
         return self.api.create(timeout=self.snapshot_timeout)
 
-    def _check_history(self) -> None:
-        """Before a new generation: is the checkpoint this task builds on still there? One read
-        per checkpoint (and one more in :meth:`still_builds_on`, which a task that joins a snapshot
-        without this check calls before it writes).
-        A wiped store (or a deleted snapshot) would otherwise get delta files on top of files that
-        no longer exist, under a generation number already used."""
-        last = self.last_checkpoint
+    def still_builds_on(self, target: Snapshot | None = None) -> bool:
+        """Is the checkpoint this task builds on still there? One read per checkpoint: before
+        :meth:`begin` creates a generation (*target* None), and again before a task writes into
+        *target* (one it joined, or a wipe between that check and the snapshot's record). A wiped
+        store (or a deleted snapshot) would otherwise get delta files on top of files that no
+        longer exist, under a generation number already used: see :meth:`_lost`. False where
+        *target*'s number is one a wiped store handed out again (that snapshot is failed: no
+        number a task saw returns)."""
         if self._descriptor is None:
             self._descriptor = self.repo.descriptor()
-        if last is None or self._still_there(last):
-            return
-        self._lost(last)
-
-    def still_builds_on(self, target: Snapshot) -> bool:
-        """Before writing into *target* (joined, or created after :meth:`begin`'s check): is the
-        checkpoint this task builds on still there? Where it is gone (a wiped store, a deleted
-        snapshot) see :meth:`_lost`; False where *target*'s number is one a wiped store handed out
-        again (that snapshot is failed: no number a task saw returns)."""
         prev = self.last_checkpoint
         if prev is None or self._still_there(prev):
             return True
-        reused = target.generation <= max(self.reported, prev.generation)
+        used = target.generation if target is not None else 0  # generations start at 1
+        reused = 0 < used <= max(self.reported, prev.generation)
         if reused:
-            self.fail(target.generation, "its number was used before the store was wiped")
-        self._lost(prev, used=target.generation)
+            self.fail(used, "its number was used before the store was wiped")
+        self._lost(prev, used=used)
         return not reused
 
     def _still_there(self, last: CheckpointManifest) -> bool:

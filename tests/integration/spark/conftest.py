@@ -36,8 +36,9 @@ def spark() -> Iterator[Any]:
     from statesnap.spark.class_archive import driver_options
 
     builder = SparkSession.builder
-    if driver_options():  # as spark_session() launches a driver: from the class archive setup made
-        builder = builder.config("spark.driver.extraJavaOptions", driver_options())
+    archive = driver_options()
+    if archive:  # as spark_session() launches a driver: from the class archive setup made
+        builder = builder.config("spark.driver.extraJavaOptions", archive)
     session = (
         builder.master("local[2]")
         .appName("statesnap-tests")
