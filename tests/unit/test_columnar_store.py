@@ -376,7 +376,10 @@ def test_hash_collisions_are_resolved_by_comparing_keys() -> None:
     for k in colliding:
         assert s.get(k) == (b"v" + k if k in present else None)
         assert (k in s) == (k in present)
-    assert len(KeyIndex([array_hashes(table.column("key").chunk(0))], [0]).candidates(colliding[0])) >= 4
+    assert (
+        len(KeyIndex.of_hashes([array_hashes(table.column("key").chunk(0))], [0]).candidates(colliding[0]))
+        >= 4
+    )
 
 
 def test_readers_see_a_consistent_store_while_the_writer_applies_and_merges(
@@ -521,7 +524,7 @@ def test_home_slots_spread_over_the_whole_table_whatever_the_prime_and_keys(
         prime = next(n for n in range((1 << 29) + 1, 1 << 30, 2) if keyindex_module._is_prime(n))
         monkeypatch.setattr(keyindex_module, "P", prime)
     keys = [make_key(i) for i in range(20_000)]
-    index = KeyIndex([array_hashes(pa.array(keys, pa.binary()))], [0])
+    index = KeyIndex.of_hashes([array_hashes(pa.array(keys, pa.binary()))], [0])
     shifts = _displacements(index)
     assert len(shifts) == 20_000
     assert min(shifts) >= 0

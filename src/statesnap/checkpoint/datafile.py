@@ -18,8 +18,10 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from statesnap.decode_memory import decode_pool
 from statesnap.errors import CorruptCheckpointError
 from statesnap.stores.keyindex import binary_parts
 from statesnap.stores.keyorder import key_order
@@ -130,6 +132,9 @@ def _sorted_by_key(table: pa.Table) -> bool:
     return bool(pc.all(pc.less(keys.slice(0, len(keys) - 1), keys.slice(1))).as_py())
 
 
+_PARQUET = ds.ParquetFileFormat()
+
+
 def decode(data: bytes, *, expected_sha256: str | None = None, source: str = "data file") -> pa.Table:
     """Parse a data file, first checking its checksum; corruption is a CorruptCheckpointError."""
     if expected_sha256 is not None:
@@ -138,8 +143,8 @@ def decode(data: bytes, *, expected_sha256: str | None = None, source: str = "da
             raise CorruptCheckpointError(
                 f"{source}: checksum mismatch (expected {expected_sha256[:12]}…, got {actual[:12]}…)"
             )
-    try:
-        table = pq.read_table(pa.BufferReader(data))
+    try:  # what pq.read_table does, into the decode pool (see statesnap.decode_memory)
+        table = _PARQUET.make_fragment(pa.BufferReader(data)).to_table(memory_pool=decode_pool())
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as e:
         raise CorruptCheckpointError(f"{source}: unreadable Parquet ({e})") from e
     missing = set(SCHEMA.names) - set(table.column_names)

@@ -14,7 +14,7 @@ import bisect
 import logging
 import threading
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import cast
 
@@ -22,7 +22,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statesnap.stores.keyindex import EMPTY, HASH_BITS, ROW_BITS, KeyIndex, array_hashes, binary_parts
+from statesnap.decode_memory import release_unused
+from statesnap.stores.keyindex import (
+    EMPTY,
+    HASH_BITS,
+    ROW_BITS,
+    KeyIndex,
+    KeyIndexBuilder,
+    array_hashes,
+    binary_parts,
+)
 
 __all__ = ["BATCH", "Base", "PartitionKeys", "Probe", "Segment"]
 
@@ -242,15 +251,11 @@ class Base:
             covered = {id(s) for pr in probers for s in pr.segments}
             rest = [s for s in self.segments if id(s) not in covered]
             if rest or not probers:
-                # The restore's decode buffers go back to the OS before the index is built:
-                # the peak memory of a restore is then about its final size.
-                pa.default_memory_pool().release_unused()
-                hashes: list[np.ndarray | None] = []
-                for s in rest:
-                    h = s.hashes if s.hashes is not None else array_hashes(s.table.column("key").chunk(0))
-                    s.hashes = None  # KeyIndex drops each from the list once copied
-                    hashes.append(h)
-                self._index = KeyIndex(hashes, [s.number << _LOCAL_BITS for s in rest])
+                # The restore's decode buffers go back to the OS before an index is built (here,
+                # or by _merge): the peak memory of a restore is then about its final size.
+                release_unused()
+                self._index = _build_index(rest)
+                assert self._index is not None
                 probers.append(_Prober(self._index, self.segments, _LOCAL_BITS))
             self._probers = probers
             self.probes = [pr.probe for pr in probers] if self.rows else []
@@ -444,17 +449,30 @@ class Base:
         return indexes + sum(int(s.table.nbytes) for s in self.segments)
 
 
+def _build_index(segments: list[Segment], stop: Callable[[], bool] | None = None) -> KeyIndex | None:
+    """One index over *segments* (row ids ``number << 20 | index``), hashing a segment at a time
+    into it (or taking the hashes its load computed, then dropping them); None when *stop* says
+    so between segments."""
+    builder = KeyIndexBuilder(sum(s.table.num_rows for s in segments))
+    for s in segments:
+        if stop is not None and stop():
+            return None
+        hashes = s.hashes if s.hashes is not None else array_hashes(s.table.column("key").chunk(0))
+        s.hashes = None
+        builder.add(s.number << _LOCAL_BITS, hashes)
+        del hashes
+    return builder.build()
+
+
 def _merge(ref: weakref.ref[Base], segments: list[Segment]) -> None:
     """Build one index over every segment of a base and make its lookups probe that alone (see
     _MAX_PROBES). Off the restore's path: the tail's replay, which never looks up the base, runs
     meanwhile. Stops when the base is gone (a fold or a rebalance replaced it)."""
     try:
-        hashes: list[np.ndarray | None] = []
-        for s in segments:
-            if ref() is None:
-                return
-            hashes.append(array_hashes(s.table.column("key").chunk(0)))
-        index = KeyIndex(hashes, [s.number << _LOCAL_BITS for s in segments])
+        release_unused()
+        index = _build_index(segments, lambda: ref() is None)
+        if index is None:
+            return
     except Exception:  # lookups keep probing each index: slower, still right
         log.warning("building one key index over %d chunks failed", len(segments), exc_info=True)
         return

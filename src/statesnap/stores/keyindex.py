@@ -39,7 +39,7 @@ from __future__ import annotations
 import secrets
 import struct
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,6 +56,7 @@ __all__ = [
     "ROW_BITS",
     "HashSeed",
     "KeyIndex",
+    "KeyIndexBuilder",
     "P",
     "array_hashes",
     "binary_parts",
@@ -219,55 +220,65 @@ def array_hashes(arr: pa.Array, seed: HashSeed | None = None) -> np.ndarray:
     return out
 
 
-class KeyIndex:
-    """``hash << 32 | row`` entries in an ordered linear-probing table; rows are the caller's ids."""
+class KeyIndexBuilder:
+    """A :class:`KeyIndex` built a block of rows at a time, straight into the memory of its table.
 
-    __slots__ = ("halves", "rows", "scale", "seed", "table")
+    The entries of the blocks are packed into the table's tail, sorted there, then moved forward
+    into their slots (entry k's slot is at least k, so a move only overwrites entries already
+    moved): the table is the only allocation that grows with the rows. A separate array of
+    entries measured 8 bytes a key more at a restore's peak, on top of the caller's hashes, which
+    :meth:`add` takes one block at a time so the caller can hash as it adds (and stop between
+    blocks)."""
 
-    # The lookup hot path (ColumnarStore.get, >= 500 k/s from Python) inlines candidates().
-
-    def __init__(
-        self, hashes: list[np.ndarray | None], first_rows: list[int], seed: HashSeed | None = None
-    ) -> None:
-        """*hashes*: per block of rows (hashed with *seed*, the process's by default); each is
-        dropped from the list once copied, so a restore's peak memory holds the entries and at
-        most one block's hashes, not both in full."""
+    def __init__(self, rows: int, seed: HashSeed | None = None) -> None:
+        if rows >= MAX_ROWS:
+            raise ValueError(f"key index holds at most {MAX_ROWS - 1} rows, got {rows}")
         self.seed = seed if seed is not None else HashSeed.process()
-        n = sum(len(h) for h in hashes if h is not None)
-        self.rows = n
-        if n >= MAX_ROWS:
-            raise ValueError(f"key index holds at most {MAX_ROWS - 1} rows, got {n}")
-        packed = np.empty(n, np.uint64)
-        at = 0
-        for k, first in enumerate(first_rows):
-            h = hashes[k]
-            assert h is not None
-            hashes[k] = None
-            for lo in range(0, len(h), _CHUNK):
-                part = packed[at + lo : at + min(lo + _CHUNK, len(h))]
-                part[:] = h[lo : lo + len(part)]
-                part <<= np.uint64(32)
-                part |= np.arange(first + lo, first + lo + len(part), dtype=np.uint64)
-            at += len(h)
-            del h
-        packed.sort()  # numpy's SIMD sort, in place: ~0.2 s for 10 M entries
-        slots = max(1, int(n * _SLOTS_PER_KEY))
+        self.rows = rows
+        self._slots = max(1, int(rows * _SLOTS_PER_KEY))
+        self._table = np.full(self._slots + _SPILL, EMPTY, np.uint64)
+        self._added = 0
+
+    def add(self, first_row: int, hashes: np.ndarray) -> None:
+        """The rows ``first_row, first_row + 1, …`` whose keys hash (with :attr:`seed`) to *hashes*."""
+        n = len(hashes)
+        if self._added + n > self.rows:
+            raise ValueError(f"key index of {self.rows} rows given {self._added + n}")
+        packed = self._table[len(self._table) - self.rows + self._added :]
+        for lo in range(0, n, _CHUNK):
+            part = packed[lo : min(lo + _CHUNK, n)]
+            part[:] = hashes[lo : lo + len(part)]
+            part <<= np.uint64(32)
+            part |= np.arange(first_row + lo, first_row + lo + len(part), dtype=np.uint64)
+        self._added += n
+
+    def build(self) -> KeyIndex:
+        """The index of every row added (all :attr:`rows` of them)."""
+        n = self.rows
+        if self._added != n:
+            raise ValueError(f"key index of {n} rows given {self._added}")
+        table = self._table
+        off = len(table) - n
+        source, first = table[off:], 0  # entry k is source[k - first]
+        source.sort()  # numpy's SIMD sort, in place: ~0.2 s for 10 M entries
         # Hashes are below P, not 2**30: scale them onto the slots by P itself.
-        self.scale = scale = (slots << HASH_BITS) // self.seed.p
+        scale = (self._slots << HASH_BITS) // self.seed.p
         # Entry k goes to max(home_k, slot_{k-1} + 1): slot_k - k is a running maximum of
-        # home_k - k, computed a slice at a time (whole-array temporaries would cost 3 x 8 bytes
-        # a key at the restore's peak). Slots only grow, so the scatter writes in order; the
-        # last run may spill past ``slots`` (then the table grows), and a free slot ends it.
-        table = np.full(slots + _SPILL, EMPTY, np.uint64)
+        # home_k - k, computed a slice at a time in reused cache-sized arrays. Slots only grow,
+        # so the moves go in order; the last run may spill past the slots (then the table grows).
         carry = -1  # slot of the previous entry minus its position
-        step = _CHUNK * 2  # cache-sized slices, computed in place in two reused arrays
+        step = _CHUNK * 2
         local = np.arange(step, dtype=np.int64)
         buf = np.empty(step, np.int64)
+        moving = np.empty(step, np.uint64)
         scale64, u32, u30 = np.uint64(scale), np.uint64(32), np.uint64(HASH_BITS)
         for lo in range(0, n, step):
             m = min(step, n - lo)
-            pos, ks, upos = buf[:m], local[:m], buf[:m].view(np.uint64)
-            np.right_shift(packed[lo : lo + m], u32, out=upos)
+            pos, ks, upos, entries = buf[:m], local[:m], buf[:m].view(np.uint64), moving[:m]
+            entries[:] = source[lo - first : lo - first + m]
+            if first == 0:  # read from the table's tail: those slots are free now
+                table[off + lo : off + lo + m] = EMPTY
+            np.right_shift(entries, u32, out=upos)
             np.multiply(upos, scale64, out=upos)  # < 2**64: hash < 2**30, scale < 2**34 (rows < 2**32)
             np.right_shift(upos, u30, out=upos)  # the home slot
             pos -= ks  # home - position + lo
@@ -275,26 +286,54 @@ class KeyIndex:
             np.maximum(pos, carry + lo, out=pos)
             carry = int(pos[-1]) - lo
             pos += ks  # the slot
-            if int(pos[-1]) + 1 >= len(table):
-                grow = np.full(int(pos[-1]) + 1 - len(table) + _SPILL, EMPTY, np.uint64)
-                table = np.concatenate([table, grow])
-            table[pos] = packed[lo : lo + m]
-        del packed
-        self.table = table
-        self.halves = _halves(table)
+            last = int(pos[-1])
+            if first == 0 and last >= off + lo + m and lo + m < n:
+                # A run crowded onto entries not moved yet (rare): they move out of the way first.
+                source, first = table[off + lo + m :].copy(), lo + m
+                table[off + lo + m :] = EMPTY
+            if last + 1 >= len(table):  # past the tail: every entry not moved yet is in source
+                table = np.concatenate([table, np.full(last + 1 - len(table) + _SPILL, EMPTY, np.uint64)])
+            table[pos] = entries
+        self._table = np.empty(0, np.uint64)
+        return KeyIndex(table, self.seed, rows=n, scale=scale)
+
+
+class KeyIndex:
+    """``hash << 32 | row`` entries in an ordered linear-probing table; rows are the caller's ids."""
+
+    __slots__ = ("halves", "rows", "scale", "seed", "table")
+
+    # The lookup hot path (ColumnarStore.get, >= 500 k/s from Python) inlines candidates().
+
+    def __init__(self, table: np.ndarray, seed: HashSeed, *, rows: int, scale: int) -> None:
+        """The index whose slots are *table* (uint64, laid out by :class:`KeyIndexBuilder`)."""
+        self.seed: HashSeed = seed
+        self.rows: int = rows
+        self.scale: int = scale
+        self.table: np.ndarray = table.view(np.uint64)
+        self.halves: memoryview = _halves(self.table)
+
+    @classmethod
+    def of_hashes(
+        cls, hashes: Sequence[np.ndarray], first_rows: Sequence[int], seed: HashSeed | None = None
+    ) -> KeyIndex:
+        """The index of blocks of rows from ``first_rows[k]`` on, whose keys hash to ``hashes[k]``
+        (with *seed*, the process's by default)."""
+        builder = KeyIndexBuilder(sum(len(h) for h in hashes), seed)
+        for h, first in zip(hashes, first_rows, strict=True):
+            builder.add(first, h)
+        return builder.build()
 
     @classmethod
     def of_keys(cls, keys: pa.Array | pa.ChunkedArray, seed: HashSeed) -> KeyIndex:
         """The index of *keys* whose rows are their positions (0, 1, …): a base file's index."""
         chunks = keys.chunks if isinstance(keys, pa.ChunkedArray) else [keys]
-        hashes: list[np.ndarray | None] = []
-        firsts: list[int] = []
+        builder = KeyIndexBuilder(len(keys), seed)
         at = 0
         for chunk in chunks:
-            hashes.append(array_hashes(chunk, seed))
-            firsts.append(at)
+            builder.add(at, array_hashes(chunk, seed))
             at += len(chunk)
-        return cls(hashes, firsts, seed)
+        return builder.build()
 
     def to_bytes(self) -> bytes:
         """The persisted form: a 64-byte header (magic, version, seed, scale, rows, slots), then the
@@ -335,11 +374,7 @@ class KeyIndex:
         table = np.frombuffer(data, dtype="<u8", count=slots, offset=_HEADER.size)
         if int(table[-1]) != EMPTY:
             raise CorruptCheckpointError(f"{source}: the table does not end with a free slot")
-        index = cls.__new__(cls)
-        index.seed, index.rows, index.scale = seed, n, scale
-        index.table = table.view(np.uint64)
-        index.halves = _halves(index.table)
-        return index
+        return cls(table, seed, rows=n, scale=scale)
 
     @property
     def nbytes(self) -> int:

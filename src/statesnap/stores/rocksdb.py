@@ -31,6 +31,7 @@ from typing import IO, cast
 import pyarrow as pa
 from rocksdict import IngestExternalFileOptions, Options, Rdict, SstFileWriter, WriteBatch, WriteOptions
 
+from statesnap.decode_memory import release_unused
 from statesnap.errors import ConfigError
 from statesnap.stores import sstfile
 from statesnap.stores.base import (
@@ -220,7 +221,7 @@ class RocksDBStore:
                 self._db.ingest_external_file([sst], opts)
         # Hand the encoders' transient buffers back to the OS (~1 ms): the allocator kept them as
         # ~10 MB of resident memory after every load otherwise.
-        pa.default_memory_pool().release_unused()
+        release_unused()
         if self._count is not None:
             self._count += rows.num_rows  # partitions hold disjoint keys
 
