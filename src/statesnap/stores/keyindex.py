@@ -224,11 +224,12 @@ class KeyIndexBuilder:
     """A :class:`KeyIndex` built a block of rows at a time, straight into the memory of its table.
 
     The entries of the blocks are packed into the table's tail, sorted there, then moved forward
-    into their slots (entry k's slot is at least k, so a move only overwrites entries already
-    moved): the table is the only allocation that grows with the rows. A separate array of
-    entries measured 8 bytes a key more at a restore's peak, on top of the caller's hashes, which
-    :meth:`add` takes one block at a time so the caller can hash as it adds (and stop between
-    blocks)."""
+    into their slots, in order: entry k's slot is k or later, and the tail starts 0.6 slots a key
+    further on, so a move lands on a free slot; a run that would reach entries not moved yet (rare)
+    moves them out of its way first. The table is then the only allocation that grows with the
+    rows. A separate array of entries cost 8 bytes a key more at a restore's peak, and hashing
+    every key first 4 more: :meth:`add` takes a block at a time (hash as you add, and stop
+    between blocks if need be)."""
 
     def __init__(self, rows: int, seed: HashSeed | None = None) -> None:
         if rows >= MAX_ROWS:
