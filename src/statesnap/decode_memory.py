@@ -2,17 +2,31 @@
 
 Why not Arrow's default pool (mimalloc in pyarrow's wheels): decoding Parquet frees many
 short-lived buffers (decompressed pages, value buffers that grew by doubling), and mimalloc keeps
-those pages resident, even after ``release_unused()``. jemalloc's pool hands them back. Restoring
-10 M keys (1,058 MiB of keys and values, 1,288 MiB of Arrow arrays, 8 partitions, a 2-core machine;
-16 restores alternating in fresh processes): peak RSS 1,756 MiB into mimalloc, 1,621 into jemalloc;
-ready in 0.70 s at best but 1.63 s median (up to 3.55 s) into mimalloc, 1.04 s best and 1.12 s
-median (at most 1.33 s) into jemalloc, which pays for fresh pages but never for mimalloc's slow
-runs. Where pyarrow was built without jemalloc (Windows), files decode into the default pool.
+those pages resident, even after ``release_unused()``; it also asks for transparent huge pages,
+which a kernel whose THP ``defrag`` setting is ``madvise`` (a common default) finds by compacting
+memory while the restore waits. jemalloc's pool hands freed pages back and asks for no huge pages.
+
+Measured restoring 10 M keys (1,058 MiB of keys and values, 1,288 MiB of Arrow arrays, 8
+partitions, a 2-core machine up for hours; 16 restores alternating in fresh processes):
+
+============  ==========================  ============  ======================
+pool          ready: best / median / max  peak RSS      random ``get``/s after
+============  ==========================  ============  ======================
+mimalloc      0.84 / 2.50 / 3.49 s        1,755 MiB     338 k
+jemalloc      1.11 / 1.31 / 1.37 s        1,634 MiB     298 k
+============  ==========================  ============  ======================
+
+Lookups pay for the small pages (more TLB misses); collapsing the restored buffers into huge
+pages afterwards (``MADV_COLLAPSE``) won 13 % of them back for 3.7 CPU seconds, not worth it.
+Where pyarrow was built without jemalloc (Windows), or where the user chose Arrow's default pool
+with Arrow's own ``ARROW_DEFAULT_MEMORY_POOL`` (``mimalloc`` for the faster lookups above, say),
+files decode into the default pool.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 
 import pyarrow as pa
 
@@ -21,7 +35,10 @@ __all__ = ["decode_pool", "release_unused"]
 
 @functools.cache
 def decode_pool() -> pa.MemoryPool:
-    """jemalloc's pool where pyarrow has it, else the default pool (see the module docstring)."""
+    """jemalloc's pool where pyarrow has it, else the default pool; the default pool also when
+    ``ARROW_DEFAULT_MEMORY_POOL`` chose it (see the module docstring)."""
+    if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
+        return pa.default_memory_pool()
     try:
         return pa.jemalloc_memory_pool()
     except NotImplementedError:
@@ -29,9 +46,8 @@ def decode_pool() -> pa.MemoryPool:
 
 
 def release_unused() -> None:
-    """Give the pages the pools hold free back to the OS: after a restore's decoding, before the
-    key index is built (so the restore's peak is about its final size). The system pool's release
-    trims the C heap (``malloc_trim`` on glibc), which also holds the downloaded files' freed bytes."""
-    pools = {id(p): p for p in (pa.default_memory_pool(), decode_pool(), pa.system_memory_pool())}
-    for pool in pools.values():
-        pool.release_unused()
+    """Give the pages both pools hold free back to the OS: after a restore's decoding, before the
+    key index is built (so the restore's peak is about its final size)."""
+    pa.default_memory_pool().release_unused()
+    if decode_pool().backend_name != pa.default_memory_pool().backend_name:
+        decode_pool().release_unused()

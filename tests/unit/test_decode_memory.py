@@ -3,6 +3,10 @@ peak memory), and what they decode reads the same as pyarrow's own reader gives.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -40,3 +44,10 @@ def test_the_decode_pool_is_jemalloc_where_pyarrow_has_it() -> None:
         "jemalloc" if "jemalloc" in pa.supported_memory_backends() else pa.default_memory_pool().backend_name
     )
     assert decode_pool().backend_name == expected
+
+
+def test_a_default_pool_chosen_with_arrows_own_variable_is_the_decode_pool_too() -> None:
+    code = "from statesnap.decode_memory import decode_pool; print(decode_pool().backend_name)"
+    env = {**os.environ, "ARROW_DEFAULT_MEMORY_POOL": "system"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "system"
