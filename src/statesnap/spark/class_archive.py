@@ -152,6 +152,7 @@ def create(path: Path | None = None, *, timeout: float = CREATE_TIMEOUT) -> Path
                 left.unlink()
     staging = target.with_name(f"{target.name}.{uuid.uuid4().hex}.tmp")
     from statesnap.devstack.orphans import guarded  # here: every Spark session imports this module
+
     env = {**os.environ, ARCHIVE_ENV: "off"}  # a dump made while mapping another archive is refused
     started = time.monotonic()
     try:
