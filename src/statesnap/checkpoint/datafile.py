@@ -11,14 +11,15 @@ same type (Spark ``timestamp``, not ``timestamp_ntz``). Files written before tha
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from statesnap.decode_memory import decode_pool
@@ -132,7 +133,13 @@ def _sorted_by_key(table: pa.Table) -> bool:
     return bool(pc.all(pc.less(keys.slice(0, len(keys) - 1), keys.slice(1))).as_py())
 
 
-_PARQUET = ds.ParquetFileFormat()
+@functools.cache
+def _parquet_format() -> Any:
+    """pyarrow.dataset's Parquet reader (imported on first use: 65 ms commands that never decode
+    a file need not pay; pq.read_table imports it on its first call too)."""
+    import pyarrow.dataset as ds
+
+    return ds.ParquetFileFormat()
 
 
 def decode(data: bytes, *, expected_sha256: str | None = None, source: str = "data file") -> pa.Table:
@@ -144,7 +151,8 @@ def decode(data: bytes, *, expected_sha256: str | None = None, source: str = "da
                 f"{source}: checksum mismatch (expected {expected_sha256[:12]}…, got {actual[:12]}…)"
             )
     try:  # what pq.read_table does, into the decode pool (see statesnap.decode_memory)
-        table = _PARQUET.make_fragment(pa.BufferReader(data)).to_table(memory_pool=decode_pool())
+        fragment = _parquet_format().make_fragment(pa.BufferReader(data))
+        table = fragment.to_table(memory_pool=decode_pool())
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as e:
         raise CorruptCheckpointError(f"{source}: unreadable Parquet ({e})") from e
     missing = set(SCHEMA.names) - set(table.column_names)
