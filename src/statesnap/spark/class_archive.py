@@ -54,8 +54,8 @@ ARCHIVE_ENV = "STATESNAP_SPARK_CLASS_ARCHIVE"
 CREATE_TIMEOUT = 300.0
 #: Logging of the archive's use off: a mismatched archive must not print into a command's output.
 _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
-_TRAIN = "--train"
-_MODULE = "statesnap.spark.class_archive"
+#: The child that makes it (its own module: it starts a session, and sessions import this one).
+_TRAINING = "statesnap.spark.class_archive_training"
 
 
 def _java() -> Path | None:
@@ -158,7 +158,7 @@ def create(path: Path | None = None, *, timeout: float = CREATE_TIMEOUT) -> Path
     try:
         proc = subprocess.run(
             # SIGTERM when this process dies: its JVM exits with it (stdin closed), never renamed
-            guarded([sys.executable, "-m", _MODULE, _TRAIN, str(staging)], signal.SIGTERM),
+            guarded([sys.executable, "-m", _TRAINING, str(staging)], signal.SIGTERM),
             env=env,
             capture_output=True,
             text=True,
@@ -181,28 +181,6 @@ def create(path: Path | None = None, *, timeout: float = CREATE_TIMEOUT) -> Path
     return target
 
 
-def _train(staging: str) -> None:
-    """The work whose classes go into the archive: a session, its workers' check, a shuffle,
-    Arrow both ways. Waits for the JVM to exit: it writes the archive as it does."""
-    from pyspark import SparkContext
-
-    from statesnap.spark.session import spark_session
-
-    dump = f"-XX:ArchiveClassesAtExit={staging}"
-    spark = spark_session("local[2]", conf={"spark.driver.extraJavaOptions": dump})
-    frame = spark.range(1000).selectExpr("id % 7 AS k", "CAST(id AS STRING) AS v")
-    frame.groupBy("k").count().collect()
-    spark.createDataFrame(frame.toArrow()).filter("k > 2").toArrow()
-    spark.sql("SELECT 1").collect()
-    gateway = SparkContext._gateway
-    spark.stop()
-    proc = getattr(gateway, "proc", None)
-    if proc is not None:
-        if proc.stdin is not None:
-            proc.stdin.close()  # the gateway exits when its stdin closes
-        proc.wait(CREATE_TIMEOUT)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m statesnap.spark.class_archive",
@@ -210,11 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     default = f"${ARCHIVE_ENV}, else under ~/.cache/statesnap"
     parser.add_argument("--path", type=Path, help=f"where to write it (default: {default})")
-    parser.add_argument(_TRAIN, dest="train", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.train:
-        _train(args.train)
-        return 0
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         made = create(args.path)
