@@ -18,12 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from statesnap.checkpoint import datafile
+from statesnap.keys import index as keyindex_module
+from statesnap.keys.index import KeyIndex, array_hashes, key_hash
 from statesnap.stores import StateStore, columnar_base, columnar_merge, open_state_store
 from statesnap.stores import columnar as columnar_module
-from statesnap.stores import keyindex as keyindex_module
 from statesnap.stores.base import NO_TIMESTAMP
 from statesnap.stores.columnar import ColumnarStore
-from statesnap.stores.keyindex import KeyIndex, array_hashes, key_hash
 
 OTHER_KINDS = ["columnar", "rocksdb"]
 PARTITIONS = 3
@@ -485,7 +485,7 @@ def test_the_key_hash_modulus_is_a_random_prime_per_process() -> None:
     import subprocess
     import sys
 
-    from statesnap.stores import keyindex
+    from statesnap.keys import index as keyindex
 
     sieve = [True] * 10_000
     sieve[0] = sieve[1] = False
@@ -497,7 +497,7 @@ def test_the_key_hash_modulus_is_a_random_prime_per_process() -> None:
     assert not keyindex._is_prime(1_000_000_007 * 3)
     assert 1 << 29 <= keyindex.P < 1 << 30
     assert keyindex._is_prime(keyindex.P)
-    code = "from statesnap.stores.keyindex import P; print(P)"
+    code = "from statesnap.keys.index import P; print(P)"
     run = [sys.executable, "-c", code]
     drawn = {int(subprocess.run(run, check=True, capture_output=True, text=True).stdout) for _ in range(2)}
     assert len(drawn | {keyindex.P}) > 1, drawn

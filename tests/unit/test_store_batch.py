@@ -11,10 +11,10 @@ import pyarrow as pa
 import pytest
 
 from statesnap.checkpoint import datafile
+from statesnap.keys import index as keyindex_module
+from statesnap.keys.index import key_hash
 from statesnap.stores import StateStore, columnar_base, open_state_store
-from statesnap.stores import keyindex as keyindex_module
 from statesnap.stores.columnar import ColumnarStore
-from statesnap.stores.keyindex import key_hash
 
 from .test_columnar_store import PARTITIONS, FakeMessage, assert_same, base_tables, part_of
 

@@ -24,8 +24,8 @@ import pyarrow.parquet as pq
 
 from statesnap.decode_memory import decode_pool
 from statesnap.errors import CorruptCheckpointError
-from statesnap.stores.keyindex import binary_parts
-from statesnap.stores.keyorder import key_order
+from statesnap.keys.index import binary_parts
+from statesnap.keys.order import key_order
 
 __all__ = [
     "GOOD_COMPRESSION",

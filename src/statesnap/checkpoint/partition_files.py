@@ -25,7 +25,7 @@ import pyarrow.compute as pc_compute
 from statesnap.checkpoint import datafile
 from statesnap.checkpoint.manifest import CheckpointManifest, FileKind, PartitionCheckpoint
 from statesnap.errors import CorruptCheckpointError
-from statesnap.stores.keyindex import KeyIndex
+from statesnap.keys.index import KeyIndex
 
 __all__ = ["DecodedPartition", "check_files", "checked_merge", "split_or_merge", "splittable"]
 

@@ -37,7 +37,7 @@ from statesnap.errors import (
     CheckpointConflictError,
     CorruptCheckpointError,
 )
-from statesnap.stores.keyindex import HashSeed, KeyIndex
+from statesnap.keys.index import HashSeed, KeyIndex
 
 __all__ = [
     "INDEX_MIN_ROWS",

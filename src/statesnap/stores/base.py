@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statesnap.checkpoint import datafile
-from statesnap.stores.keyindex import KeyIndex, binary_parts
-from statesnap.stores.keyorder import key_order
+from statesnap.keys.index import KeyIndex, binary_parts
+from statesnap.keys.order import key_order
 
 __all__ = [
     "HEADER",
@@ -179,7 +179,7 @@ def decode_rows(keys: pa.Array, blobs: pa.Array) -> dict[int, pa.Table]:
 
     Tombstone blobs become rows with a null value in their partition. The header fields are
     gathered by numpy straight from the blobs' buffer; rows are ordered by partition, then key, in
-    one radix sort (:func:`~statesnap.stores.keyorder.key_order`), so the whole table is reordered
+    one radix sort (:func:`~statesnap.keys.order.key_order`), so the whole table is reordered
     by one ``take`` and each partition is a zero-copy slice.
     """
     n = len(keys)

@@ -1,7 +1,7 @@
 """Columnar state store: restored rows stay in the checkpoint's Arrow arrays.
 
 A restore keeps each partition's sorted ``key, value, offset, timestamp`` chunks as they were
-decoded (no Python object per row) with the :class:`~statesnap.stores.keyindex.KeyIndex` the
+decoded (no Python object per row) with the :class:`~statesnap.keys.index.KeyIndex` the
 checkpoint holds beside a partition's base (read, not built: no hashing, sorting or scattering),
 or builds one over the partitions without, so loading costs about what reading the files costs.
 Several partitions' persisted indexes are probed in turn while one index over all of them is
@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statesnap.checkpoint import datafile
+from statesnap.keys.index import KeyIndex
 from statesnap.stores.base import (
     HEADER_SIZE,
     HEADER_STRUCT,
@@ -42,7 +43,6 @@ from statesnap.stores.base import (
 )
 from statesnap.stores.columnar_base import BATCH, Base, PartitionKeys
 from statesnap.stores.columnar_merge import merge
-from statesnap.stores.keyindex import KeyIndex
 
 __all__ = ["ColumnarStore"]
 
@@ -82,8 +82,8 @@ class ColumnarStore:
     def get(self, key: bytes) -> bytes | None:
         """The lookup hot path (>= 500 k/s): one tuple per key index holds all the probe reads
         (usually one index; one per partition restored with a persisted index), the hash is
-        inlined (keyindex.key_hash), the home slot usually holds the key's entry (see
-        keyindex.KeyIndex; the same probe as columnar_base.Base.contains)."""
+        inlined (keys.index.key_hash), the home slot usually holds the key's entry (see
+        keys.index.KeyIndex; the same probe as columnar_base.Base.contains)."""
         blob = self._over.get(key)
         if blob is not None:
             return None if blob[0] >= 0x80 else blob[HEADER_SIZE:]

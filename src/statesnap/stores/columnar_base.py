@@ -1,7 +1,7 @@
 """The columnar store's base: restored rows kept in their Arrow chunks, with a key index.
 
 A :class:`Base` holds every partition's sorted rows as :class:`Segment` s (one Arrow chunk of at
-most 2**20 rows each) and their :class:`~statesnap.stores.keyindex.KeyIndex` es: the persisted
+most 2**20 rows each) and their :class:`~statesnap.keys.index.KeyIndex` es: the persisted
 index a partition was restored with (read from the checkpoint, not built), and one built on first
 use over the other partitions; plus the tuples a lookup reads (:attr:`Base.probes`).
 See :mod:`statesnap.stores.columnar`, and :mod:`statesnap.stores.columnar_merge` for folding an
@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statesnap.decode_memory import release_unused
-from statesnap.stores.keyindex import (
+from statesnap.keys.index import (
     EMPTY,
     HASH_BITS,
     ROW_BITS,

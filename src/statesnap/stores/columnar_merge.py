@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statesnap.checkpoint import datafile
+from statesnap.keys.order import key_order
 from statesnap.stores.base import HEADER_SIZE, header_fields
 from statesnap.stores.columnar_base import Base, Segment
-from statesnap.stores.keyorder import key_order
 
 __all__ = ["merge", "no_negative_timestamps"]
 

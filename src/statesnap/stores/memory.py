@@ -12,6 +12,7 @@ from collections.abc import Collection, Iterator, Sequence
 
 import pyarrow as pa
 
+from statesnap.keys.index import KeyIndex
 from statesnap.stores.base import (
     HEADER_SIZE,
     HEADER_STRUCT,
@@ -25,7 +26,6 @@ from statesnap.stores.base import (
     encode_rows,
     partition_prefixes,
 )
-from statesnap.stores.keyindex import KeyIndex
 
 __all__ = ["MemoryStore"]
 

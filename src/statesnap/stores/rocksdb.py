@@ -33,6 +33,7 @@ from rocksdict import IngestExternalFileOptions, Options, Rdict, SstFileWriter, 
 
 from statesnap.decode_memory import release_unused
 from statesnap.errors import ConfigError
+from statesnap.keys.index import KeyIndex
 from statesnap.stores import sstfile
 from statesnap.stores.base import (
     HEADER_SIZE,
@@ -47,7 +48,6 @@ from statesnap.stores.base import (
     encode_rows,
     partition_prefixes,
 )
-from statesnap.stores.keyindex import KeyIndex
 
 __all__ = ["MARKER", "RocksDBStore"]
 

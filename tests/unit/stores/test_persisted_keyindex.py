@@ -14,8 +14,8 @@ import pytest
 
 from statesnap.checkpoint import datafile
 from statesnap.errors import CorruptCheckpointError
+from statesnap.keys.index import HashSeed, KeyIndex
 from statesnap.stores.columnar import ColumnarStore
-from statesnap.stores.keyindex import HashSeed, KeyIndex
 
 
 def _rows(n: int, prefix: bytes = b"key-") -> pa.Table:

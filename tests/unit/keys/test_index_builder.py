@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from statesnap.stores.keyindex import EMPTY, HASH_BITS, HashSeed, KeyIndex, KeyIndexBuilder
+from statesnap.keys.index import EMPTY, HASH_BITS, HashSeed, KeyIndex, KeyIndexBuilder
 
 SEED = HashSeed(p=1_000_000_007 % (1 << 30) | 1, mix=1 << 20, add=0)  # p need not be prime here
 STEP = 1 << 16  # the builder's slice of moves

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statesnap.stores.keyorder import MAX_PASSES, key_order
+from statesnap.keys.order import MAX_PASSES, key_order
 
 
 def _expected(keys: list[bytes], groups: list[int] | None = None) -> list[int]:

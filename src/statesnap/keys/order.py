@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from statesnap.stores.keyindex import binary_parts
+from statesnap.keys.index import binary_parts
 
 __all__ = ["MAX_PASSES", "key_order"]
 
