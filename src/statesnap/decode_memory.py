@@ -6,21 +6,21 @@ those pages resident, even after ``release_unused()``; it also asks for transpar
 which a kernel whose THP ``defrag`` setting is ``madvise`` (a common default) finds by compacting
 memory while the restore waits. jemalloc's pool hands freed pages back and asks for no huge pages.
 
-Measured restoring 10 M keys (1,058 MiB of keys and values, 1,288 MiB of Arrow arrays, 8
-partitions, a 2-core machine up for hours), 8 restores each, alternating in fresh processes:
+``benchmarks/decode_pool.py`` restores 10 M keys (1,058 MiB of keys and values, 1,288 MiB of Arrow
+arrays, 8 partitions) 8 times into each pool, alternating in fresh processes; on a 2-core machine
+up for hours, THP ``enabled=madvise defrag=madvise``:
 
-============  ==========================  ============  =====================================
-pool          ready: best / median / max  peak RSS      random ``get``/s after (median)
-============  ==========================  ============  =====================================
-mimalloc      0.84 / 2.50 / 3.49 s        1,755 MiB     338 k
-jemalloc      1.11 / 1.31 / 1.37 s        1,634 MiB     298 k
-============  ==========================  ============  =====================================
+============  ==========================  ============  ==============  ================
+pool          ready: best / median / max  peak RSS      ``get``/s       on huge pages
+============  ==========================  ============  ==============  ================
+mimalloc      0.73 / 1.78 / 3.40 s        1,764 MiB     405 k           1,583 MiB
+jemalloc      1.03 / 1.19 / 1.36 s        1,638 MiB     392 k           126 MiB
+============  ==========================  ============  ==============  ================
 
-A second such run: 0.85 / 2.72 / 4.21 s against 1.07 / 1.22 / 1.50 s, lookups equal (308 k
-against 307 k); ``benchmarks/scale.py`` the same day: 305 k against 246 k. Lookups pay for the
-small pages (more TLB misses), up to a fifth; collapsing the restored buffers into huge pages
-afterwards (``MADV_COLLAPSE``) won 13 % back for 3.7 CPU seconds, not worth it. A restore that
-never stalls for seconds is worth more: it is what statesnap is for.
+Lookups pay for the small pages (more TLB misses): 3 % there, up to a fifth in other runs of the
+same day. Collapsing the restored buffers into huge pages afterwards (``MADV_COLLAPSE``) won 13 %
+back for 3.7 CPU seconds, not worth it. A restore that never stalls for seconds is worth more: it
+is what statesnap is for.
 Where pyarrow was built without jemalloc (Windows), or where the user chose Arrow's default pool
 with Arrow's own ``ARROW_DEFAULT_MEMORY_POOL`` (``mimalloc`` for the faster lookups above, say),
 files decode into the default pool.
