@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from statesnap.checkpoint import datafile
 from statesnap.keys import index as keyindex_module
-from statesnap.keys.index import KeyIndex, array_hashes, key_hash
+from statesnap.keys.index import HashSeed, KeyIndex, array_hashes, key_hash
 from statesnap.stores import StateStore, columnar_base, columnar_merge, open_state_store
 from statesnap.stores import columnar as columnar_module
 from statesnap.stores.base import NO_TIMESTAMP
@@ -376,10 +376,7 @@ def test_hash_collisions_are_resolved_by_comparing_keys() -> None:
     for k in colliding:
         assert s.get(k) == (b"v" + k if k in present else None)
         assert (k in s) == (k in present)
-    assert (
-        len(KeyIndex.of_hashes([array_hashes(table.column("key").chunk(0))], [0]).candidates(colliding[0]))
-        >= 4
-    )
+    assert len(KeyIndex.of_keys(table.column("key"), HashSeed.process()).candidates(colliding[0])) >= 4
 
 
 def test_readers_see_a_consistent_store_while_the_writer_applies_and_merges(
@@ -524,7 +521,7 @@ def test_home_slots_spread_over_the_whole_table_whatever_the_prime_and_keys(
         prime = next(n for n in range((1 << 29) + 1, 1 << 30, 2) if keyindex_module._is_prime(n))
         monkeypatch.setattr(keyindex_module, "P", prime)
     keys = [make_key(i) for i in range(20_000)]
-    index = KeyIndex.of_hashes([array_hashes(pa.array(keys, pa.binary()))], [0])
+    index = KeyIndex.of_keys(pa.array(keys, pa.binary()), HashSeed.process())
     shifts = _displacements(index)
     assert len(shifts) == 20_000
     assert min(shifts) >= 0

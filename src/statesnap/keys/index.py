@@ -39,7 +39,7 @@ from __future__ import annotations
 import secrets
 import struct
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -313,17 +313,6 @@ class KeyIndex:
         self.scale: int = scale
         self.table: np.ndarray = table.view(np.uint64)
         self.halves: memoryview = _halves(self.table)
-
-    @classmethod
-    def of_hashes(
-        cls, hashes: Sequence[np.ndarray], first_rows: Sequence[int], seed: HashSeed | None = None
-    ) -> KeyIndex:
-        """The index of blocks of rows from ``first_rows[k]`` on, whose keys hash to ``hashes[k]``
-        (with *seed*, the process's by default)."""
-        builder = KeyIndexBuilder(sum(len(h) for h in hashes), seed)
-        for h, first in zip(hashes, first_rows, strict=True):
-            builder.add(first, h)
-        return builder.build()
 
     @classmethod
     def of_keys(cls, keys: pa.Array | pa.ChunkedArray, seed: HashSeed) -> KeyIndex:

@@ -6,6 +6,7 @@ so those rare paths run on purpose, checked against a plain Python layout."""
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from statesnap.keys.index import EMPTY, HASH_BITS, HashSeed, KeyIndex, KeyIndexBuilder
@@ -62,7 +63,7 @@ def test_a_run_spilling_past_the_last_slot_grows_the_table() -> None:
 
 def test_lookups_through_a_built_index_find_every_row() -> None:
     keys = [b"key-%d" % i for i in range(5000)]
-    index = KeyIndex.of_hashes([np.array([SEED.hash(k) for k in keys], np.uint32)], [0], SEED)
+    index = KeyIndex.of_keys(pa.array(keys, pa.binary()), SEED)
     for row, k in enumerate(keys):
         assert row in index.candidates(k)
 
