@@ -104,17 +104,35 @@ class MergedReader:
         offset lies below its log start: retention deleted records the checkpoint never saw. The
         next poll raises :class:`RecordsDeletedError` naming the input, partition and offsets, so
         the task replays from the beginning or, with ``require``, fails — never skips input."""
-        for i, reader in enumerate(self.readers[1:], start=1):
-            for p, low in sorted(log_starts.get(reader.topic, {}).items()):
-                pos = self.applied_at[i].get(p, 0)
-                if 0 < pos < low or (pos == 0 < low and self._continues(p)):
-                    self._deleted = self._deleted or RecordsDeletedError(
-                        reader.topic, p, pos, low, self.settings.bootstrap_servers
-                    )
+        holes = self._holes(self.applied_at[0], self.applied_at[1:], log_starts)
+        if holes and self._deleted is None:
+            self._deleted = next(iter(holes.values()))
 
-    def _continues(self, partition: int) -> bool:
-        """Whether the task continues a checkpoint there (the first input starts past 0)."""
-        return self.applied_at[0].get(partition, 0) > 0
+    def _holes(
+        self,
+        first: Mapping[int, int],
+        others: Sequence[Mapping[int, int]],
+        log_starts: Mapping[str, Mapping[int, int]],
+    ) -> dict[int, RecordsDeletedError]:
+        """Per partition whose offset of another input (*others*, in input order) lies below its
+        log start, the error naming the first such input; *first*: the first input's offsets (a
+        partition it starts at 0 continues no checkpoint, whatever the others' log starts)."""
+        holes: dict[int, RecordsDeletedError] = {}
+        for reader, offsets in zip(self.readers[1:], others, strict=True):
+            for p, low in sorted(log_starts.get(reader.topic, {}).items()):
+                pos = offsets.get(p, 0)
+                if p not in holes and (0 < pos < low or (pos == 0 < low and first.get(p, 0) > 0)):
+                    holes[p] = RecordsDeletedError(reader.topic, p, pos, low, self.settings.bootstrap_servers)
+        return holes
+
+    def holes(self, offsets: Mapping[int, int], store: StateStore) -> dict[int, RecordsDeletedError]:
+        """For partitions a group is about to give the task, at *offsets* of the first input
+        restored into *store*: those that another input cannot continue, as :meth:`gain` would
+        find them (the task then replays them from the beginning instead: see
+        :meth:`~statesnap.processor.task.ProcessorTask.restore_partitions`)."""
+        partitions = tuple(sorted(offsets))
+        others = [restored_offsets(store, r.topic, partitions) for r in self.readers[1:]]
+        return self._holes(offsets, others, self._log_starts(partitions, offsets, others))
 
     @classmethod
     def continuing(
@@ -142,12 +160,20 @@ class MergedReader:
         merged._check_log_starts(merged._log_starts(partitions))
         return merged
 
-    def _log_starts(self, partitions: Sequence[int]) -> dict[str, dict[int, int]]:
+    def _log_starts(
+        self,
+        partitions: Sequence[int],
+        first: Mapping[int, int] | None = None,
+        others: Sequence[Mapping[int, int]] | None = None,
+    ) -> dict[str, dict[int, int]]:
         """The other inputs' log starts over *partitions*, where a restore continues from offsets
-        retention may have passed (a fresh start from 0 everywhere needs none)."""
+        retention may have passed (a fresh start from 0 everywhere needs none). *first*,
+        *others*: the offsets it continues from (default: those applied)."""
+        first = self.applied_at[0] if first is None else first
+        others = self.applied_at[1:] if others is None else others
         starts: dict[str, dict[int, int]] = {}
-        for i, reader in enumerate(self.readers[1:], start=1):
-            if any(self.applied_at[i].get(p, 0) or self.applied_at[0].get(p, 0) for p in partitions):
+        for reader, offsets in zip(self.readers[1:], others, strict=True):
+            if any(offsets.get(p, 0) or first.get(p, 0) for p in partitions):
                 starts[reader.topic] = log_start_offsets(self.settings, reader.topic, tuple(partitions))
         return starts
 

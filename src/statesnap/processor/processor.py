@@ -393,8 +393,15 @@ class Processor(Aggregations):
 
     def start(self, *, progress: ProgressCallback | None = None) -> RestoreReport:
         """Restore the newest verified checkpoint, process the input's tail until caught up, then
-        keep processing on a background thread."""
-        return self._open(background=True).start(progress=progress)
+        keep processing on a background thread. A start that fails closes what it opened (its
+        output producer too) and re-raises."""
+        task = self._open(background=True)
+        try:
+            return task.start(progress=progress)
+        except BaseException:
+            if self._outputs is not None:
+                self._outputs.close()
+            raise
 
     def run(self, *, follow: bool = True, progress: ProgressCallback | None = None) -> RestoreReport:
         """Restore and catch up on this thread, then (``follow``) keep processing until

@@ -9,13 +9,15 @@ inputs the reader: the table's reader of the first input is continued by a
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, cast
 
 from statesnap.checkpoint import CheckpointManifest
-from statesnap.checkpoint.selection import resume_offsets
+from statesnap.checkpoint.restore import SkippedCheckpoint
+from statesnap.checkpoint.selection import TopicState, resume_offsets
 from statesnap.errors import OutputError
 from statesnap.kafka.group_reader import GroupReader
 from statesnap.kafka.reader import ChangelogReader
@@ -74,6 +76,41 @@ class ProcessorTask(Table[bytes, bytes]):
             ChangelogReader,
             MergedReader.continuing(reader, self.others, self.store, max_idle=self.max_idle),
         )
+
+    def restore_partitions(
+        self, task: OpenedTask, state: TopicState, *, first: bool
+    ) -> CheckpointManifest | None:
+        """Restore what a consumer group gave the task, as a table does; then a partition whose
+        checkpoint another input cannot continue (retention deleted records of it the checkpoint
+        never saw) is replayed from the beginning instead, its restored rows dropped: what a
+        start does with a checkpoint it cannot continue, for that partition alone. The others
+        continue the checkpoint. With ``require`` the next poll fails naming it instead."""
+        restored = super().restore_partitions(task, state, first=first)
+        reader: object = self._reader
+        options = self.checkpoints
+        if restored is None or not isinstance(reader, MergedReader) or options is None or options.require:
+            return restored
+        gained = tuple(sorted(state.partitions))
+        holes = reader.holes(resume_offsets(restored, gained), self.store)
+        if not holes:
+            return restored
+        dropped = self.store.drop_partitions(tuple(holes))
+        for p, error in holes.items():
+            log.warning(
+                "processor %s: partition %d replays from the beginning, not from checkpoint "
+                "generation %d: %s",
+                self.name,
+                p,
+                restored.generation,
+                error,
+            )
+        kept = {p: pc for p, pc in restored.partitions.items() if p not in holes}
+        if first:
+            self.report.skipped.extend(SkippedCheckpoint(restored.generation, str(e)) for e in holes.values())
+            self.report.restored_keys -= dropped
+            if not any(p in kept for p in gained):
+                self.report.checkpoint = None
+        return dataclasses.replace(restored, partitions=kept)
 
     def take_partitions(self, partitions: tuple[int, ...], restored: CheckpointManifest | None) -> None:
         """A consumer group gave the task partition p of its first input: it reads partition p of

@@ -268,9 +268,25 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
     # --- life cycle ----------------------------------------------------------------------------
 
     def start(self, *, progress: ProgressCallback | None = None) -> RestoreReport:
-        """Restore from the newest valid checkpoint, then replay the tail until caught up."""
+        """Restore from the newest valid checkpoint, then replay the tail until caught up. A start
+        that fails closes what it opened (a group member leaves its group) and re-raises."""
         if self._state is not TaskPhase.NEW:
             raise TableStateError("start", self._state, "new")
+        try:
+            return self._start(progress)
+        except BaseException:
+            self._close_after_failed_start()
+            raise
+
+    def _close_after_failed_start(self) -> None:
+        """Close without a checkpoint; the start's own error is the one to see, so a second one
+        from closing is only logged."""
+        try:
+            self.close(checkpoint=False)
+        except Exception:
+            log.warning("table %s: closing after a failed start also failed", self.name, exc_info=True)
+
+    def _start(self, progress: ProgressCallback | None) -> RestoreReport:
         wanted = self._share or self.wanted_partitions
         task = open_task(
             self.name,

@@ -244,3 +244,56 @@ def test_the_second_inputs_end_is_kept_without_records(apache: KafkaTool, tmp_pa
     assert report.checkpoint is not None
     assert not report.skipped
     assert report.replayed_records == 4
+
+
+def test_a_group_member_replays_a_partition_whose_second_input_lost_records(
+    apache: KafkaTool, tmp_path: Path
+) -> None:
+    """In a consumer group (Apache Kafka: the only broker here that moves a log start): a member
+    gains a partition whose checkpointed offset of the second input lies below that input's log
+    start. Without ``require`` it replays that partition from what the log holds (its other
+    partition still restores from the checkpoint); with ``require`` it fails naming the input,
+    partition and offsets, and the failed start leaves the group. Never a silent skip, never a
+    crash of an unrequired restore."""
+    tag = uuid.uuid4().hex[:8]
+    topics = two_inputs(apache, "del2g", tag)
+    url, name = str(tmp_path / "ckpt"), f"del2g-{tag}"
+    for t in topics:
+        produce(apache, t, 0, 20)
+    echo(name, topics, None, apache.bootstrap, url).run(follow=False)  # checkpoint: 10 per partition
+    produce(apache, topics[1], 20, 20)  # partition 1 of the second input: offsets 10..19
+    admin = AdminClient({"bootstrap.servers": apache.bootstrap})
+    for f in admin.delete_records([TopicPartition(topics[1], 1, 15)]).values():
+        f.result(15)
+
+    def member(group: str, **ckpt: Any) -> Processor:
+        return echo(name, topics, None, apache.bootstrap, url, ckpt=ckpt, group=group, max_idle="50ms")
+
+    strict_group = f"del2g-strict-{tag}"
+    strict = member(strict_group, require=True)
+    with pytest.raises(RecordsDeletedError, match=rf"topic '{topics[1]}' partition 1 .* offsets 10\.\.14"):
+        strict.start()
+    # The failed start closed what it opened: its consumer left the group at once.
+    (described,) = admin.describe_consumer_groups([strict_group]).values()
+    assert described.result(15).members == []
+
+    lenient = member(f"del2g-lenient-{tag}")
+    report = lenient.start()
+    try:
+        assert report.checkpoint == 1  # partition 0 restored from it
+        assert [s.generation for s in report.skipped] == [1]
+        assert f"'{topics[1]}' partition 1" in report.skipped[0].reason
+        # Partition 0's tail (the second input's 10 new records), then partition 1 from the start:
+        # the first input's 10 and the 5 the second input's log still holds.
+        assert report.replayed_records == 10 + 10 + 5
+        truth: Counter[bytes] = Counter(  # an independent count of what the log holds
+            t.encode() + b"/" + (r.key or b"")
+            for t in topics
+            for r in apache.read_all(t, range(PARTITIONS))
+        )
+        seen: Counter[bytes] = Counter()
+        for k, v in lenient.store("seen").items():  # a key is in both partitions: one row in each
+            seen[k] += int(v)
+        assert seen == truth
+    finally:
+        lenient.close()
