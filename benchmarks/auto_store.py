@@ -17,11 +17,9 @@ The figures set ``statesnap.stores.AUTO_COLUMNAR_ROWS``. Not a test: it prints a
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +28,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import scale  # the checkpoint writer and message stand-in of benchmarks/scale.py
+from fresh_process import parse_or_run_child, run_child
 
 
 def child(args: dict[str, Any]) -> dict[str, Any]:
@@ -56,22 +55,13 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
     return {"seconds": seconds, "restore": restored}
 
 
-def run_child(args: dict[str, Any]) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", json.dumps(args)], check=True, capture_output=True, text=True
-    )
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--keys", default="100000,300000,1000000", help="comma-separated row counts")
     ap.add_argument("--tail", type=int, default=200_000, help="records applied after the restore")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--child", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child:
-        print(json.dumps(child(json.loads(args.child))))
+    args = parse_or_run_child(ap, child)
+    if args is None:
         return
     print("| rows | tail | store | restore+tail+ready s min | median | restore s (median) | load avg |")
     print("|---|---|---|---|---|---|---|")
@@ -84,7 +74,9 @@ def main() -> None:
             for rep in range(args.repeat):
                 for what, done in runs.items():
                     done.append(
-                        run_child({"what": what, "keys": n, "tail": args.tail, "url": url, "seed": rep})
+                        run_child(
+                            __file__, {"what": what, "keys": n, "tail": args.tail, "url": url, "seed": rep}
+                        )
                     )
         load = os.getloadavg()[0]
         medians = {}

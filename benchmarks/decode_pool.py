@@ -25,7 +25,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +34,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import scale  # the checkpoint writer and the RSS readers of benchmarks/scale.py
+from fresh_process import parse_or_run_child, run_child
 
 #: The pools compared, and the environment that chooses each.
 POOLS = {"jemalloc (statesnap)": {}, "mimalloc (Arrow's default)": {"ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}}
@@ -82,18 +82,6 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_child(args: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
-    clean = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", json.dumps(args)],
-        check=True,
-        capture_output=True,
-        text=True,
-        env={**clean, **env},
-    )
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
-
-
 def thp_setting(name: str) -> str:
     """The kernel's chosen transparent-huge-page setting (the bracketed word of the sysfs file)."""
     try:
@@ -109,10 +97,8 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=8, help="restores per pool, alternating")
     ap.add_argument("--json", action="store_true", help="also print the rows as JSON lines")
-    ap.add_argument("--child", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child:
-        print(json.dumps(child(json.loads(args.child))))
+    args = parse_or_run_child(ap, child)
+    if args is None:
         return
     runs: dict[str, list[dict[str, Any]]] = {label: [] for label in POOLS}
     loads: list[float] = []
@@ -124,7 +110,9 @@ def main() -> None:
         labels = list(POOLS)
         for rep in range(args.repeat):
             for label in labels if rep % 2 == 0 else labels[::-1]:  # alternating: neighbours hit both
-                runs[label].append(run_child(cell, POOLS[label]))
+                # The pool is the label's alone: a user's ARROW_DEFAULT_MEMORY_POOL is unset.
+                env = {"ARROW_DEFAULT_MEMORY_POOL": None, **POOLS[label]}
+                runs[label].append(run_child(__file__, cell, env))
                 loads.append(os.getloadavg()[0])
             print(f"# repeat {rep + 1}/{args.repeat} done", file=sys.stderr)
     print(

@@ -39,7 +39,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,6 +49,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from fresh_process import parse_or_run_child, run_child
 
 VALUE_BYTES = 100
 CLUSTER = "bench-cluster"
@@ -287,17 +287,6 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_child(args: dict[str, Any]) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", json.dumps(args)],
-        check=True,
-        capture_output=True,
-        text=True,
-        env={**os.environ, **args.get("env", {})},
-    )
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--keys", default="1000000", help="comma-separated key counts, e.g. 1000000,10000000")
@@ -319,10 +308,8 @@ def main() -> None:
         "keys (e.g. 0.05); the floor reads those files too",
     )
     ap.add_argument("--json", action="store_true", help="also print the rows as JSON lines")
-    ap.add_argument("--child", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.child:
-        print(json.dumps(child(json.loads(args.child))))
+    args = parse_or_run_child(ap, child)
+    if args is None:
         return
 
     from statesnap.devstack import EmbeddedS3
@@ -380,7 +367,8 @@ def main() -> None:
                     turn = rep % len(cells)
                     for label, source, cell in cells[turn:] + cells[:turn]:
                         os.sync()
-                        runs[(label, source)].append(run_child({**cell, "keys": n}))
+                        measured = run_child(__file__, {**cell, "keys": n}, cell.get("env"))
+                        runs[(label, source)].append(measured)
                         loads.append(os.getloadavg()[0])
                     print(f"# {n:,} keys: repeat {rep + 1}/{args.repeat} done", file=sys.stderr)
                 floor = runs[("floor", "file")]

@@ -1,0 +1,52 @@
+"""Measuring in a fresh process: a benchmark script runs its ``child(args)`` again in a new
+interpreter, so each measurement has its own peak RSS, its own allocator state and no warm caches.
+
+The script re-runs itself with ``--child JSON``; the child prints its result as the last line of
+stdout, as JSON. Used by scale.py, decode_pool.py and auto_store.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+__all__ = ["parse_or_run_child", "run_child"]
+
+
+def run_child(
+    script: str, args: Mapping[str, Any], env: Mapping[str, str | None] | None = None
+) -> dict[str, Any]:
+    """*script*'s ``child(args)`` in a new interpreter, with *env* over this process's environment
+    (None unsets a variable)."""
+    environ = dict(os.environ)
+    for name, value in (env or {}).items():
+        if value is None:
+            environ.pop(name, None)
+        else:
+            environ[name] = value
+    out = subprocess.run(
+        [sys.executable, script, "--child", json.dumps(args)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=environ,
+    )
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def parse_or_run_child(
+    ap: argparse.ArgumentParser, child: Callable[[dict[str, Any]], dict[str, Any]]
+) -> argparse.Namespace | None:
+    """The script's arguments; or, run as a child (``--child JSON``), None once ``child`` printed
+    its result."""
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return None
+    return args
