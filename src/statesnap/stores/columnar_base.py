@@ -251,8 +251,9 @@ class Base:
             covered = {id(s) for pr in probers for s in pr.segments}
             rest = [s for s in self.segments if id(s) not in covered]
             if rest or not probers:
-                # The restore's decode buffers go back to the OS before an index is built (here,
-                # or by _merge): the peak memory of a restore is then about its final size.
+                # The pools are asked for the restore's freed buffers before an index is built
+                # (here, or by _merge), so a restore's peak is about its final size; jemalloc's
+                # come back by its own decay (see decode_memory.release_unused).
                 release_unused()
                 self._index = _build_index(rest)
                 assert self._index is not None
