@@ -399,8 +399,7 @@ class Processor(Aggregations):
         try:
             return task.start(progress=progress)
         except BaseException:
-            if self._outputs is not None:
-                self._outputs.close()
+            self.close(checkpoint=False)  # the task closed itself; this closes the outputs too
             raise
 
     def run(self, *, follow: bool = True, progress: ProgressCallback | None = None) -> RestoreReport:
