@@ -26,18 +26,21 @@ pytestmark = pytest.mark.integration
 T = TypeVar("T")
 
 #: The largest gap between two ticks of a 10 ms ticker that still means "the loop kept running".
-MAX_GAP = 0.25
+#: A healthy loop on a loaded 2-core CI machine was seen to stall 0.41 s once, late in the suite
+#: (a full garbage collection or the scheduler); every delay below that a blocked loop would show
+#: as one gap is kept at 0.8 s or more, so the bound still tells the two apart.
+MAX_GAP = 0.6
 
 
 class SlowRestore(RestoreListener):
-    """Makes start() take ~0.3 s per partition, on whatever thread runs it."""
+    """Makes start() take ~0.4 s per partition, on whatever thread runs it."""
 
     def __init__(self) -> None:
         self.thread: str | None = None
 
     def on_restore_start(self, partition: int, start_offset: int) -> None:
         self.thread = threading.current_thread().name
-        time.sleep(0.3)
+        time.sleep(0.4)
 
 
 async def ticking(work: Awaitable[T]) -> tuple[T, list[float]]:
@@ -83,17 +86,17 @@ def test_start_and_wait_for_keep_the_loop_running(kafka: Any, tmp_path: Path) ->
         )
         report, ticks = await ticking(t.start_async())
         assert report.replayed_records == 3
-        assert ticks[-1] - ticks[0] >= 0.8  # the restore took its ~0.9 s...
+        assert ticks[-1] - ticks[0] >= 1.1  # the restore took its ~1.2 s...
         assert max_gap(ticks) < MAX_GAP  # ...and the loop ran all along
         assert slow.thread != threading.current_thread().name
 
-        # A write landing 0.4 s later wakes the waiter at once (no 30 s re-check).
+        # A write landing 0.8 s later wakes the waiter at once (no 30 s re-check).
         end = kafka.end_offsets(produced, range(3))
         loop = asyncio.get_running_loop()
         delivered: list[float] = []
 
         def produce_later() -> None:
-            time.sleep(0.4)
+            time.sleep(0.8)
             kafka.produce(topic, [(1, b"new", b"value")])
             delivered.append(time.monotonic())
 
@@ -105,13 +108,13 @@ def test_start_and_wait_for_keep_the_loop_running(kafka: Any, tmp_path: Path) ->
         assert t.get(b"new") == b"value"
         assert woke - delivered[0] < 1.0
         assert max_gap(ticks) < MAX_GAP
-        assert ticks[-1] - ticks[0] >= 0.3
+        assert ticks[-1] - ticks[0] >= 0.7
 
         # A timeout answers False on time, the loop still running.
         started = time.monotonic()
-        ok, ticks = await ticking(t.wait_for_async({1: end[1] + 50}, timeout=0.5))
+        ok, ticks = await ticking(t.wait_for_async({1: end[1] + 50}, timeout=0.8))
         assert not ok
-        assert 0.5 <= time.monotonic() - started < 2.0
+        assert 0.8 <= time.monotonic() - started < 2.5
         assert max_gap(ticks) < MAX_GAP
 
         # Closing the table wakes a waiter with an error instead of leaving it hanging.
@@ -190,7 +193,7 @@ def test_follower_async(kafka: Any, tmp_path: Path) -> None:
         assert ok
         assert g.state == "running"
         assert max_gap(ticks) < MAX_GAP
-        assert ticks[-1] - ticks[0] >= 0.4
+        assert ticks[-1] - ticks[0] >= 0.7  # its two partitions' ~0.8 s restore
         await g.aclose()
 
     asyncio.run(main())
