@@ -101,9 +101,7 @@ def kafka(fault_broker: EmbeddedBroker | ApacheKafkaBroker) -> Iterator[KafkaToo
     """Producer, admin and plain consumer on the suite's broker (as tests/integration has it)."""
     tool = KafkaTool(fault_broker.bootstrap_servers)
     yield tool
-    tool.close()
-    tool._producer = None  # destroyed now, while its broker still answers
-    del tool.admin
+    tool.close()  # its clients are destroyed now, while their broker still answers
 
 
 @pytest.fixture

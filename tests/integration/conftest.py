@@ -35,14 +35,25 @@ class Rec:
 
 
 class KafkaTool:
-    """Admin, producer and plain consumer on the session broker, plus the ground-truth model."""
+    """Admin, producer and plain consumer on the session broker, plus the ground-truth model.
+
+    :meth:`close` destroys its clients, whoever still holds the tool: a client that outlives its
+    broker reconnects and prints "Connection refused" after the last test."""
 
     def __init__(self, bootstrap: str) -> None:
         self.bootstrap = bootstrap
-        self.admin = AdminClient({"bootstrap.servers": bootstrap, "allow.auto.create.topics": False})
+        self._admin: AdminClient | None = None
         self._producer: Producer | None = None
 
     # --- broker side ---------------------------------------------------------------------------
+
+    @property
+    def admin(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient(
+                {"bootstrap.servers": self.bootstrap, "allow.auto.create.topics": False}
+            )
+        return self._admin
 
     @property
     def producer(self) -> Producer:
@@ -141,8 +152,11 @@ class KafkaTool:
             c.close()
 
     def close(self) -> None:
+        """Deliver what is pending, then drop both clients (librdkafka destroys them on release)."""
         if self._producer is not None:
             self._producer.flush(10)
+        self._producer = None
+        self._admin = None
 
     # --- the model -----------------------------------------------------------------------------
 

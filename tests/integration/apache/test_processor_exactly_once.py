@@ -20,13 +20,16 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
+import types
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
 from integration.conftest import KafkaTool
@@ -461,6 +464,17 @@ def test_a_failing_handler_aborts_the_open_transaction(kafka: KafkaTool, tmp_pat
     restart_and_check(kafka, cfg, first.last_checkpoint.generation)
 
 
+def frames_of(error: BaseException) -> Iterator[types.FrameType]:
+    """Every frame the tracebacks of *error* and of the exceptions it chains hold."""
+    chained: BaseException | None = error
+    while chained is not None:
+        tb = chained.__traceback__
+        while tb is not None:
+            yield tb.tb_frame
+            tb = tb.tb_next
+        chained = chained.__cause__ or chained.__context__
+
+
 def test_a_restarted_instance_fences_its_zombie(kafka: KafkaTool, tmp_path: Path) -> None:
     """Apache Kafka proved it: a second instance of the same task (same transactional.id) started
     while the first still runs fences it — the first stops with OutputError at its next commit,
@@ -478,6 +492,12 @@ def test_a_restarted_instance_fences_its_zombie(kafka: KafkaTool, tmp_path: Path
         assert isinstance(error, OutputError), error
         assert "fenced" in str(error), error
         zombie.close()
+        # The failure outlives close() (held here, and as the task's error): its frames no longer
+        # hold the fenced producer, which otherwise kept reconnecting once its broker was gone.
+        # The traceback still prints.
+        held = [v for frame in frames_of(error) for v in frame.f_locals.values() if isinstance(v, Producer)]
+        assert held == []
+        assert "in commit" in "".join(traceback.format_exception(error))
         wait_processed(kafka, cfg, successor)
     finally:
         zombie.close()

@@ -287,9 +287,7 @@ def test_a_group_member_replays_a_partition_whose_second_input_lost_records(
         # the first input's 10 and the 5 the second input's log still holds.
         assert report.replayed_records == 10 + 10 + 5
         truth: Counter[bytes] = Counter(  # an independent count of what the log holds
-            t.encode() + b"/" + (r.key or b"")
-            for t in topics
-            for r in apache.read_all(t, range(PARTITIONS))
+            t.encode() + b"/" + (r.key or b"") for t in topics for r in apache.read_all(t, range(PARTITIONS))
         )
         seen: Counter[bytes] = Counter()
         for k, v in lenient.store("seen").items():  # a key is in both partitions: one row in each
