@@ -10,6 +10,7 @@ acknowledged and never by statesnap itself.
 from __future__ import annotations
 
 import time
+import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -197,6 +198,18 @@ class KafkaTool:
         while not predicate():
             assert time.monotonic() < deadline, f"timed out waiting for {what}"
             time.sleep(0.02)
+
+
+def frames_of(error: BaseException) -> Iterator[types.FrameType]:
+    """Every frame the tracebacks of *error* and of the exceptions it chains hold (what a kept
+    error keeps alive through their locals)."""
+    chained: BaseException | None = error
+    while chained is not None:
+        tb = chained.__traceback__
+        while tb is not None:
+            yield tb.tb_frame
+            tb = tb.tb_next
+        chained = chained.__cause__ or chained.__context__
 
 
 def restored_digest(topic: str, bootstrap_servers: str, **options: Any) -> tuple[str, int]:

@@ -12,6 +12,7 @@ import hashlib
 import random
 import threading
 import time
+import traceback
 import uuid
 import zlib
 from collections.abc import Callable, Iterable
@@ -21,11 +22,12 @@ from typing import Any
 import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 
-from integration.conftest import restored_digest
+from integration.conftest import frames_of, restored_digest
 from statesnap import CheckpointOptions, RetentionPolicy, RowFilter, StoreOptions, Table
 from statesnap.blob import BlobStore, open_blob_store
 from statesnap.digest import table_digest
 from statesnap.errors import ConfigError, ReadOnlyTableError, TableStateError, TopicNotFoundError
+from statesnap.kafka.admin import KafkaAdmin
 from statesnap.python.follower import Follower, FollowerStatus
 
 pytestmark = pytest.mark.integration
@@ -483,5 +485,12 @@ def test_failed_restore_is_reported_not_hidden(kafka: Any, tmp_path: Any) -> Non
     assert "TopicNotFoundError" in status.error
     with pytest.raises(TableStateError):
         f.get(b"x")
+    error = f.error
+    assert any(isinstance(v, KafkaAdmin) for frame in frames_of(error) for v in frame.f_locals.values())
     f.close()
     assert f.state == "closed"
+    # The closed follower keeps its error, but not the admin client the failed calls held in
+    # their locals (it stayed connected, reconnecting and logging once the broker was gone).
+    assert f.error is error
+    assert not [v for frame in frames_of(error) for v in frame.f_locals.values() if isinstance(v, KafkaAdmin)]
+    assert "in cluster_facts" in "".join(traceback.format_exception(error))

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import time
-import traceback
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, NoReturn
 
@@ -43,6 +42,7 @@ from statesnap.kafka.clients import new_consumer
 from statesnap.kafka.config import KafkaSettings
 from statesnap.processor.outputs import Outputs
 from statesnap.serde import Serde
+from statesnap.task.lifecycle import release_locals
 
 __all__ = ["TRANSACTION_TIMEOUT_MS", "TransactionalOutputs", "offsets_group_of", "transactional_id_of"]
 
@@ -360,18 +360,4 @@ class TransactionalOutputs(Outputs):
                 self._group.close()
                 self._group = None
             if self.failure is not None:
-                _release_frames(self.failure)
-
-
-def _release_frames(error: BaseException) -> None:
-    """Clear the locals of the frames *error*'s tracebacks hold (its context's too). The calls
-    that failed held the producer in their locals, so a failed processor kept after close() (the
-    failure is the task's error too) kept its producer connected: it went on reconnecting and
-    logging once its broker was gone. The tracebacks still print: only the locals go."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if current.__traceback__ is not None:
-            traceback.clear_frames(current.__traceback__)
-        current = current.__cause__ or current.__context__
+                release_locals(self.failure)  # their frames held the producer

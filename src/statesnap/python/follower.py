@@ -55,7 +55,7 @@ from statesnap.python.status import FollowerStatus
 from statesnap.python.table import ProgressCallback, RestoreReport, Table
 from statesnap.serde import SchemaRegistry, Serde
 from statesnap.stores import StateStore
-from statesnap.task.lifecycle import TaskPhase
+from statesnap.task.lifecycle import TaskPhase, release_locals
 from statesnap.task.options import CheckpointOptions, StaticShare, StoreName, StoreOptions
 from statesnap.task.rowfilter import RowFilter
 
@@ -267,6 +267,8 @@ class Follower(TableReads[K, V], Generic[K, V]):
                 self._state = TaskPhase.CLOSED if self._close_after_start else TaskPhase.FAILED
             self._settled.set()
             self._table.close(checkpoint=False)
+            if self._close_after_start:  # closed while restoring: close() left this to us
+                release_locals(e)
             raise
         self._boot_seconds = time.monotonic() - started
         with self._state_lock:
@@ -301,6 +303,8 @@ class Follower(TableReads[K, V], Generic[K, V]):
                 return
             self._state = TaskPhase.CLOSED
         self._table.close(checkpoint=False)
+        if self._error is not None:
+            release_locals(self._error)
 
     def __enter__(self) -> Follower[K, V]:
         if self._state == TaskPhase.NEW:

@@ -76,7 +76,7 @@ from statesnap.python.reads import K, SerdeName, SerdeOf, TableReads, V
 from statesnap.serde import SchemaRegistry, Serde, resolve_serde
 from statesnap.snapshot.participant import SnapshotTask
 from statesnap.stores import StateStore, auto_store_kind, open_state_store
-from statesnap.task.lifecycle import TaskPhase
+from statesnap.task.lifecycle import TaskPhase, release_locals
 from statesnap.task.migration import Migration, StateVersion
 from statesnap.task.opening import OpenedTask, TaskEngine, check_table_name, open_task
 from statesnap.task.options import CheckpointOptions, GroupOptions, StaticShare, StoreName, StoreOptions
@@ -551,6 +551,8 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
                 self.store.close()
             self._state = TaskPhase.CLOSED
             self._waiters.notify()
+            if self._thread_error is not None:
+                release_locals(self._thread_error)
         if busy is not None and checkpoint:
             raise busy  # the final checkpoint asked for was not written
 

@@ -21,10 +21,8 @@ import sys
 import threading
 import time
 import traceback
-import types
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +30,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
-from integration.conftest import KafkaTool
+from integration.conftest import KafkaTool, frames_of
 from statesnap import CheckpointOptions, Processor, ProcessorContext, Record
 from statesnap.errors import HandlerError, OutputError
 from statesnap.kafka.config import KafkaSettings
@@ -462,17 +460,6 @@ def test_a_failing_handler_aborts_the_open_transaction(kafka: KafkaTool, tmp_pat
         failing.run(follow=False)
     assert len(read_outputs(kafka.bootstrap, cfg["out"], "read_committed")) == 100
     restart_and_check(kafka, cfg, first.last_checkpoint.generation)
-
-
-def frames_of(error: BaseException) -> Iterator[types.FrameType]:
-    """Every frame the tracebacks of *error* and of the exceptions it chains hold."""
-    chained: BaseException | None = error
-    while chained is not None:
-        tb = chained.__traceback__
-        while tb is not None:
-            yield tb.tb_frame
-            tb = tb.tb_next
-        chained = chained.__cause__ or chained.__context__
 
 
 def test_a_restarted_instance_fences_its_zombie(kafka: KafkaTool, tmp_path: Path) -> None:
