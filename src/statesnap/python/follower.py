@@ -265,8 +265,7 @@ class Follower(TableReads[K, V], Generic[K, V]):
             self._error = e
             with self._state_lock:
                 self._state = TaskPhase.CLOSED if self._close_after_start else TaskPhase.FAILED
-            self._settled.set()
-            self._table.close(checkpoint=False)
+            self._settled.set()  # the failed start closed the table (Table.start)
             if self._close_after_start:  # closed while restoring: close() left this to us
                 release_locals(e)
             raise
