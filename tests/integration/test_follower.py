@@ -472,6 +472,9 @@ def test_newer_checkpoint_leaves_a_running_follower_alone_and_is_used_on_restart
 
 
 def test_failed_restore_is_reported_not_hidden(kafka: Any, tmp_path: Any) -> None:
+    """A background restore of a missing topic fails visibly (state, error, status, reads), and the
+    closed follower keeps that error but not the admin client its failed calls held. Broker: the
+    suite's (Apache Kafka; Tansu answers a missing topic the same way)."""
     missing = f"missing-{uuid.uuid4().hex[:12]}"
     f = Follower(missing, bootstrap_servers=kafka.bootstrap, checkpoints=tmp_path.as_uri(), timeout=5)
     f.start_in_background()
