@@ -23,7 +23,10 @@ from confluent_kafka import Producer
 from integration.cli_runner import STATESNAP, digest, ok, statesnap
 from integration.conftest import KafkaTool
 from statesnap import CheckpointOptions, Processor, ProcessorContext, Record, Table
+from statesnap.blob import open_blob_store
+from statesnap.devstack import EmbeddedS3
 from statesnap.processor import StoreSpec, Windows
+from statesnap.processor.store_follower import StoreFollower
 
 #: Record timestamps: one second apart from here, so a minute window holds 60 of a partition's.
 BASE_MS = 1_700_000_040_000
@@ -313,3 +316,40 @@ def test_serve_store_answers_from_the_newest_checkpoint_and_follows_new_ones(
     assert json.loads(_get(f"{base}/tables/balances/keys/acct-3")[1]) == balances["acct-3"]
     child.terminate()
     assert child.wait(20) == 0
+
+
+def test_an_idle_store_follower_only_lists_the_manifests(
+    kafka: KafkaTool, topic_name: str, s3_server: EmbeddedS3, s3_location: Any
+) -> None:
+    """An idle ``serve --store`` replica costs one S3 LIST a poll: the manifest and the store's
+    files are read only when a newer generation appears (it used to re-open and re-verify the
+    newest checkpoint, a GET of the manifest and of every partition's file, at every poll).
+    Counted at the real S3 endpoint (the moto server's request log); the writer runs on the
+    suite's broker, which the follower never talks to."""
+    url, storage = s3_location.url, s3_location.options
+    write_history(kafka, topic_name, url, (200,), storage)
+    follower = StoreFollower(open_blob_store(url, **storage), "tally", "balances", poll_seconds=0.1)
+    follower.start_in_background()
+    try:
+        assert follower.wait_caught_up(30)
+        assert follower.generation == 1
+
+        def requests() -> list[str]:
+            return [
+                line for line in s3_server.log_tail(100_000).splitlines() if f"/{s3_location.bucket}" in line
+            ]
+
+        before = len(requests())
+        time.sleep(2.0)
+        idle = requests()[before:]
+        reads = [line for line in idle if ".json" in line or ".parquet" in line]
+        assert not reads, reads[:3]
+        assert 5 <= len(idle) <= 30, len(idle)  # ~20 polls of 0.1 s, each one LIST
+
+        produce_payments(kafka.bootstrap, topic_name, 200, 100)
+        tally(topic_name, kafka.bootstrap, url, storage).run(follow=False)
+        _wait(lambda: follower.generation == 2, "generation 2 to be loaded")
+        balances, _ = recompute(kafka, topic_name)
+        assert json.loads(follower.get_raw(b"acct-3") or b"null") == balances["acct-3"]
+    finally:
+        follower.close()
