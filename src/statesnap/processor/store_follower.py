@@ -33,6 +33,7 @@ from statesnap.blob import BlobStore
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository
 from statesnap.deadline import Deadline
 from statesnap.errors import StatesnapError, TableStateError
+from statesnap.failure_log import FailureLog
 from statesnap.processor.readback import StoreCheckpoint, StoreRows
 from statesnap.python.status import FollowerStatus
 from statesnap.task.lifecycle import TaskPhase
@@ -90,6 +91,7 @@ class StoreFollower:
         #: considered (loaded or skipped as corrupt): a poll lists, and opens only past it.
         self._repo: CheckpointRepository | None = None
         self._considered = -1
+        self._failures = FailureLog(log)
 
     # --- identity and state --------------------------------------------------------------------
 
@@ -175,8 +177,19 @@ class StoreFollower:
             try:
                 self.load()
             except StatesnapError as e:  # the store unreachable a while: serve what is held
-                log.warning(
-                    "store %s of %s: refresh failed: %s: %s", self.store, self.table, type(e).__name__, e
+                self._failures.failed(
+                    "refresh",
+                    "store %s of %s: refresh failed, serving generation %s, retrying every %.3g s: %s: %s",
+                    self.store,
+                    self.table,
+                    self.generation,
+                    self.poll_seconds,
+                    type(e).__name__,
+                    e,
+                )
+            else:
+                self._failures.recovered(
+                    "refresh", "store %s of %s: refreshing works again", self.store, self.table
                 )
 
     def close(self) -> None:
