@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -11,10 +13,11 @@ import pytest
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointRepository, RetentionPolicy, collect_garbage
 from statesnap.checkpoint.writer import PartitionUpdate, write_partition_files
-from statesnap.errors import SnapshotError, StaleGenerationError
+from statesnap.errors import BlobStoreError, SnapshotError, StaleGenerationError
 from statesnap.snapshot.api import SnapshotApi
 from statesnap.snapshot.diff import diff_snapshots
-from statesnap.snapshot.model import CheckpointRef, SnapshotState, TaskSnapshot
+from statesnap.snapshot.model import CheckpointRef, Snapshot, SnapshotState, TaskSnapshot
+from statesnap.snapshot.orchestrator import LocalOrchestrator
 from statesnap.snapshot.store import BlobSnapshotStore
 
 TOPIC = "orders"
@@ -202,3 +205,44 @@ def test_write_checkpoint_commits_through_the_orchestrator(api: SnapshotApi) -> 
     assert m.writer["engine"] == "spark"
     assert m.keys == 4
     assert [t.writer["engine"] for t in record.tasks.values()] == ["spark"]
+
+
+class UnreachableStore(BlobSnapshotStore):
+    """A snapshot store whose reads fail while ``down`` is set, as S3 does when it is unreachable
+    (a fake of the outage only: the store itself is the real file:// one)."""
+
+    down = True
+
+    def current(self, block: bool = True) -> Snapshot:
+        if self.down:
+            raise BlobStoreError("s3://bucket/ckpt: could not connect to the endpoint URL")
+        return super().current(block)
+
+
+def test_a_snapshot_store_that_stays_down_is_said_once_then_once_when_it_answers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The orchestrator re-reads the snapshot store every refresh_interval; an outage was two
+    warning lines a second (at the 0.5 s default), for as long as it lasted."""
+    blob = open_blob_store(str(tmp_path))
+    repo = CheckpointRepository.for_table(blob, "c1", TOPIC)
+    repo.ensure_descriptor(TOPIC, TOPIC, "c1", 4)
+    store = UnreachableStore(blob, repo.directory)
+    orchestrator = LocalOrchestrator(
+        store, repo, table=TOPIC, topic=TOPIC, cluster_id="c1", refresh_interval=0.01
+    )
+    store.down = False
+    with caplog.at_level(logging.WARNING, logger="statesnap.snapshot.orchestrator"):
+        orchestrator.start()
+        try:
+            store.down = True
+            time.sleep(0.6)  # some 50 failed refreshes
+            store.down = False
+            time.sleep(0.1)
+        finally:
+            orchestrator.close()
+    said = [r.getMessage() for r in caplog.records if r.name == "statesnap.snapshot.orchestrator"]
+    assert len(said) == 2, said
+    assert said[0].startswith("snapshot refresh failed; retrying every 0.01 s: ")
+    assert "could not connect" in said[0]
+    assert said[1].startswith("snapshot refresh works again (after ")

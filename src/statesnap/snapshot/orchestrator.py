@@ -31,6 +31,7 @@ from statesnap.errors import (
     StaleGenerationError,
     StatesnapError,
 )
+from statesnap.failure_log import FailureLog
 from statesnap.snapshot.model import Snapshot, SnapshotState, TaskSnapshot
 from statesnap.snapshot.store import SnapshotStore
 from statesnap.version import __version__
@@ -163,13 +164,20 @@ class LocalOrchestrator:
             self._thread = None
 
     def _run(self) -> None:
+        # Every refresh_interval (0.5 s): a store that is down for minutes is said once a minute
+        # with a count (it was two lines a second), and once when it answers again.
+        failures = FailureLog(log)
         while not self._stop.wait(self.refresh_interval):
             try:
                 self.refresh()
             except StatesnapError as e:  # a store that failed to answer: say so, try again
-                log.warning("snapshot refresh failed; will retry: %s", e)
+                failures.failed(
+                    "refresh", "snapshot refresh failed; retrying every %.3g s: %s", self.refresh_interval, e
+                )
             except Exception:
                 log.exception("snapshot refresh failed; will retry")
+            else:
+                failures.recovered("refresh", "snapshot refresh works again")
 
     def refresh(self) -> Snapshot:
         """Re-read the current snapshot; finish a complete one, fail an expired one."""
