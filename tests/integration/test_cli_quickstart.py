@@ -7,7 +7,9 @@ on disk, never through statesnap.
 
 from __future__ import annotations
 
+import json
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +17,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
 from integration.cli_runner import digest, ok, statesnap
 from integration.conftest import KafkaTool
@@ -106,3 +109,76 @@ def test_demo_tells_the_whole_story_on_embedded_services(tmp_path: Path, engine:
         assert "faster" not in text.stderr, text.stderr
         told = " ".join(text.stderr.split())
         assert "restored into a memory store" in told, told
+
+
+def test_produce_sample_events_for_two_co_partitioned_inputs(kafka: KafkaTool) -> None:
+    """``produce-sample --events`` into two topics: every record's timestamp is its event's ``ts``,
+    none lies in the future, each key's records sit on the same partition of both topics
+    (co-partitioned), and out-of-order, late, tombstone and null-key records are there. Read
+    back with a plain consumer to partition EOF (on Tansu, whose watermarks are not trusted)."""
+    a, b = f"imp-{uuid.uuid4().hex[:8]}", f"clk-{uuid.uuid4().hex[:8]}"
+    args = (
+        "produce-sample", "-b", kafka.bootstrap, "-t", a, "-t", b, "--partitions", "3", "--keys", "30",
+        "--updates", "2000", "--events", "--out-of-order", "0.2", "--late", "0.05",
+        "--tombstone-ratio", "0.05", "--null-key-ratio", "0.05", "--json",
+    )  # fmt: skip
+    result = ok(statesnap(*args))
+    assert result["topics"] == {a: 2000, b: 2000}
+    now_ms = time.time() * 1000
+    partition_of: dict[str, dict[bytes, set[int]]] = {}
+    for topic in (a, b):
+        records = _consume_with_timestamps(kafka.bootstrap, topic, 3)
+        assert len(records) == 2000
+        newest = late = disordered = 0
+        for partition, key, value, ts in sorted(
+            records, key=lambda r: json.loads(r[2] or b'{"id": -1}')["id"]
+        ):
+            assert ts <= now_ms + 1000
+            if value is not None:
+                assert json.loads(value)["ts"] == ts
+            if key is not None:
+                partition_of.setdefault(topic, {}).setdefault(key, set()).add(partition)
+            late += ts < newest - 120_000
+            disordered += newest - 120_000 <= ts < newest
+            newest = max(newest, ts)
+        assert late > 20
+        assert disordered > 100
+        assert sum(r[2] is None for r in records) > 20
+        assert sum(r[1] is None for r in records) > 20
+    assert partition_of[a] == partition_of[b]
+    assert all(len(parts) == 1 for parts in partition_of[a].values())
+
+
+def _consume_with_timestamps(
+    bootstrap: str, topic: str, partitions: int
+) -> list[tuple[int, bytes | None, bytes | None, int]]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    out: list[tuple[int, bytes | None, bytes | None, int]] = []
+    at_end: set[int] = set()
+    deadline = time.monotonic() + 30
+    try:
+        while len(at_end) < partitions:
+            assert time.monotonic() < deadline, f"{topic}: no partition EOF within 30 s"
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            err, partition = msg.error(), msg.partition()
+            assert partition is not None
+            if err is not None:
+                assert err.code() == KafkaError._PARTITION_EOF, err
+                at_end.add(partition)
+                continue
+            at_end.discard(partition)
+            out.append((partition, msg.key(), msg.value(), msg.timestamp()[1]))
+    finally:
+        consumer.close()
+    return out

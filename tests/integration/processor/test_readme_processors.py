@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from integration.cli_runner import statesnap
 from integration.conftest import KafkaTool
 from statesnap import Processor, Windows
 
@@ -53,3 +54,36 @@ def test_the_aggregations_block(kafka: KafkaTool, topic_name: str) -> None:
         assert 10 <= len(proc.store("sliding")) <= 11  # records ms apart: 10 windows (11 across a minute)
     finally:
         proc.close(checkpoint=False)
+
+
+def test_the_tally_block_runs_on_what_produce_sample_events_writes(
+    kafka: KafkaTool, topic_name: str, tmp_path: Path
+) -> None:
+    """From an empty broker, as a new user goes: ``statesnap produce-sample --events`` (a fresh
+    process of the venv's interpreter) feeds the README's first processor block as written, and
+    its outputs equal a plain consumer's sums of the input. (The changelog sample's opaque values
+    made the block fail with a DeserializationError.) Proven on the suite's broker."""
+    topic, out = topic_name, topic_name + "-out"
+    produced = statesnap(
+        "produce-sample", "-b", kafka.bootstrap, "-t", topic, "--partitions", "2", "--keys", "20",
+        "--updates", "300", "--events", "--json",
+    )  # fmt: skip
+    assert produced.returncode == 0, produced.stderr[-2000:]
+    assert json.loads(produced.stdout)["records"] == 300
+    kafka.create_topic(out, 1)
+    source = blocks()[0].replace('"payments"', repr(topic)).replace('"balances-out"', repr(out))
+    source = source.replace("proc.run()", "proc.run(follow=False)")
+    exec(compile(source, "README.md", "exec"), {"BS": kafka.bootstrap, "URL": str(tmp_path)})
+
+    sums: dict[bytes, int] = {}
+    for r in kafka.read_all(topic, [0, 1]):
+        assert r.key is not None
+        assert r.value is not None
+        sums[r.key] = sums.get(r.key, 0) + json.loads(r.value)["amount"]
+    final: dict[bytes, int] = {}
+    for r in kafka.read_all(out, [0]):
+        assert r.key is not None
+        assert r.value is not None
+        final[r.key] = json.loads(r.value)
+    assert final == sums
+    assert len(sums) == 20
