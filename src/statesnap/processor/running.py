@@ -44,6 +44,7 @@ from statesnap.materialize.python_run import TaskRun, restore_with_progress
 from statesnap.materialize.result import MaterializeResult
 from statesnap.processor.handler import ProcessorHandler
 from statesnap.processor.processor import Processor
+from statesnap.task.cluster import shows_aborted_records
 from statesnap.task.options import CheckpointOptions, GroupOptions, SnapshotOptions, StaticShare, StoreOptions
 from statesnap.task.restore import ProgressCallback, RestoreReport
 
@@ -372,10 +373,15 @@ SPARK_EMITS_NOTHING = (
 
 
 class _Restoring:
-    """A processor as :func:`restore_with_progress` sees a table: its input, name, lag, start."""
+    """A processor as :func:`restore_with_progress` sees a table: its input, name, lag, start.
+
+    Its start also says, once, when exactly-once outputs run on a broker that shows aborted
+    records to their readers: at the first progress report (the cluster's id is known by then;
+    asking costs nothing) or, with nothing to report, once started."""
 
     def __init__(self, proc: Processor) -> None:
         self.proc = proc
+        self._checked = False
 
     @property
     def topic(self) -> str:
@@ -389,7 +395,30 @@ class _Restoring:
         return self.proc.task.lag()
 
     def start(self, *, progress: ProgressCallback | None = None) -> RestoreReport:
-        return self.proc.start(progress=progress)
+        def reported(records: int, done: int, total: int) -> None:
+            self._check_broker()
+            if progress is not None:
+                progress(records, done, total)
+
+        report = self.proc.start(progress=reported)
+        self._check_broker()
+        return report
+
+    def _check_broker(self) -> None:
+        if self._checked or not self.proc.exactly_once:
+            return
+        cluster_id = self.proc.task.cluster_id
+        if not cluster_id:
+            return
+        self._checked = True
+        if shows_aborted_records(cluster_id):
+            log.warning(
+                "processor %s: exactly-once outputs on the embedded dev broker (Tansu, cluster id %r), "
+                "whose read_committed consumers also see records of aborted transactions: readers of "
+                "the outputs may see a record twice after a crash; use Apache Kafka for exactly-once",
+                self.proc.name,
+                cluster_id,
+            )
 
 
 def _in_python(
