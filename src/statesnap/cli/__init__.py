@@ -81,18 +81,15 @@ _ARGV_SECRETS = "statesnap.argv_secrets"
 
 def _hidden(error: click.ClickException, found: ArgvSecrets) -> click.ClickException:
     """*error* with its message scrubbed and the command line's hidden arguments masked (the same
-    error when nothing changes; else one of its kind, exit code and usage line kept)."""
+    error when nothing changes; else a usage error for a usage error, usage line and exit code 2
+    kept, and a plain one, exit code 1, for the rest: click's errors all exit 1 or 2)."""
     text = error.format_message()
     clean = found.hide(text)
     if clean == text:
         return error
-    safe = (
-        click.UsageError(clean, error.ctx)
-        if isinstance(error, click.UsageError)
-        else click.ClickException(clean)
-    )
-    safe.exit_code = error.exit_code
-    return safe
+    if isinstance(error, click.UsageError):
+        return click.UsageError(clean, error.ctx)
+    return click.ClickException(clean)
 
 
 @click.group(
