@@ -44,7 +44,7 @@ from statesnap.materialize.python_run import TaskRun, restore_with_progress
 from statesnap.materialize.result import MaterializeResult
 from statesnap.processor.handler import ProcessorHandler
 from statesnap.processor.processor import Processor
-from statesnap.task.cluster import shows_aborted_records
+from statesnap.task.cluster import aborted_records_warning
 from statesnap.task.options import CheckpointOptions, GroupOptions, SnapshotOptions, StaticShare, StoreOptions
 from statesnap.task.restore import ProgressCallback, RestoreReport
 
@@ -411,14 +411,9 @@ class _Restoring:
         if not cluster_id:
             return
         self._checked = True
-        if shows_aborted_records(cluster_id):
-            log.warning(
-                "processor %s: exactly-once outputs on the embedded dev broker (Tansu, cluster id %r), "
-                "whose read_committed consumers also see records of aborted transactions: readers of "
-                "the outputs may see a record twice after a crash; use Apache Kafka for exactly-once",
-                self.proc.name,
-                cluster_id,
-            )
+        warning = aborted_records_warning(f"processor {self.proc.name}", cluster_id)
+        if warning is not None:
+            log.warning("%s", warning)
 
 
 def _in_python(

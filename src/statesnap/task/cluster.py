@@ -42,6 +42,7 @@ __all__ = [
     "TANSU_CLUSTER_ID",
     "BrokerKind",
     "ClusterFacts",
+    "aborted_records_warning",
     "broker_kind",
     "cluster_facts",
     "log_ends",
@@ -90,6 +91,18 @@ def shows_aborted_records(cluster_id: str) -> bool:
     """Whether the cluster is known to show ``read_committed`` consumers the records of aborted
     transactions (Tansu; see DESIGN.md), so exactly-once outputs are not exactly once for readers."""
     return broker_kind(cluster_id) is BrokerKind.TANSU
+
+
+def aborted_records_warning(who: str, cluster_id: str) -> str | None:
+    """The one line to log when *who*'s exactly-once outputs run on a broker that shows aborted
+    records to their readers (None elsewhere): what every exactly-once entry point says."""
+    if not shows_aborted_records(cluster_id):
+        return None
+    return (
+        f"{who}: exactly-once outputs on the embedded dev broker (Tansu, cluster id {cluster_id!r}), "
+        "whose read_committed consumers also see records of aborted transactions: readers of the "
+        "outputs may see a record twice after a crash; use Apache Kafka for exactly-once"
+    )
 
 
 @dataclass(frozen=True, slots=True)
