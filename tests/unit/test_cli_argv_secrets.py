@@ -149,14 +149,23 @@ def test_every_command_refuses_unquoted_secrets_without_echoing_them(every_form:
 
 
 def test_a_positional_argument_that_swallowed_a_piece_is_masked_in_the_typed_error() -> None:
-    """``run --kafka-config sasl.password=hun ter2`` takes ``ter2`` as MODULE:OBJECT; the typed error
-    naming it masks it and says why."""
-    result = run_cli(["run", "--kafka-config", "sasl.password=abc", PIECE])
-    assert result.returncode == 1
-    assert PIECE not in result.stdout + result.stderr
-    (line,) = result.stderr.strip().splitlines()
-    assert line.startswith("Error: ConfigError: '***' is not MODULE:OBJECT")
-    assert "arguments after a secret --kafka-config value are not shown" in line
+    """``run --kafka-config sasl.password=abc PIECE`` takes the piece as MODULE:OBJECT, and
+    ``checkpoints list --storage-option aws_secret_access_key=abc PIECE`` as the store's URL; the
+    typed errors naming them mask them (inside the URL too) and say why."""
+    ran = run_cli(["run", "--kafka-config", "sasl.password=abc", PIECE])
+    listed = run_cli(
+        ["checkpoints", "list", "--storage-option", "aws_secret_access_key=abc", PIECE, "--table", "t"]
+    )
+    for result, starts in (
+        (ran, "Error: ConfigError: '***' is not MODULE:OBJECT"),
+        (listed, "Error: TableNotFoundError: no checkpoints of table 't' under file://"),
+    ):
+        assert result.returncode == 1
+        assert PIECE not in result.stdout + result.stderr
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith(starts), line
+        assert "arguments after a secret --" in line
+        assert "value are not shown" in line
 
 
 @pytest.mark.parametrize(
@@ -183,9 +192,10 @@ def test_scan(args: list[str], malformed: str | None, hidden: set[str]) -> None:
     assert {token for token, _ in found.hidden} == hidden
 
 
-def test_hide_masks_whole_arguments_only() -> None:
-    found = scan(["--kafka-config", "sasl.password=abc", "u", "pw;x"])
-    assert found.hide("Got unexpected extra arguments (u pw;x)").startswith(
-        "Got unexpected extra arguments (*** ***) (arguments after a secret --kafka-config value"
+def test_hide_masks_short_arguments_as_whole_words_only() -> None:
+    found = scan(["--kafka-config", "sasl.password=abc", "u", "pw;", "longer-piece"])
+    assert found.hide("Got unexpected extra arguments (u pw; longer-piece)").startswith(
+        "Got unexpected extra arguments (*** *** ***) (arguments after a secret --kafka-config value"
     )
+    assert found.hide("under file:///tmp/longer-piece").startswith("under file:///tmp/*** (")
     assert found.hide("nothing unusual") == "nothing unusual"

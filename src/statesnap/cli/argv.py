@@ -12,8 +12,11 @@ in the command's own error. So, before click parses anything, :func:`scan` reads
   may follow it, and which argument is which cannot be known;
 - a JAAS configuration (``sasl.jaas.config``, ends with ``;``) cut short is refused the same way;
 - the value of an entry whose key looks secret, and every argument after it up to the next
-  ``--option``, are *hidden*: :meth:`ArgvSecrets.hide` masks them, whole, in any message the CLI
-  prints (usage errors, a typed error naming a positional argument), and says why.
+  ``--option``, are *hidden*: :meth:`ArgvSecrets.hide` masks them in any error the CLI prints
+  (usage errors, a typed error naming a positional argument that swallowed a piece, inside a URL
+  or path too), and says why. A legitimate argument there (``--storage-option secret_key=… ./ckpt``)
+  is masked in errors as well: which one is a split secret cannot be known, and a masked path
+  costs less than a shown secret.
 
 Other secrets in a message (``password=…`` anywhere) are :func:`~statesnap.redaction.scrub`'s.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from urllib.parse import quote
 
 from statesnap.redaction import MASK, is_secret, scrub
 
@@ -30,6 +34,9 @@ __all__ = ["PAIR_OPTIONS", "ArgvSecrets", "malformed_message", "scan"]
 
 #: Options whose values are ``KEY=VALUE`` entries that may carry secrets.
 PAIR_OPTIONS = ("--kafka-config", "--storage-option", "--to-storage-option", "--spark-conf")
+
+#: Hidden arguments shorter than this are masked only as whole words (see ArgvSecrets.hide).
+WHOLE_WORDS_BELOW = 4
 
 #: Keys whose value is a JAAS configuration: one or more entries, each ending with ``;``.
 _JAAS_KEYS = frozenset({"sasl.jaas.config"})
@@ -53,20 +60,29 @@ class ArgvSecrets:
     hidden: tuple[tuple[str, str], ...] = ()
 
     def hide(self, text: str) -> str:
-        """*text* scrubbed, with every hidden argument that appears in it as a whole word masked,
-        and a note saying why once something was."""
+        """*text* scrubbed, with every hidden argument in it masked, and a note saying why once
+        something was. An argument of :data:`WHOLE_WORDS_BELOW` characters or more is masked
+        wherever it appears (a positional argument that swallowed it shows inside a URL or a
+        path); a shorter one only as a whole word (masking every ``u`` would mangle the line)."""
         clean = scrub(text)
         masked = None
         # Longest first, so an argument that contains another is masked whole.
         for token, option in sorted(self.hidden, key=lambda h: len(h[0]), reverse=True):
-            pattern = re.compile(rf"(?<![^\s(\[,'\"]){re.escape(token)}(?![^\s)\],'\"])")
-            clean, n = pattern.subn(MASK, clean)
-            if n and masked is None:
-                masked = option
+            if not token.strip():
+                continue
+            forms = {token, quote(token, safe="/:")}
+            for form in sorted(forms, key=len, reverse=True):
+                body = re.escape(form)
+                if len(token) < WHOLE_WORDS_BELOW:
+                    body = rf"(?<![^\s(\[,'\"]){body}(?![^\s)\],'\"])"
+                clean, n = re.subn(body, MASK, clean)
+                if n and masked is None:
+                    masked = option
         if masked is not None:
             clean += (
-                f" (arguments after a secret {masked} value are not shown: quote a KEY=VALUE that holds "
-                f"spaces as one argument, as in {masked} 'KEY=VALUE WITH SPACES')"
+                f" (arguments after a secret {masked} value are not shown, in case the shell split the "
+                f"value: quote a KEY=VALUE that holds spaces as one argument, as in {masked} "
+                "'KEY=VALUE WITH SPACES')"
             )
         return clean
 
