@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from statesnap import __version__
+from statesnap.cli.argv import ArgvSecrets, malformed_message, scan
 from statesnap.errors import StatesnapError
 from statesnap.redaction import install_log_redaction, scrub
 
@@ -37,14 +38,58 @@ Quick start (embedded broker, local checkpoints):
 
 
 class StatesnapGroup(click.Group):
-    """Turns statesnap's typed errors into one-line messages instead of tracebacks."""
+    """Turns statesnap's typed errors into one-line messages instead of tracebacks, and keeps
+    secrets given on the command line out of every message click or a command prints.
+
+    Before click parses anything, the arguments are scanned (:mod:`statesnap.cli.argv`): a
+    ``--kafka-config``/``--storage-option`` entry without ``=`` is refused unseen, and the pieces
+    of a secret value the shell split are remembered; every error on the way out (usage errors,
+    bad parameters, typed errors) is scrubbed and has those pieces masked."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        found = scan(args)
+        try:
+            ctx = super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as e:
+            raise _hidden(e, found) from None
+        ctx.meta[_ARGV_SECRETS] = found
+        return ctx
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        found = scan(args)
+        if found.malformed is not None and not ctx.resilient_parsing:
+            # Before click reads any argument: the pieces after the entry would be quoted as
+            # unexpected extra arguments or taken as a positional one.
+            raise click.UsageError(malformed_message(found.malformed), ctx)
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
+        found = ctx.meta.get(_ARGV_SECRETS, ArgvSecrets())
         try:
             return super().invoke(ctx)
         except StatesnapError as e:
             # The last line a user sees: scrubbed again, whichever module built the message.
-            raise click.ClickException(f"{type(e).__name__}: {scrub(str(e))}") from e
+            raise click.ClickException(f"{type(e).__name__}: {found.hide(str(e))}") from e
+        except click.ClickException as e:
+            raise _hidden(e, found) from None
+
+
+_ARGV_SECRETS = "statesnap.argv_secrets"
+
+
+def _hidden(error: click.ClickException, found: ArgvSecrets) -> click.ClickException:
+    """*error* with its message scrubbed and the command line's hidden arguments masked (the same
+    error when nothing changes; else a usage error for a usage error, usage line and exit code 2
+    kept, and a plain one, exit code 1, for the rest: click's errors all exit 1 or 2)."""
+    text = error.format_message()
+    clean = found.hide(text)
+    if clean == text:
+        return error
+    if isinstance(error, click.UsageError):
+        return click.UsageError(clean, error.ctx)
+    return click.ClickException(clean)
 
 
 @click.group(
@@ -150,7 +195,7 @@ def main() -> None:
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if isinstance(e.code, str):
-            print(e.code, file=sys.stderr)
+            print(scrub(e.code), file=sys.stderr)
     except KeyboardInterrupt:
         code = 130
     logging.shutdown()

@@ -91,7 +91,8 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     show_default=True,
     envvar="STATESNAP_ENGINE",
     help="Who runs the handler: this process (python) or a PySpark job over the input's history, "
-    "one task per partition (spark; not with --follow). auto picks as materialize does and says why. "
+    "one task per partition, for the stores alone (spark: emits nothing; not with --follow or "
+    "--exactly-once). auto runs processors in python (their handlers may emit) and says why. "
     "[env: STATESNAP_ENGINE]",
 )
 @click.option(

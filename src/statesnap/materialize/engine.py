@@ -29,17 +29,20 @@ from statesnap.task.options import CheckpointOptions
 __all__ = [
     "ENV",
     "MASTER_ENV",
+    "OPTION_NAMES",
     "PYTHON_ONLY",
     "PYTHON_RATE",
     "SPARK_ONLY",
     "SPARK_RATE_PER_CORE",
     "SPARK_STARTUP",
+    "WHY_PYTHON",
     "Engine",
     "EngineChoice",
     "choose_engine",
     "crossover",
     "estimate_seconds",
     "estimate_table_backlog",
+    "option_name",
     "spark_available",
 ]
 
@@ -114,11 +117,36 @@ PYTHON_ONLY = {
     "materializer per table, or --engine python for --instance/--instances",
     "group": "the Spark engine reads every partition in one parallel job and joins no consumer "
     "group; run one Spark materializer per table, or --engine python for --group",
+    # A processor's outputs: a Spark run over history emits nothing (a retried task would send its
+    # partition's outputs again), and the python run resuming from its checkpoint starts after
+    # those records, so they would never be produced at all.
+    "exactly_once": "a Spark run of a processor emits nothing, so the outputs of the records it "
+    "processes would never be produced (nor by the python run that resumes from its checkpoint); "
+    "use --engine python",
+    "dead_letter_topic": "a Spark run of a processor sends nothing, so records its handler fails on "
+    "would reach no dead-letter topic; use --engine python",
+}
+#: Why ``auto`` runs in python when one of these is given (the reason line says it).
+WHY_PYTHON = {
+    "exactly_once": "exactly-once outputs need the python engine: a Spark run of a processor emits "
+    "nothing, and the python run resuming from its checkpoint would never produce them",
+    "dead_letter_topic": "a dead-letter topic needs the python engine: a Spark run of a processor "
+    "sends nothing there",
+}
+#: How a refusal names an option where its flag is not ``--`` + the key (library and CLI alike).
+OPTION_NAMES = {
+    "exactly_once": "--exactly-once (exactly_once=True)",
+    "dead_letter_topic": "dead_letter_topic=",
 }
 SPARK_ONLY = {
     "spark_checkpoint_location": "only the Spark engine keeps a streaming checkpoint",
     "spark_conf": "only the Spark engine takes Spark settings",
 }
+
+
+def option_name(key: str) -> str:
+    """How a message names the option *key* of :data:`PYTHON_ONLY` / :data:`SPARK_ONLY`."""
+    return OPTION_NAMES.get(key, "--" + key.replace("_", "-"))
 
 
 def choose_engine(
@@ -134,7 +162,7 @@ def choose_engine(
     ``auto`` has to weigh the engines."""
     py_opts = [k for k, given in python_only.items() if given]
     sp_opts = [k for k, given in spark_only.items() if given]
-    flag = "--" + "|".join(k.replace("_", "-") for k in (py_opts or sp_opts))
+    flag = "|".join(option_name(k) for k in (py_opts or sp_opts))
     if requested is Engine.SPARK:
         if py_opts:
             raise EngineOptionError(f"{flag} cannot be used with --engine spark: {PYTHON_ONLY[py_opts[0]]}")
@@ -148,11 +176,11 @@ def choose_engine(
             raise EngineOptionError(f"{flag} cannot be used with --engine python: {SPARK_ONLY[sp_opts[0]]}")
         return EngineChoice(Engine.PYTHON, "asked for with --engine python")
     if py_opts and sp_opts:
-        raise EngineOptionError(f"{flag} and --{sp_opts[0].replace('_', '-')} need different engines")
+        raise EngineOptionError(f"{flag} and {option_name(sp_opts[0])} need different engines")
     if py_opts:
-        return EngineChoice(Engine.PYTHON, f"{flag} needs the python engine")
+        return EngineChoice(Engine.PYTHON, WHY_PYTHON.get(py_opts[0], f"{flag} needs the python engine"))
     if sp_opts:
-        return EngineChoice(Engine.SPARK, f"--{sp_opts[0].replace('_', '-')} needs the spark engine")
+        return EngineChoice(Engine.SPARK, f"{option_name(sp_opts[0])} needs the spark engine")
     if not spark_available():
         return EngineChoice(Engine.PYTHON, "pyspark or Java is not installed")
     master = os.environ.get(MASTER_ENV, "")

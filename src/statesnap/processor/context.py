@@ -66,7 +66,9 @@ _UNDECODED: Any = object()
 
 
 class ProcessorContext:
-    """Handed to every handler call with the record; valid only during that call."""
+    """Handed to every handler call with the record; valid only during that call and on its
+    thread: its stores refuse another thread's reads and writes (``StoreAccessError``), since a
+    store changes only as records are processed."""
 
     __slots__ = ("_cursor", "_outputs", "stores", "window_stores")
 

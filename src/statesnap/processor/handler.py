@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from threading import get_ident
 from typing import Any
 
 from statesnap.errors import HandlerError
@@ -31,6 +32,7 @@ from statesnap.processor.keyspace import (
 )
 from statesnap.processor.outputs import Outputs
 from statesnap.processor.stores import (
+    NO_CALL,
     Cursor,
     KeyValueStore,
     StoreSpec,
@@ -155,6 +157,7 @@ class ProcessorHandler:
         # Exactly-once restore: below this offset the outputs are committed, re-process for state only.
         until = outputs.replay_until.get(partition, -1)
         cursor.partition = partition
+        thread = get_ident()  # the call's thread: the only one its stores answer (see stores.py)
         started = stream_time = self.stream_time(partition)
         offset = ts = -1
         multi = self.multi
@@ -196,7 +199,7 @@ class ProcessorHandler:
                 outputs.suppressed = offset < until
                 outputs.suppressed_records += outputs.suppressed
             cursor.offset, cursor.timestamp, cursor.stream_time = offset, ts, stream_time
-            cursor.active = True
+            cursor.thread = thread
             try:
                 raw_key = message.key()
                 record = Record(
@@ -214,7 +217,7 @@ class ProcessorHandler:
             except Exception as e:
                 buffer.reject()
                 outputs.reject()
-                cursor.active = False
+                cursor.thread = NO_CALL
                 self._failed(message, partition, e)
             else:
                 if undo:
@@ -224,7 +227,7 @@ class ProcessorHandler:
                 if punctuations and stream_time > before >= 0:
                     self._punctuate(before, stream_time)
             finally:
-                cursor.active = False
+                cursor.thread = NO_CALL
         if until >= 0 or (multi and replaying):
             outputs.suppressed = False
         self.processed += len(messages)
@@ -244,7 +247,7 @@ class ProcessorHandler:
         """Run each punctuator whose period boundary stream time just crossed (once per crossing)."""
         for punctuation in self.punctuations:
             if now // punctuation.every_ms > before // punctuation.every_ms:
-                self.cursor.active = True
+                self.cursor.enter()
                 try:
                     punctuation.fn(self.context)
                 except Exception as e:
@@ -258,7 +261,7 @@ class ProcessorHandler:
                         offset=self.cursor.offset,
                     ) from e
                 finally:
-                    self.cursor.active = False
+                    self.cursor.leave()
                 self.buffer.accept()
                 self.outputs.accept()
 

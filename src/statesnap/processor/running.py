@@ -5,9 +5,12 @@ finds an app), :func:`with_overrides` rebuilds it with what the command line ove
 :func:`run_processor` restores it, catches up, (with follow) keeps processing until asked to stop,
 writes the (final) checkpoint and returns a :class:`ProcessorRunResult`, whose ``to_json()`` has
 ``materialize --json``'s keys plus the processor's own (``processed``, ``emitted``,
-``dead_lettered``, ``stores``). The engine is chosen as materialize chooses it; the Spark engine
-runs the processor over its input's history (:func:`statesnap.spark.bootstrap_processor`) and does
-not follow.
+``dead_lettered``, ``stores``). The engine is chosen as materialize chooses it, but for what a
+Spark run cannot honour: the Spark engine runs the processor over its input's history
+(:func:`statesnap.spark.bootstrap_processor`), does not follow and emits nothing, so exactly-once
+outputs and a dead-letter topic are refused on it, ``auto`` runs processors in python (a handler
+may emit, and outputs are never traded for speed), and an explicit Spark run warns that it
+produces no outputs.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import logging
 import os
 import sys
 import time
@@ -40,6 +44,7 @@ from statesnap.materialize.python_run import TaskRun, restore_with_progress
 from statesnap.materialize.result import MaterializeResult
 from statesnap.processor.handler import ProcessorHandler
 from statesnap.processor.processor import Processor
+from statesnap.task.cluster import aborted_records_warning
 from statesnap.task.options import CheckpointOptions, GroupOptions, SnapshotOptions, StaticShare, StoreOptions
 from statesnap.task.restore import ProgressCallback, RestoreReport
 
@@ -47,11 +52,14 @@ __all__ = [
     "CheckpointOverrides",
     "ProcessorOverrides",
     "ProcessorRunResult",
+    "choose_processor_engine",
     "load_processor",
     "run_processor",
     "spark_processor_available",
     "with_overrides",
 ]
+
+log = logging.getLogger(__name__)
 
 #: The module the Spark engine's processor bootstrap lives in.
 SPARK_BOOTSTRAP_MODULE = "statesnap.spark.processor_bootstrap"
@@ -248,7 +256,9 @@ def run_processor(
 
     *proc* must not have been started (use :func:`with_overrides` for command-line settings);
     it must have a checkpoint store. The engine is chosen as :func:`statesnap.materialize.materialize`
-    chooses it; an option the chosen engine cannot honour is refused before any work.
+    chooses it, except that ``auto`` runs a processor in python (a Spark run emits nothing); an
+    option the chosen engine cannot honour (``exactly_once`` or a dead-letter topic on Spark) is
+    refused before any work, a SparkSession included.
     """
     following = FollowOptions.of(follow)
     listener = progress or MaterializeProgress()
@@ -266,9 +276,31 @@ def run_processor(
             "so a one-shot run could not checkpoint every partition"
         )
     if choice.engine is Engine.SPARK:
+        log.warning(
+            "processor %s on the spark engine: a run over history emits nothing; records its handlers "
+            "emit for these inputs are not produced, now or by a python run resuming from its checkpoint",
+            proc.name,
+        )
         return _on_spark(proc, choice, spark_options, listener)
     instances = share.instances if isinstance(share, StaticShare) else None
     return _in_python(proc, choice, following, listener, instances)
+
+
+def choose_processor_engine(
+    proc: Processor,
+    engine: Engine | str = Engine.AUTO,
+    *,
+    follow: bool | FollowOptions = False,
+    spark: SparkOptions | None = None,
+) -> EngineChoice:
+    """The engine :func:`run_processor` runs *proc* on, and why; what the engine cannot honour is
+    refused here (:class:`~statesnap.errors.EngineOptionError`). Only ``auto`` weighing a backlog
+    asks the cluster, and for a processor it never needs to (it runs processors in python)."""
+    options = proc.settings.table_options()
+    checkpoints = CheckpointOptions.of(options.get("checkpoints"))
+    if checkpoints is None:
+        raise ConfigError(f"processor {proc.name!r} has no checkpoint store: give it checkpoints=URL")
+    return _choose(proc, engine, FollowOptions.of(follow), spark or SparkOptions(), options, checkpoints)
 
 
 def _choose(
@@ -287,6 +319,9 @@ def _choose(
     except ValueError:
         raise ConfigError(f"unknown engine {engine!r}: use auto, python or spark") from None
     python_only = {
+        # What a Spark run of a processor cannot honour: it emits nothing (see PYTHON_ONLY).
+        "exactly_once": proc.exactly_once,
+        "dead_letter_topic": proc.dead_letter_topic is not None,
         "instances": isinstance(options.get("partitions"), StaticShare),
         "group": options.get("group") is not None,
     }
@@ -303,6 +338,9 @@ def _choose(
         if requested is Engine.AUTO:
             return EngineChoice(Engine.PYTHON, "--follow needs the python engine (spark runs history only)")
         return chosen
+    if requested is Engine.SPARK:
+        # Refuse what Spark cannot honour (exactly-once outputs first) before anything else.
+        choose_engine(requested, python_only=python_only, spark_only=spark_only, backlog=None, follow=False)
     if requested is not Engine.PYTHON and not spark_processor_available():
         if requested is Engine.SPARK:
             raise EngineOptionError(
@@ -310,6 +348,11 @@ def _choose(
                 f"{SPARK_BOOTSTRAP_MODULE} (statesnap.spark.bootstrap_processor)"
             )
         return EngineChoice(Engine.PYTHON, "the spark engine cannot run processors in this build")
+    if requested is Engine.AUTO and not any(python_only.values()) and not any(spark_only.values()):
+        # A processor's handlers may emit (ctx.emit), and a Spark run over history emits nothing:
+        # auto never trades a processor's outputs for speed. --engine spark (or a Spark setting)
+        # runs the history on Spark for the stores alone, and says what it does not produce.
+        return EngineChoice(Engine.PYTHON, SPARK_EMITS_NOTHING)
     settings = KafkaSettings(
         options["bootstrap_servers"], dict(options.get("kafka_config") or {}), float(options["timeout"])
     )
@@ -322,11 +365,23 @@ def _choose(
     )
 
 
+#: auto's reason for running a processor in python when nothing else decides.
+SPARK_EMITS_NOTHING = (
+    "a processor's handlers may emit, and a Spark run over history emits nothing: auto runs "
+    "processors in python (--engine spark runs the history for the stores alone)"
+)
+
+
 class _Restoring:
-    """A processor as :func:`restore_with_progress` sees a table: its input, name, lag, start."""
+    """A processor as :func:`restore_with_progress` sees a table: its input, name, lag, start.
+
+    Its start also says, once, when exactly-once outputs run on a broker that shows aborted
+    records to their readers: at the first progress report (the cluster's id is known by then;
+    asking costs nothing) or, with nothing to report, once started."""
 
     def __init__(self, proc: Processor) -> None:
         self.proc = proc
+        self._checked = False
 
     @property
     def topic(self) -> str:
@@ -340,7 +395,25 @@ class _Restoring:
         return self.proc.task.lag()
 
     def start(self, *, progress: ProgressCallback | None = None) -> RestoreReport:
-        return self.proc.start(progress=progress)
+        def reported(records: int, done: int, total: int) -> None:
+            self._check_broker()
+            if progress is not None:
+                progress(records, done, total)
+
+        report = self.proc.start(progress=reported)
+        self._check_broker()
+        return report
+
+    def _check_broker(self) -> None:
+        if self._checked or not self.proc.exactly_once:
+            return
+        cluster_id = self.proc.task.cluster_id
+        if not cluster_id:
+            return
+        self._checked = True
+        warning = aborted_records_warning(f"processor {self.proc.name}", cluster_id)
+        if warning is not None:
+            log.warning("%s", warning)
 
 
 def _in_python(

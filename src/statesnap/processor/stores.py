@@ -1,9 +1,13 @@
 """A processor's named stores: what a handler reads and writes (``ctx.stores["name"]``).
 
 Each view is scoped to the partition of the record being processed and writes through the task's
-:class:`~statesnap.processor.buffer.WriteBuffer`. Writes outside a handler call raise
-:class:`~statesnap.errors.StoreAccessError`: state that changes other than by records breaks the
-promise that a restore plus the tail equals processing everything.
+:class:`~statesnap.processor.buffer.WriteBuffer`. Reads and writes outside a handler call raise
+:class:`~statesnap.errors.StoreAccessError`, and so do those of another thread while a call runs
+(a thread the handler started, a web server's): state that changes other than by records breaks
+the promise that a restore plus the tail equals processing everything, and a write from elsewhere
+would be checkpointed under whatever record happens to be in hand. The check is one comparison
+of thread idents per access (the per-record hot path): the cursor records the thread its call
+runs on.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequenc
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
+from threading import get_ident
 from typing import Any
 
 from statesnap.durations import parse_duration
@@ -31,6 +36,7 @@ from statesnap.serde import Serde
 from statesnap.stores import StateStore
 
 __all__ = [
+    "NO_CALL",
     "Cursor",
     "KeyValueStore",
     "StoreKind",
@@ -93,16 +99,35 @@ class StoreSpec:
         return out
 
 
+#: :attr:`Cursor.thread` when no handler call runs (``threading.get_ident()`` is never 0).
+NO_CALL = 0
+
+
 @dataclass(slots=True)
 class Cursor:
-    """Where processing is: the record being handled, the task's stream time, and whether a
-    handler (or punctuator) is running — the only time stores may be written."""
+    """Where processing is: the record being handled, the task's stream time, and the thread a
+    handler (or punctuator) call runs on — the only thread, and the only time, stores may be used.
+
+    ``thread`` is ``threading.get_ident()`` of the running call, :data:`NO_CALL` between calls:
+    one integer comparison tells "outside any call" and "another thread during a call" alike."""
 
     partition: int = -1
     offset: int = -1
     timestamp: int = -1
     stream_time: int = -1
-    active: bool = False
+    thread: int = NO_CALL
+
+    @property
+    def active(self) -> bool:
+        """Whether a handler call runs on the calling thread."""
+        return self.thread == get_ident()
+
+    def enter(self) -> None:
+        """A handler (or punctuator) call starts on this thread."""
+        self.thread = get_ident()
+
+    def leave(self) -> None:
+        self.thread = NO_CALL
 
 
 class _View:
@@ -132,10 +157,16 @@ class _View:
     def _prefix(self, action: str) -> bytes:
         """The key prefix of the current record's partition (per-record hot path: cached)."""
         cursor = self.cursor
-        if not cursor.active:
+        if cursor.thread != get_ident():
+            if cursor.thread == NO_CALL:
+                raise StoreAccessError(
+                    f"store {self.name!r}: {action} outside a handler call; stores change only as "
+                    "records are processed (read them from outside with Processor.store(name))"
+                )
             raise StoreAccessError(
-                f"store {self.name!r}: {action} outside a handler call; stores change only as records "
-                "are processed (read them from outside with Processor.store(name))"
+                f"store {self.name!r}: {action} from another thread while a handler call runs; a "
+                "store belongs to the call that uses it (do the work in the handler, or read from "
+                "outside with Processor.store(name))"
             )
         if cursor.partition != self._partition:
             self._partition = cursor.partition
@@ -163,7 +194,7 @@ class KeyValueStore(_View, MutableMapping[Any, Any]):
 
     def _stored(self, key: Any, action: str) -> bytes:
         cursor = self.cursor
-        if not cursor.active or cursor.partition != self._partition:
+        if cursor.thread != get_ident() or cursor.partition != self._partition:
             self._prefix(action)
         return self._prefix_bytes + self._key_bytes(key)
 
@@ -175,7 +206,7 @@ class KeyValueStore(_View, MutableMapping[Any, Any]):
 
     def get(self, key: Any, default: Any = None) -> Any:
         cursor = self.cursor
-        if not cursor.active or cursor.partition != self._partition:
+        if cursor.thread != get_ident() or cursor.partition != self._partition:
             self._prefix("read")
         raw = self._load(self._prefix_bytes + self._key_bytes(key))
         return default if raw is None else self._value_of(raw)
@@ -185,7 +216,7 @@ class KeyValueStore(_View, MutableMapping[Any, Any]):
 
     def __setitem__(self, key: Any, value: Any) -> None:
         cursor = self.cursor
-        if not cursor.active or cursor.partition != self._partition:
+        if cursor.thread != get_ident() or cursor.partition != self._partition:
             self._prefix("write")
         raw = self._value_bytes(value)
         dump = self._dump

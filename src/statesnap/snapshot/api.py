@@ -34,7 +34,7 @@ from statesnap.kafka.config import KafkaSettings
 from statesnap.snapshot.audit import read_high_water
 from statesnap.snapshot.factory import open_snapshot_store
 from statesnap.snapshot.model import CheckpointRef, Snapshot, SnapshotState, TaskSnapshot
-from statesnap.snapshot.orchestrator import LocalOrchestrator
+from statesnap.snapshot.orchestrator import LocalOrchestrator, timed_out
 from statesnap.snapshot.store import BlobSnapshotStore, SnapshotStore, resolve_spec
 
 __all__ = ["SnapshotApi", "snapshot_json"]
@@ -213,8 +213,7 @@ class SnapshotApi:
             return replace(
                 snap,
                 state=SnapshotState.FAILED,
-                error=f"deadline {snap.deadline.isoformat()} passed waiting for partitions "
-                f"{snap.missing_partitions}",
+                error=timed_out(snap, [], f"deadline {snap.deadline.isoformat()} passed"),
             )
         return snap
 

@@ -36,9 +36,27 @@ from statesnap.snapshot.model import Snapshot, SnapshotState, TaskSnapshot
 from statesnap.snapshot.store import SnapshotStore
 from statesnap.version import __version__
 
-__all__ = ["LocalOrchestrator", "Orchestrator", "manifest_of"]
+__all__ = ["NO_WRITER", "LocalOrchestrator", "Orchestrator", "manifest_of", "timed_out"]
 
 log = logging.getLogger(__name__)
+
+#: What a snapshot no task reported to needs: a snapshot is taken by the table's writers, at
+#: their next commit; creating one only asks them.
+NO_WRITER = (
+    "no writer reported: a writer must be running to take the snapshot (statesnap materialize "
+    "--follow, statesnap run --follow, or a Python Table/Processor task with this table's "
+    "snapshot store)"
+)
+
+
+def timed_out(snapshot: Snapshot, owners: list[str], what: str = "timed out") -> str:
+    """Why *snapshot* failed at its deadline: no writer at all, or the partitions still missing
+    and (a hint) the tasks that reported them last time."""
+    missing = snapshot.missing_partitions
+    who = f"; tasks that owned them last time: {', '.join(owners)}" if owners else ""
+    if not snapshot.tasks:
+        return f"{what} waiting for partitions {missing}: {NO_WRITER}{who}"
+    return f"{what} waiting for partitions {missing}{who} (is their writer running?)"
 
 
 class Orchestrator(Protocol):
@@ -259,11 +277,7 @@ class LocalOrchestrator:
                 return None
             missing = current.missing_partitions
             owners = self._owners(missing)
-            who = f"; tasks that owned them last time: {', '.join(owners)}" if owners else ""
-            return current.evolve(
-                state=SnapshotState.FAILED,
-                error=f"timed out waiting for partitions {missing}{who}",
-            )
+            return current.evolve(state=SnapshotState.FAILED, error=timed_out(current, owners))
 
         result = self.store.update_current(mark)
         if result.state is SnapshotState.FAILED:

@@ -9,6 +9,10 @@ way to ask where a checkpoint's leader epochs end (KIP-320), asked only of a che
 epoch is not the one at the log's end: a log truncated below it by an unclean leader election is
 told apart even once new records carried the end past it.
 
+The cluster id also tells the embedded dev broker (Tansu) from Apache Kafka at no cost
+(:func:`broker_kind`): Tansu shows ``read_committed`` consumers the records of aborted transactions,
+which exactly-once outputs must warn about.
+
 Ends are found by partition EOF (the dev broker under-reports high watermarks; EOF is exact on
 every broker), starting from the reported high watermark, so on Apache Kafka the probe is one
 fetch per partition.
@@ -16,9 +20,11 @@ fetch per partition.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import partial
 
 from statesnap.checkpoint.selection import TopicState
@@ -30,7 +36,18 @@ from statesnap.kafka.identity import topic_id
 from statesnap.kafka.reader import ChangelogReader, epoch_end_offsets
 from statesnap.task.options import StaticShare
 
-__all__ = ["END_PROBE_POLL", "END_PROBE_SETTLE", "ClusterFacts", "cluster_facts", "log_ends"]
+__all__ = [
+    "END_PROBE_POLL",
+    "END_PROBE_SETTLE",
+    "TANSU_CLUSTER_ID",
+    "BrokerKind",
+    "ClusterFacts",
+    "aborted_records_warning",
+    "broker_kind",
+    "cluster_facts",
+    "log_ends",
+    "shows_aborted_records",
+]
 
 #: Poll timeout of the end probe: the reader's short fetch wait answers EOF within a few of these.
 END_PROBE_POLL = 0.02
@@ -38,6 +55,54 @@ END_PROBE_POLL = 0.02
 #: read after this long: any offset that exists is a valid end (only a promise of records that do
 #: not exist would make a checkpoint look like another incarnation's).
 END_PROBE_SETTLE = 2.0
+
+
+#: The cluster id Tansu reports (``describe_cluster``, metadata) unless started with another one.
+TANSU_CLUSTER_ID = "tansu_cluster"
+#: Apache Kafka's cluster id: a UUID as Kafka prints one (16 bytes, URL-safe base64, no padding),
+#: what ``kafka-storage random-uuid`` makes and a ZooKeeper-era cluster generated alike.
+_KAFKA_UUID = re.compile(r"[A-Za-z0-9_-]{21}[AQgw]")
+
+
+class BrokerKind(StrEnum):
+    """What the cluster id says the broker is."""
+
+    #: A Kafka-format id: Apache Kafka (or a service running it).
+    APACHE_KAFKA = "apache-kafka"
+    #: The embedded dev broker: ``read_committed`` consumers see aborted transactions' records.
+    TANSU = "tansu"
+    #: Another Kafka-protocol implementation, nothing known against it.
+    OTHER = "other"
+
+
+def broker_kind(cluster_id: str) -> BrokerKind:
+    """The broker behind *cluster_id*, from the id alone (asked of the cluster anyway: free).
+
+    Tansu's id is :data:`TANSU_CLUSTER_ID` unless it was started with ``--kafka-cluster-id``
+    (then it reads as another kind: nothing the id can tell); Apache Kafka's is a base64 UUID."""
+    if cluster_id.lower().startswith("tansu"):
+        return BrokerKind.TANSU
+    if _KAFKA_UUID.fullmatch(cluster_id):
+        return BrokerKind.APACHE_KAFKA
+    return BrokerKind.OTHER
+
+
+def shows_aborted_records(cluster_id: str) -> bool:
+    """Whether the cluster is known to show ``read_committed`` consumers the records of aborted
+    transactions (Tansu; see DESIGN.md), so exactly-once outputs are not exactly once for readers."""
+    return broker_kind(cluster_id) is BrokerKind.TANSU
+
+
+def aborted_records_warning(who: str, cluster_id: str) -> str | None:
+    """The one line to log when *who*'s exactly-once outputs run on a broker that shows aborted
+    records to their readers (None elsewhere): what every exactly-once entry point says."""
+    if not shows_aborted_records(cluster_id):
+        return None
+    return (
+        f"{who}: exactly-once outputs on the embedded dev broker (Tansu, cluster id {cluster_id!r}), "
+        "whose read_committed consumers also see records of aborted transactions: readers of the "
+        "outputs may see a record twice after a crash; use Apache Kafka for exactly-once"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +116,10 @@ class ClusterFacts:
     @property
     def all_partitions(self) -> tuple[int, ...]:
         return self.info.partitions
+
+    @property
+    def broker(self) -> BrokerKind:
+        return broker_kind(self.cluster_id)
 
 
 def log_ends(settings: KafkaSettings, topic: str, reported: Mapping[int, int]) -> dict[int, int]:
