@@ -4,6 +4,7 @@ partitions added after a checkpoint."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Literal
@@ -283,3 +284,28 @@ def test_partitions_added_after_a_checkpoint_are_replayed_from_the_beginning(
 
 def test_json_helper_matches_the_serde() -> None:
     assert json.loads(_json({"b": 1, "a": 2})) == {"a": 2, "b": 1}
+
+
+def test_a_checkpoint_interval_below_the_commit_interval_raises_the_commit_cadence(
+    kafka: Any, tmp_path: Path
+) -> None:
+    """``interval="1s"`` with the default 5 s commit interval: checkpoints are taken at commit
+    points, so commit points come every second too (before, a following table's first
+    checkpoint came only at the 5 s commit point). On the suite's broker."""
+    topic = kafka.create_topic(f"t-{uuid.uuid4().hex[:8]}", 1)
+    kafka.produce(topic, [(0, b"a", b"1")])
+    url = str(tmp_path / "ckpt")
+    options = CheckpointOptions(url, interval="1s")
+    assert options.commit_every.total_seconds() == 1.0
+    assert CheckpointOptions(url, interval="1h").commit_every.total_seconds() == 5.0
+    with Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=options) as t:
+        assert t.commit_interval.total_seconds() == 1.0
+        kafka.produce(topic, [(0, b"b", b"2")])
+        deadline = time.monotonic() + 4.0  # below the 5 s commit interval
+        repos = []
+        while time.monotonic() < deadline:
+            repos = list(tmp_path.glob("ckpt/*/snapshots/*.json"))
+            if repos:
+                break
+            time.sleep(0.1)
+        assert repos, "no checkpoint within 4 s of a 1 s checkpoint interval"

@@ -120,7 +120,12 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     "--follow", is_flag=True, help="Keep processing until Ctrl-C / SIGTERM (then a final checkpoint)."
 )
 @click.option("--checkpoint-interval", default=None, help="With --follow: time between checkpoints.")
-@click.option("--commit-interval", default=None, help="With --follow: time between commit points.")
+@click.option(
+    "--commit-interval",
+    default=None,
+    help="With --follow: time between commit points (the processor's own, 5s unless set; a shorter "
+    "--checkpoint-interval lowers it, since checkpoints are taken at commit points).",
+)
 @click.option("--instance", type=int, default=None, help="With --instances: own the partitions p % N == I.")
 @click.option("--instances", type=int, default=None, help="Tasks the partitions spread over.")
 @click.option(

@@ -132,7 +132,8 @@ def start_with_progress(table: Restorable, quiet: bool) -> RestoreReport:
     "--commit-interval",
     default="5s",
     show_default=True,
-    help="With --follow: time between commit points (on Spark: the micro-batch trigger interval).",
+    help="With --follow: time between commit points (on Spark: the micro-batch trigger interval); "
+    "a shorter --checkpoint-interval lowers it, since checkpoints are taken at commit points.",
 )
 @click.option("--instance", type=int, default=None, help="python engine: with --instances, own p % N == I.")
 @click.option("--instances", type=int, default=None, help="python engine: tasks the partitions spread over.")

@@ -175,7 +175,15 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
         # bundle's default intervals and clock apply.
         options = self.checkpoints or CheckpointOptions(location="")
         self._checkpoint_interval = options.interval
-        self._commit_interval = options.commit_interval
+        self._commit_interval = options.commit_every
+        if self.checkpoints is not None and options.commit_every < options.commit_interval:
+            log.info(
+                "table %s: commit points every %s, the checkpoint interval (checkpoints are taken at "
+                "commit points; the commit interval was %s)",
+                self.name,
+                options.commit_every,
+                options.commit_interval,
+            )
         self._clock = options.clock
         self.group = GroupOptions.of(group)
         self._share = partitions if isinstance(partitions, StaticShare) else None

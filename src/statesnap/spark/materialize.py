@@ -541,7 +541,7 @@ def materialize_stream(
     version the checkpoints are written at (one of another version is refused: no migrations here).
     """
     options = stream_checkpoints(checkpoints)
-    trigger_seconds = options.commit_interval.total_seconds()
+    trigger_seconds = options.commit_every.total_seconds()  # a shorter checkpoint interval lowers it
     materializer = StreamMaterializer(
         spark,
         bootstrap_servers=bootstrap_servers,

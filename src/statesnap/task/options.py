@@ -82,7 +82,9 @@ class CheckpointOptions:
         location: blob store URL (``file://…``, a path, ``s3://bucket/prefix``) or a store.
         storage_options: blob-store options (``endpoint_url``, ``region``, ``sse``, …).
         interval: minimum time between periodic checkpoints (taken at commit points).
-        commit_interval: how often a commit point happens while consuming.
+        commit_interval: how often a commit point happens while consuming; a checkpoint
+            interval below it raises the cadence to it (:attr:`commit_every`), since a checkpoint
+            can only be taken at a commit point.
         retention: the GC policy applied after each checkpoint.
         require: fail instead of replaying from the beginning when no checkpoint verifies.
         generation: restore exactly this generation instead of the newest valid one, then continue
@@ -127,6 +129,13 @@ class CheckpointOptions:
         set_(self, "generation", generation)
         set_(self, "snapshots", snapshots if snapshots is not None else SnapshotOptions())
         set_(self, "clock", clock)
+
+    @property
+    def commit_every(self) -> timedelta:
+        """The time between commit points a task keeps: ``commit_interval``, or ``interval`` when
+        shorter. ``interval="1s"`` with the 5 s default commit interval meant a checkpoint every
+        5 s at best, said nowhere."""
+        return min(self.commit_interval, self.interval)
 
     @classmethod
     def of(cls, checkpoints: str | BlobStore | CheckpointOptions | None) -> CheckpointOptions | None:
