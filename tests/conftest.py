@@ -22,6 +22,7 @@ import pytest
 
 from statesnap.devstack import ApacheKafkaBroker, EmbeddedBroker, EmbeddedS3
 from statesnap.devstack.apache import apache_kafka_missing
+from statesnap.devstack.security import SaslSslListener
 
 LONG_ENV = "STATESNAP_LONG"
 BROKER_ENV = "STATESNAP_TEST_BROKER"
@@ -104,17 +105,38 @@ def broker() -> Iterator[EmbeddedBroker]:
 
 
 @pytest.fixture(scope="session")
-def apache_kafka() -> Iterator[ApacheKafkaBroker]:
+def sasl_ssl_listener(tmp_path_factory: pytest.TempPathFactory) -> SaslSslListener:
+    """The suite broker's second listener, ``SASL_SSL`` (SCRAM-SHA-512; a private CA and the
+    broker's keystore made now, in this run's temporary directory)."""
+    return SaslSslListener.create(tmp_path_factory.mktemp("sasl-ssl"))
+
+
+@pytest.fixture(scope="session")
+def apache_kafka(sasl_ssl_listener: SaslSslListener) -> Iterator[ApacheKafkaBroker]:
     """A real Apache Kafka broker (single-node KRaft on loopback; settings that let compaction and
     retention act within seconds). Skipped, with what to install, only where Java or the jars
-    ``bash scripts/setup.sh`` fetches are missing."""
+    ``bash scripts/setup.sh`` fetches are missing.
+
+    Besides its PLAINTEXT listener (``bootstrap_servers``: every test, inter-broker traffic) it
+    has a ``SASL_SSL`` one (see :func:`sasl_ssl`): one broker serves both, so the secure tests
+    cost one more port, not a second broker."""
     missing = apache_kafka_missing()
     if missing is not None:
         pytest.skip(missing)
     b = ApacheKafkaBroker()
+    b.settings.update(sasl_ssl_listener.broker_settings(b.host, b.port, b.controller_port))
     b.start()
     yield b
     b.stop()
+
+
+@pytest.fixture(scope="session")
+def sasl_ssl(apache_kafka: ApacheKafkaBroker, sasl_ssl_listener: SaslSslListener) -> SaslSslListener:
+    """The suite Apache Kafka broker's ``SASL_SSL`` listener with its SCRAM user created (through
+    the PLAINTEXT listener): ``bootstrap_servers``, ``ca_location``, ``user``, ``password`` and
+    ``client_config()`` (librdkafka properties that reach it)."""
+    sasl_ssl_listener.create_user(apache_kafka.bootstrap_servers)
+    return sasl_ssl_listener
 
 
 @pytest.fixture(scope="session")

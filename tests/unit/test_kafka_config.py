@@ -89,7 +89,7 @@ def test_ordinary_properties_are_not_secret(name: str) -> None:
 
 @pytest.mark.parametrize("name", SECRET_PROPERTIES)
 def test_secrets_never_appear_in_repr_or_str(name: str) -> None:
-    s = KafkaSettings("b:9092", {name: SECRET, "security.protocol": "SASL_SSL"})
+    s = KafkaSettings("b:9092", {name: SECRET, "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN"})
     for text in (repr(s), str(s), f"{s}", repr(redact(s.config))):
         assert SECRET not in text, text
     assert "SASL_SSL" in repr(s)  # non-secrets stay visible for debugging
@@ -309,3 +309,46 @@ def test_a_refused_value_of_any_property_is_not_echoed() -> None:
         clients.new_producer(KafkaSettings("127.0.0.1:1", {"fetch.wait.max.ms": SECRET}))
     assert info.value.property == "fetch.wait.max.ms"
     assert SECRET not in str(info.value)
+
+
+@pytest.mark.parametrize("protocol", ["SASL_SSL", "sasl_plaintext"])
+def test_sasl_without_a_mechanism_says_to_set_sasl_mechanism(protocol: str) -> None:
+    """librdkafka defaults the mechanism to GSSAPI, which the confluent-kafka wheels are built
+    without: the client's creation would fail with "No provider for SASL mechanism GSSAPI:
+    recompile librdkafka…". The settings say which property to set, in one line, before any
+    client exists, and show no secret."""
+    from statesnap.errors import KafkaConfigError
+
+    config = {"security.protocol": protocol, "sasl.username": "u", "sasl.password": SECRET}
+    with pytest.raises(KafkaConfigError) as info:
+        KafkaSettings("127.0.0.1:1", config)
+    message = str(info.value)
+    assert "set sasl.mechanism (e.g. SCRAM-SHA-512 or PLAIN" in message
+    assert f"security.protocol={protocol.upper()}" in message
+    assert info.value.property == "sasl.mechanism"
+    assert "recompile" not in message
+    assert SECRET not in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512"},
+        {"security.protocol": "SASL_SSL", "sasl.mechanisms": "PLAIN"},  # librdkafka's older name
+        {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "GSSAPI"},  # Kerberos, named
+        {"security.protocol": "SSL"},
+        {},
+    ],
+)
+def test_a_named_mechanism_or_no_sasl_is_accepted(config: dict[str, str]) -> None:
+    assert KafkaSettings("127.0.0.1:1", config).config == config
+
+
+def test_the_sasl_hint_speaks_the_callers_option_names() -> None:
+    """The Spark source's options carry a ``kafka.`` prefix; the hint names them so."""
+    from statesnap.errors import KafkaConfigError
+    from statesnap.kafka.config import check_sasl_mechanism
+
+    with pytest.raises(KafkaConfigError, match=r"set kafka\.sasl\.mechanism \(e\.g\. SCRAM-SHA-512"):
+        check_sasl_mechanism({"security.protocol": "SASL_SSL"}, prefix="kafka.")

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from statesnap.errors import ConfigError
+from statesnap.errors import ConfigError, KafkaConfigError
 from statesnap.redaction import (
     install_record_redaction,
     is_secret,
@@ -23,6 +23,7 @@ __all__ = [
     "CLIENT_LOGGER",
     "ENV_PREFIX",
     "KafkaSettings",
+    "check_sasl_mechanism",
     "config_from_env",
     "is_secret",
     "parse_properties",
@@ -59,6 +60,7 @@ class KafkaSettings:
             _refuse_credentials_in(self.config["bootstrap.servers"])
         # So that librdkafka or a traceback echoing one of them is masked in the logs.
         register_secrets(dict(self.config))
+        check_sasl_mechanism(self.config)
 
     def client_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka settings: ours, then the user's ``config`` (theirs win), then *overrides*."""
@@ -94,6 +96,31 @@ def _refuse_credentials_in(bootstrap_servers: str) -> None:
         f"bootstrap servers entry {entries.index(carrying[0]) + 1} carries credentials (user:password@, "
         "not shown): give host:port only, and the credentials as sasl.username / sasl.password "
         "(--kafka-config, a properties file or STATESNAP_KAFKA_SASL_USERNAME / _PASSWORD)"
+    )
+
+
+#: librdkafka's ``security.protocol`` values that authenticate with SASL.
+_SASL_PROTOCOLS = frozenset({"SASL_SSL", "SASL_PLAINTEXT"})
+
+
+def check_sasl_mechanism(config: Mapping[str, Any], *, prefix: str = "") -> None:
+    """Refuse SASL without ``sasl.mechanism``, naming the property to set.
+
+    librdkafka then assumes GSSAPI (Kerberos), and the confluent-kafka wheels are built without it:
+    the client's creation fails with "No provider for SASL mechanism GSSAPI: recompile librdkafka
+    with libsasl2 or openssl support", which sends the operator to rebuild a library when one
+    setting is missing. Kerberos users name ``GSSAPI`` too. *prefix* is how the caller's options
+    spell the properties (the Spark source's ``kafka.``)."""
+    protocol = str(config.get("security.protocol", "")).strip().upper()
+    if protocol not in _SASL_PROTOCOLS:
+        return
+    # ``sasl.mechanisms`` is librdkafka's older name of the same property.
+    if any(str(config.get(name) or "").strip() for name in ("sasl.mechanism", "sasl.mechanisms")):
+        return
+    raise KafkaConfigError(
+        f"{prefix}security.protocol={protocol} without {prefix}sasl.mechanism: set {prefix}sasl.mechanism "
+        "(e.g. SCRAM-SHA-512 or PLAIN; GSSAPI for Kerberos) to the mechanism the listener accepts",
+        "sasl.mechanism",
     )
 
 

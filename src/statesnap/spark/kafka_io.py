@@ -34,7 +34,7 @@ from confluent_kafka.admin._listoffsets import OffsetSpec
 
 from statesnap.checkpoint import datafile
 from statesnap.errors import BrokerUnavailableError, DataLossError, KafkaError, TopicNotFoundError
-from statesnap.kafka.clients import new_admin
+from statesnap.kafka.clients import ConnectionErrors, new_watched_admin
 from statesnap.spark.options import TP, KafkaSourceOptions
 
 __all__ = [
@@ -138,20 +138,30 @@ class OffsetOracle:
         self.opts = opts
         self._timeout = opts.metadata_timeout_ms / 1000
         self._admin = admin
+        #: What librdkafka said about the admin client's connections (none for a given admin).
+        self._errors: ConnectionErrors | None = None
         #: Highest end seen per partition: ends only go backwards when a log shrinks.
         self._known_ends: dict[TP, int] = {}
 
     @property
     def admin(self) -> Any:
         if self._admin is None:
-            self._admin = new_admin(self.opts.settings())
+            self._admin, self._errors = new_watched_admin(self.opts.settings())
         return self._admin
 
     def _unreachable(self, what: str, e: Exception | None = None) -> BrokerUnavailableError:
-        detail = f": {e}" if e is not None and str(e) else ""
+        """The one line for a request that got no answer: the cause librdkafka saw (wrong
+        password, certificate not trusted, a TLS client on a plaintext listener) in the words
+        the CLI uses (:class:`~statesnap.kafka.clients.ConnectionErrors`), else its own reason."""
+        hint = ""
+        if self._errors is not None and self._admin is not None:
+            self._admin.poll(0)  # librdkafka queues its connection errors for poll()
+            hint = self._errors.hint()
+        # "Local: Broker transport failure" says nothing the cause does not say better.
+        detail = f": {_reason(e)}" if e is not None and _reason(e) and not hint else ""
         return BrokerUnavailableError(
             f"option kafka.bootstrap.servers: cannot {what} at {self.opts.bootstrap_servers} "
-            f"within {self._timeout:g}s{detail}"
+            f"within {self._timeout:g}s{detail}{hint}"
         )
 
     def _retrying(self, call: Callable[[], _T]) -> _T:
@@ -338,6 +348,13 @@ class OffsetOracle:
 
     def close(self) -> None:
         self._admin = None
+        self._errors = None
+
+
+def _reason(e: Exception) -> str:
+    """librdkafka's message alone (``Local: Timed out``), not the ``KafkaError{code=…}`` repr."""
+    err = e.args[0] if isinstance(e, KafkaException) and e.args else None
+    return str(err.str()) if err is not None and hasattr(err, "str") else str(e)
 
 
 def _raise_or_warn(err: Any, opts: KafkaSourceOptions, partition: int, topic: str | None = None) -> None:

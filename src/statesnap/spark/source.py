@@ -9,6 +9,10 @@ checkpoint says — offsets deleted, partitions gone, a recreated topic — the 
 ``failOnDataLoss=true`` (the default), as Spark's does. Rows reach Spark as Arrow batches.
 Planning rules live in :mod:`statesnap.spark.planning`; docs/spark-kafka-source.md maps options.
 
+A statesnap error raised on the driver (options, planning, offsets) reaches Spark without its
+frames: Spark prints the traceback a Python source raises inside its own error, and the error's
+one line already names what is wrong and what to do (the full traceback is logged at DEBUG).
+
 ``statesnap-kafka-ranges`` is the same source emitting one row per planned offset range
 (``partition, start, end``) instead of the records: the streaming materializer lets Spark plan and
 checkpoint the ranges, and reads them itself on the executors, straight into data files.
@@ -16,10 +20,11 @@ checkpoint the ranges, and reads them itself on the executors, straight into dat
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, ParamSpec, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -46,7 +51,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from statesnap.errors import ConfigError
+from statesnap.errors import ConfigError, StatesnapError
+from statesnap.kafka.config import check_sasl_mechanism
 from statesnap.spark.kafka_io import OffsetOracle, iter_range, spark_batch, split_ranges
 from statesnap.spark.option_parsing import parse_options
 from statesnap.spark.options import TP, KafkaSourceOptions
@@ -106,6 +112,33 @@ RANGES_SCHEMA = StructType(
     ]
 )
 _RANGES_ARROW = pa.schema([("partition", pa.int32()), ("start", pa.int64()), ("end", pa.int64())])
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _in_one_line(method: Callable[_P, _R]) -> Callable[_P, _R]:
+    """*method* with a statesnap error raised from here, without the frames below: Spark shows
+    the traceback inside its own error, where the error's line is what names the cause."""
+
+    @functools.wraps(method)
+    def call(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(*args, **kwargs)
+        except StatesnapError as e:
+            log.debug("%s failed", method.__qualname__, exc_info=True)
+            raise e.with_traceback(None)  # noqa: B904 - the same error, its cause kept
+
+    return call
+
+
+def _parsed(options: Mapping[str, Any], *, streaming: bool | None) -> KafkaSourceOptions:
+    """The options, with SASL lacking a mechanism named as such first: librdkafka's own check
+    would say "No provider for SASL mechanism GSSAPI: recompile librdkafka…"."""
+    unchecked = parse_options(options, streaming=streaming, check_client=False)
+    check_sasl_mechanism(unchecked.kafka_config, prefix="kafka.")
+    return parse_options(options, streaming=streaming)
+
 
 #: Without ``minPartitions``, ranges are split only down to this many records: below it a Spark
 #: task costs more than it saves.
@@ -169,6 +202,7 @@ class KafkaBatchReader(DataSourceReader):
         self.opts = opts
         self.emit_ranges = emit_ranges
 
+    @_in_one_line
     def partitions(self) -> list[InputPartition]:
         oracle = OffsetOracle(self.opts)
         try:
@@ -223,6 +257,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._oracle = OffsetOracle(self.opts)
         return self._oracle
 
+    @_in_one_line
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 - Spark's API
         return encode_offsets(initial_offsets(self.opts, self.oracle))
 
@@ -233,9 +268,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMinRows(self.opts.min_offsets_per_trigger)
         return ReadAllAvailable()
 
+    @_in_one_line
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
         self._target = self.oracle.latest_of(self.oracle.topic_partitions(missing_ok=True))
 
+    @_in_one_line
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:  # noqa: N802
         begin = decode_offsets(start, self.opts.topic)
         tps = self.oracle.topic_partitions(missing_ok=True)
@@ -258,6 +295,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict[str, Any] | None:  # noqa: N802
         return None if self._latest is None else encode_offsets(self._latest)
 
+    @_in_one_line
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
         begin = decode_offsets(start, self.opts.topic)
         ends = decode_offsets(end, self.opts.topic)
@@ -308,19 +346,22 @@ class KafkaDataSource(DataSource):
     def name(cls) -> str:
         return SOURCE_NAME
 
+    @_in_one_line
     def schema(self) -> StructType:
         # Called by load() for batch and streaming alike: fail there, naming the bad option.
         opts = self._parse(streaming=None)
         return SPARK_SCHEMA_WITH_HEADERS if opts.include_headers else SPARK_SCHEMA
 
+    @_in_one_line
     def reader(self, schema: StructType) -> DataSourceReader:
         return KafkaBatchReader(self._parse(streaming=False), emit_ranges=self.emit_ranges)
 
+    @_in_one_line
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
         return KafkaStreamReader(self._parse(streaming=True), emit_ranges=self.emit_ranges)
 
     def _parse(self, *, streaming: bool | None) -> KafkaSourceOptions:
-        return parse_options(self.options, streaming=streaming)
+        return _parsed(self.options, streaming=streaming)
 
 
 class KafkaRangesDataSource(KafkaDataSource):
@@ -333,12 +374,13 @@ class KafkaRangesDataSource(KafkaDataSource):
     def name(cls) -> str:
         return RANGES_SOURCE_NAME
 
+    @_in_one_line
     def schema(self) -> StructType:
         self._parse(streaming=None)
         return RANGES_SCHEMA
 
     def _parse(self, *, streaming: bool | None) -> KafkaSourceOptions:
-        opts = parse_options(self.options, streaming=streaming)
+        opts = _parsed(self.options, streaming=streaming)
         sub = opts.strategy
         if sub.kind != "subscribe" or len(sub.topics) != 1:
             raise ConfigError(f"{RANGES_SOURCE_NAME} reads exactly one topic: use subscribe with one topic")
