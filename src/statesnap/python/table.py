@@ -378,9 +378,17 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
         )
 
     def _catch_up(self, progress: ProgressCallback | None) -> None:
+        """Consume until every partition is at its end. A writer keeps its commit points (and so
+        its checkpoints, at the checkpoint interval) meanwhile: a task that crashes an hour into
+        a catch-up resumes from its last checkpoint, not from where it started (before, none was
+        written until the end, and a task killed more often than its catch-up lasted never got
+        further)."""
         assert self._reader is not None
         reader = self._reader
         began = time.monotonic()
+        checkpointing = self.snapshots is not None
+        if checkpointing:
+            self._last_commit = self._last_checkpoint_at = began
         with gc_paused():
             while not reader.caught_up:
                 if self._stop.is_set():
@@ -397,6 +405,8 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
                         "the dev broker never assigns under group.protocol=consumer)"
                     )
                 self.report.replayed_records += self._consume(CATCH_UP_POLL)
+                if checkpointing:
+                    self._maybe_commit()
                 if self._tracker is not None:
                     self._tracker.at_end(reader.at_eof)
                 if progress is not None:
