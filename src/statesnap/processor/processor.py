@@ -63,6 +63,7 @@ from statesnap.python.consuming import TAIL_POLL, RecordHandler
 from statesnap.python.reads import SerdeName, SerdeOf
 from statesnap.serde import SchemaRegistry, Serde, resolve_serde
 from statesnap.stores import StateStore
+from statesnap.task.cluster import aborted_records_warning
 from statesnap.task.migration import StateVersion
 from statesnap.task.options import CheckpointOptions, GroupOptions, StaticShare, StoreName, StoreOptions
 from statesnap.task.restore import ProgressCallback, RestoreReport
@@ -205,6 +206,7 @@ class Processor(Aggregations):
         )
         self._outputs: Outputs | None = None
         self._stopping = threading.Event()
+        self._broker_checked = False
 
     def __getstate__(self) -> dict[str, Any]:
         """A processor not yet started pickles (its handlers by value, as Spark ships them to
@@ -397,7 +399,9 @@ class Processor(Aggregations):
         output producer too) and re-raises."""
         task = self._open(background=True)
         try:
-            return task.start(progress=progress)
+            report = task.start(progress=progress)
+            self.check_broker()
+            return report
         except BaseException:
             self.close(checkpoint=False)  # the task closed itself; this closes the outputs too
             raise
@@ -410,6 +414,7 @@ class Processor(Aggregations):
         clean = False
         try:
             report = task.start(progress=progress)
+            self.check_broker()
             while follow and not self._stopping.is_set():
                 task.poll(TAIL_POLL)
             clean = True
@@ -420,6 +425,19 @@ class Processor(Aggregations):
         finally:
             self.close(checkpoint=clean)
         return report
+
+    def check_broker(self) -> None:
+        """Say once (a WARNING) when this processor's exactly-once outputs run on a broker that
+        shows aborted records to ``read_committed`` readers (the embedded dev broker): its readers
+        may then see a record twice. Called once the task knows its cluster; ``statesnap run``
+        calls it at the first restore progress report, to say it before a long catch-up."""
+        task = self._task
+        if self._broker_checked or not self.exactly_once or task is None or not task.cluster_id:
+            return
+        self._broker_checked = True
+        warning = aborted_records_warning(f"processor {self.name}", task.cluster_id)
+        if warning is not None:
+            log.warning("%s", warning)
 
     def stop(self) -> None:
         """Ask :meth:`run` to finish (from another thread or a signal handler)."""

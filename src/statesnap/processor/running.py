@@ -44,7 +44,6 @@ from statesnap.materialize.python_run import TaskRun, restore_with_progress
 from statesnap.materialize.result import MaterializeResult
 from statesnap.processor.handler import ProcessorHandler
 from statesnap.processor.processor import Processor
-from statesnap.task.cluster import aborted_records_warning
 from statesnap.task.options import CheckpointOptions, GroupOptions, SnapshotOptions, StaticShare, StoreOptions
 from statesnap.task.restore import ProgressCallback, RestoreReport
 
@@ -405,15 +404,9 @@ class _Restoring:
         return report
 
     def _check_broker(self) -> None:
-        if self._checked or not self.proc.exactly_once:
-            return
-        cluster_id = self.proc.task.cluster_id
-        if not cluster_id:
-            return
-        self._checked = True
-        warning = aborted_records_warning(f"processor {self.proc.name}", cluster_id)
-        if warning is not None:
-            log.warning("%s", warning)
+        if not self._checked and self.proc.task.cluster_id:
+            self._checked = True
+            self.proc.check_broker()
 
 
 def _in_python(

@@ -101,3 +101,17 @@ def test_the_cluster_id_tells_the_broker() -> None:
     assert broker_kind("tansu_cluster") is BrokerKind.TANSU
     assert broker_kind("lkc-12ab3") is BrokerKind.OTHER
     assert broker_kind("redpanda.5d1e2a4b-0f4c-4c39-9c0e-5ad9e1f3f3a1") is BrokerKind.OTHER
+
+
+def test_exactly_once_on_tansu_warns_once_from_the_library_too(
+    tansu: KafkaTool, topic_name: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``Processor.run()`` — the Python user's path, without ``statesnap run`` — says it once too."""
+    tansu.create_topic(topic_name, 1)
+    tansu.create_topic(topic_name + "-out", 1)
+    tansu.produce(topic_name, [(0, b"a", b'{"amount": 1}')])
+    proc = tally(topic_name, tansu.bootstrap, tmp_path / "ckpt", exactly_once=True)
+    with caplog.at_level(logging.WARNING, logger="statesnap"):
+        proc.run(follow=False)
+        proc.check_broker()  # idempotent
+    assert len([r for r in caplog.records if WARNING in r.getMessage()]) == 1
