@@ -1,0 +1,115 @@
+"""Saying which brokers are down: one broker of several is not the cluster.
+
+librdkafka reports a connection that failed (``_TRANSPORT``, ``_RESOLVE``) per broker, naming it
+(``127.0.0.1:9093/2: Connect to ipv4#127.0.0.1:9093 failed: Connection refused``), and
+``_ALL_BROKERS_DOWN`` (``3/3 brokers are down``) only when no broker is connected at all. A reader
+told of one broker must not call the cluster unreachable while the others serve it: it asks the
+cluster (a metadata request, answered by any broker up) and says which brokers are down and that
+the others answer, or that none does.
+
+:class:`BrokerOutages` keeps what ``error_cb`` said (on the polling thread, inside the poll call);
+its owner calls :meth:`BrokerOutages.report` from its poll loop, outside the callback.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import KafkaError as RdKafkaError
+
+__all__ = ["BROKER_DOWN", "BrokerOutages", "broker_of"]
+
+#: Codes librdkafka gives one broker's failed connection.
+BROKER_DOWN = frozenset({int(RdKafkaError._TRANSPORT), int(RdKafkaError._RESOLVE)})
+_ALL_DOWN = int(RdKafkaError._ALL_BROKERS_DOWN)
+#: ``[proto://]host:port/id: `` at the start of librdkafka's message about one broker.
+_BROKER = re.compile(r"^(?:[a-z_]+://)?(?P<broker>[^\s/]+)/(?P<id>[^\s:]+): ")
+#: A broker reported down is said again if it is still (or again) down this much later.
+REPEAT_AFTER = 300.0
+#: How long the check that the other brokers answer may take.
+PROBE_TIMEOUT = 1.0
+
+
+def broker_of(text: str) -> str | None:
+    """The ``host:port`` librdkafka's message is about, or None (a message about no one broker)."""
+    m = _BROKER.match(text)
+    return m["broker"] if m else None
+
+
+def _detail(text: str) -> str:
+    text = _BROKER.sub("", text)
+    return re.sub(r" \(after \d+ms in state [A-Z_]+(?:, \d+ identical error\(s\) suppressed)?\)$", "", text)
+
+
+class BrokerOutages:
+    """Brokers librdkafka said it cannot reach, until the owner has said so once."""
+
+    def __init__(self, address: str, logger: logging.Logger, context: str) -> None:
+        """*address*: the bootstrap list (named in the lines); *context*: what the owner does
+        (``consuming 'orders'``), for the log lines."""
+        self.address = address
+        self.log = logger
+        self.context = context
+        #: Broker → librdkafka's reason, noted and not reported yet.
+        self._pending: dict[str, str] = {}
+        #: Broker → when it was last reported down.
+        self._reported: dict[str, float] = {}
+
+    def note(self, err: Any) -> bool:
+        """From ``error_cb``: True if *err* was one broker's failed connection (kept for
+        :meth:`report`)."""
+        if int(err.code()) not in BROKER_DOWN:
+            return False
+        text = str(err.str())
+        broker = broker_of(text)
+        if broker is None:
+            return False
+        self._pending[broker] = _detail(text)
+        return True
+
+    @staticmethod
+    def all_down(err: Any) -> bool:
+        return int(err.code()) == _ALL_DOWN
+
+    def report(self, others_answer: Callable[[float], bool]) -> str | None:
+        """Say which brokers are down, once each (again after :data:`REPEAT_AFTER`), if the rest
+        of the cluster answers *others_answer* (a metadata request within the timeout it is
+        given). Returns the brokers and reasons when no other broker answered: the owner then says
+        the cluster is unreachable. Called by the owner's poll loop."""
+        if not self._pending:
+            return None
+        now = time.monotonic()
+        pending, self._pending = self._pending, {}
+        due = {
+            b: why for b, why in pending.items() if now - self._reported.get(b, -REPEAT_AFTER) >= REPEAT_AFTER
+        }
+        if not due:
+            return None
+        brokers = ", ".join(f"{b} ({why})" for b, why in sorted(due.items()))
+        if not others_answer(PROBE_TIMEOUT):
+            return brokers
+        for broker in due:
+            self._reported[broker] = now
+        self.log.warning(
+            "Kafka %s %s unreachable; the other brokers of %s answer (%s)",
+            "broker" if len(due) == 1 else "brokers",
+            brokers,
+            self.address,
+            self.context,
+        )
+        return None
+
+    def covered(self) -> str:
+        """The whole cluster is said to be down: what was pending is part of that news. Returns
+        the pending brokers and reasons (``""`` if none)."""
+        pending, self._pending = self._pending, {}
+        return ", ".join(f"{b} ({why})" for b, why in sorted(pending.items()))
+
+    def forget(self) -> None:
+        """The cluster answered again after being wholly unreachable: brokers down now are new news."""
+        self._pending.clear()
+        self._reported.clear()
