@@ -123,17 +123,23 @@ class FatalErrors:
             raise error
 
 
+#: librdkafka's log facilities of a fatal error (``FATAL``) and of a transactional producer's
+#: fatal or abortable error (``TXNERR``): each is also returned by the call that failed.
+_FATAL_FACILITIES = frozenset({"FATAL", "TXNERR"})
+
+
 class FatalLogLines:
-    """A librdkafka ``logger`` that sends its ``FATAL`` lines to DEBUG: the fatal error they
-    announce stops the task as a :class:`FatalClientError` carrying the same words, said once by
-    whoever reports the failure (librdkafka logs them at its highest level, which passes every
-    filter). Every other line reaches *target* as it was."""
+    """A librdkafka ``logger`` that sends its ``FATAL`` and ``TXNERR`` lines to DEBUG: the error
+    they announce stops the task as a typed error carrying the same words (a
+    :class:`FatalClientError`, or the exactly-once outputs' :class:`~statesnap.errors.OutputError`),
+    said once by whoever reports the failure (librdkafka logs them at its highest levels, which
+    pass every filter). Every other line reaches *target* as it was."""
 
     def __init__(self, target: Any) -> None:
         self.target = target
 
     def log(self, level: int, msg: str, *args: Any) -> None:
-        if level > logging.DEBUG and args and args[0] == "FATAL":
+        if level > logging.DEBUG and args and args[0] in _FATAL_FACILITIES:
             level = logging.DEBUG
         self.target.log(level, msg, *args)
 

@@ -560,6 +560,10 @@ def epoch_end_offsets(
         while pending and time.monotonic() < deadline:
             for msg in consumer.consume(1000, EPOCH_PROBE_POLL):
                 err, p = msg.error(), msg.partition()
+                if is_fatal(err):
+                    raise fatal_error(
+                        err, f"probing the leader epochs of {topic!r}", settings.bootstrap_servers
+                    )
                 if p not in pending:
                     continue
                 if err is None or err.code() == RdKafkaError._PARTITION_EOF:
