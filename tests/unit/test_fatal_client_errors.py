@@ -114,7 +114,9 @@ def test_one_broker_down_is_said_as_such(caplog: pytest.LogCaptureFixture) -> No
     log = logging.getLogger("test.outages")
     outages = BrokerOutages("127.0.0.1:1,127.0.0.1:9092", log, "consuming 't'")
     assert outages.note(RdKafkaError(RdKafkaError._TRANSPORT, text))
-    assert not outages.note(RdKafkaError(RdKafkaError._ALL_BROKERS_DOWN, "2/2 brokers are down"))
+    # Kept to be checked: librdkafka says it also before it has tried the other brokers.
+    assert outages.note(RdKafkaError(RdKafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    assert not outages.note(RdKafkaError(RdKafkaError._PARTITION_EOF))
     with caplog.at_level(logging.WARNING, logger="test.outages"):
         assert outages.report(lambda timeout: True) is None
         outages.note(RdKafkaError(RdKafkaError._TRANSPORT, text))
@@ -128,4 +130,18 @@ def test_one_broker_down_is_said_as_such(caplog: pytest.LogCaptureFixture) -> No
 def test_no_broker_answering_is_left_to_the_cluster_line() -> None:
     outages = BrokerOutages("b:1", logging.getLogger("test.outages"), "consuming 't'")
     outages.note(RdKafkaError(RdKafkaError._TRANSPORT, "b:1/bootstrap: Connect to ipv4#b:1 failed: refused"))
-    assert outages.report(lambda timeout: False) == "b:1 (Connect to ipv4#b:1 failed: refused)"
+    outages.note(RdKafkaError(RdKafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    assert outages.report(lambda timeout: False) == (
+        "1/1 brokers are down; b:1 (Connect to ipv4#b:1 failed: refused)"
+    )
+    assert outages.report(lambda timeout: False) is None  # nothing new
+
+
+def test_all_brokers_down_while_one_answers_says_nothing_of_the_cluster(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    outages = BrokerOutages("b:1,b:2", logging.getLogger("test.outages"), "consuming 't'")
+    outages.note(RdKafkaError(RdKafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    with caplog.at_level(logging.WARNING, logger="test.outages"):
+        assert outages.report(lambda timeout: True) is None
+    assert caplog.records == []

@@ -44,6 +44,7 @@ from statesnap.errors import KafkaError
 from statesnap.kafka.clients import new_consumer
 from statesnap.kafka.config import KafkaSettings
 from statesnap.kafka.fatal import FatalErrors, FatalLogLines, fatal_error, is_fatal
+from statesnap.kafka.outages import BrokerOutages
 from statesnap.kafka.reader import (
     BATCH_SIZE,
     FETCH_WAIT_MS,
@@ -132,6 +133,9 @@ class GroupReader:
         )
         #: A fatal error librdkafka reported to error_cb (inside consume()): poll() raises it.
         self.fatal = FatalErrors(self._doing, settings.bootstrap_servers)
+        #: Brokers error_cb said are unreachable: one of several is not the cluster.
+        self._outages = BrokerOutages(settings.bootstrap_servers, log, self._doing)
+        self._cluster_down = False
         defaults: dict[str, Any] = (
             {}
             if self.consumer_protocol
@@ -313,6 +317,17 @@ class GroupReader:
                 raise fatal_error(err, self._doing, self.settings.bootstrap_servers) from e
             raise KafkaError(f"consuming {self.topic!r} from {self.settings.bootstrap_servers}: {e}") from e
         self.fatal.raise_if_any()  # the fenced member gets no partitions: it must not idle
+        down = None if self._cluster_down else self._outages.report(self._others_answer)
+        if self._cluster_down:
+            self._outages.discard()  # said already; an answer again is said too
+        if down is not None:
+            self._say_cluster_down(down)
+        elif messages and self._cluster_down:
+            log.info(
+                "group %s: the Kafka cluster at %s answers again", self.group, self.settings.bootstrap_servers
+            )
+            self._cluster_down = False
+            self._outages.forget()
         stale = self._revoked_in_call
         batches: dict[int, list[Any]] = {}
         for msg in messages:
@@ -422,11 +437,12 @@ class GroupReader:
 
     def _on_client_error(self, err: Any) -> None:
         """librdkafka's error_cb, on the consuming thread inside consume(): a fatal error is
-        recorded for poll() to raise (logged by whoever reports the task's failure)."""
-        if not self.fatal.note(err):
-            level = logging.WARNING if err.code() in _CLUSTER_DOWN else logging.DEBUG
-            log.log(
-                level,
+        recorded for poll() to raise (logged by whoever reports the task's failure); one broker
+        down is said by poll(), with whether the others answer."""
+        if self.fatal.note(err) or self._outages.note(err):
+            pass
+        else:
+            log.debug(
                 "Kafka client error (group %s) at %s: %s",
                 self.group,
                 self.settings.bootstrap_servers,
@@ -435,6 +451,25 @@ class GroupReader:
         user_cb = self.settings.config.get("error_cb")
         if callable(user_cb):
             user_cb(err)
+
+    def _say_cluster_down(self, reason: str) -> None:
+        if not self._cluster_down:
+            log.warning(
+                "group %s: Kafka cluster at %s unreachable: no broker answers (%s); waiting for it",
+                self.group,
+                self.settings.bootstrap_servers,
+                reason,
+            )
+        self._cluster_down = True
+
+    def _others_answer(self, timeout: float) -> bool:
+        """Whether any broker answers a metadata request within *timeout* (all topics: naming one
+        has auto-creating brokers create it)."""
+        try:
+            self._consumer.list_topics(timeout=timeout)
+        except KafkaException:
+            return False
+        return True
 
     # --- the group's offsets (informational) ---------------------------------------------------
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +33,10 @@ _BROKER = re.compile(r"^(?:[a-z_]+://)?(?P<broker>[^\s/]+)/(?P<id>[^\s:]+): ")
 REPEAT_AFTER = 300.0
 #: How long the check that the other brokers answer may take.
 PROBE_TIMEOUT = 1.0
+#: Broker → when it was last said to be down, by any client of this process: a table's readers
+#: (its restore's and its group member's, a processor's inputs) say one broker down once.
+_REPORTED: dict[str, float] = {}
+_REPORTED_LOCK = threading.Lock()
 
 
 def broker_of(text: str) -> str | None:
@@ -56,44 +61,57 @@ class BrokerOutages:
         self.context = context
         #: Broker → librdkafka's reason, noted and not reported yet.
         self._pending: dict[str, str] = {}
-        #: Broker → when it was last reported down.
-        self._reported: dict[str, float] = {}
+        #: librdkafka's "N/N brokers are down", noted and not checked yet.
+        self._all_down: str | None = None
+        #: Brokers this instance said are down (forgotten when the whole cluster answers again).
+        self._said: set[str] = set()
 
     def note(self, err: Any) -> bool:
-        """From ``error_cb``: True if *err* was one broker's failed connection (kept for
-        :meth:`report`)."""
-        if int(err.code()) not in BROKER_DOWN:
-            return False
+        """From ``error_cb``: True if *err* was about brokers being down (kept for :meth:`report`).
+
+        "All brokers are down" is kept for checking too: librdkafka also says it when the one
+        broker it has tried so far failed, the others not tried yet (``1/1 brokers are down`` with
+        a second bootstrap broker up, librdkafka 2.16, measured)."""
+        code = int(err.code())
         text = str(err.str())
+        if code == _ALL_DOWN:
+            self._all_down = text
+            return True
+        if code not in BROKER_DOWN:
+            return False
         broker = broker_of(text)
         if broker is None:
             return False
         self._pending[broker] = _detail(text)
         return True
 
-    @staticmethod
-    def all_down(err: Any) -> bool:
-        return int(err.code()) == _ALL_DOWN
-
     def report(self, others_answer: Callable[[float], bool]) -> str | None:
-        """Say which brokers are down, once each (again after :data:`REPEAT_AFTER`), if the rest
-        of the cluster answers *others_answer* (a metadata request within the timeout it is
-        given). Returns the brokers and reasons when no other broker answered: the owner then says
-        the cluster is unreachable. Called by the owner's poll loop."""
-        if not self._pending:
+        """Check what :meth:`note` kept: if the cluster answers *others_answer* (a metadata
+        request within the timeout it is given), say which brokers are down, once each (again
+        after :data:`REPEAT_AFTER`), and that the others answer. Returns why the cluster is
+        unreachable when it does not answer (the owner says so). Called by the owner's poll loop."""
+        if not self._pending and self._all_down is None:
             return None
         now = time.monotonic()
         pending, self._pending = self._pending, {}
-        due = {
-            b: why for b, why in pending.items() if now - self._reported.get(b, -REPEAT_AFTER) >= REPEAT_AFTER
-        }
-        if not due:
+        all_down, self._all_down = self._all_down, None
+        with _REPORTED_LOCK:
+            due = {
+                b: why for b, why in pending.items() if now - _REPORTED.get(b, -REPEAT_AFTER) >= REPEAT_AFTER
+            }
+        if not due and all_down is None:
             return None
         brokers = ", ".join(f"{b} ({why})" for b, why in sorted(due.items()))
         if not others_answer(PROBE_TIMEOUT):
-            return brokers
-        for broker in due:
-            self._reported[broker] = now
+            return "; ".join(part for part in (all_down, brokers) if part)
+        with _REPORTED_LOCK:  # another client of the process may have said it meanwhile
+            due = {b: why for b, why in due.items() if now - _REPORTED.get(b, -REPEAT_AFTER) >= REPEAT_AFTER}
+            for broker in due:
+                _REPORTED[broker] = now
+        if not due:
+            return None
+        self._said.update(due)
+        brokers = ", ".join(f"{b} ({why})" for b, why in sorted(due.items()))
         self.log.warning(
             "Kafka %s %s unreachable; the other brokers of %s answer (%s)",
             "broker" if len(due) == 1 else "brokers",
@@ -103,13 +121,15 @@ class BrokerOutages:
         )
         return None
 
-    def covered(self) -> str:
-        """The whole cluster is said to be down: what was pending is part of that news. Returns
-        the pending brokers and reasons (``""`` if none)."""
-        pending, self._pending = self._pending, {}
-        return ", ".join(f"{b} ({why})" for b, why in sorted(pending.items()))
+    def discard(self) -> None:
+        """Drop what was noted: the owner has said the whole cluster is down already."""
+        self._pending.clear()
+        self._all_down = None
 
     def forget(self) -> None:
         """The cluster answered again after being wholly unreachable: brokers down now are new news."""
         self._pending.clear()
-        self._reported.clear()
+        with _REPORTED_LOCK:
+            for broker in self._said:
+                _REPORTED.pop(broker, None)
+        self._said.clear()

@@ -318,14 +318,9 @@ class ChangelogReader:
 
     def _on_client_error(self, err: Any) -> None:
         """librdkafka's error_cb: called from consume() on the consuming thread. A fatal error is
-        recorded for poll() to raise."""
-        if self.fatal.note(err):
-            pass
-        elif self._outages.note(err):
-            pass  # one broker: poll() says which, and whether the others answer
-        elif self._outages.all_down(err):
-            down = self._outages.covered()
-            self._cluster_down(f"{err.str()}: {down}" if down else str(err.str()))
+        recorded for poll() to raise; brokers said to be down are checked by poll()."""
+        if self.fatal.note(err) or self._outages.note(err):
+            pass  # brokers down: poll() asks the cluster, then says which, or that none answers
         else:
             log.debug("Kafka client error at %s: %s", self.settings.bootstrap_servers, err.str())
         if self._user_error_cb is not None:
@@ -354,6 +349,9 @@ class ChangelogReader:
 
     def _report_outages(self) -> None:
         """Brokers error_cb named as unreachable: said once, with whether the others answer."""
+        if self._cluster_error is not None:  # said already; an answer again is said too
+            self._outages.discard()
+            return
         down = self._outages.report(self._others_answer)
         if down is not None:
             self._cluster_down(down)
