@@ -71,6 +71,8 @@ class Outputs:
         self._failure: str | None = None
         #: Topics the cluster said it has (asked once each, at the first record emitted there).
         self._known: set[str] = set()
+        #: What a topic is to the processor, in errors: "output" unless said otherwise.
+        self._roles: dict[str, str] = {}
         #: A fatal error librdkafka reported to the producer's error_cb (during produce, poll or
         #: flush): the outputs fail with it.
         self.fatal = FatalErrors("producing a processor's outputs", settings.bootstrap_servers)
@@ -106,8 +108,9 @@ class Outputs:
         error = None if described is None else described.error
         if described is None or (error is not None and int(error.code()) in _NO_TOPIC):
             raise TopicNotFoundError(
-                f"output topic {topic!r} does not exist on {self.settings.bootstrap_servers} (and the "
-                "cluster does not create topics on use): create it, or fix the name"
+                f"{self._roles.get(topic, 'output')} topic {topic!r} does not exist on "
+                f"{self.settings.bootstrap_servers} (and the cluster does not create topics on use): "
+                "create it, or fix the name"
             )
         if error is None:
             self._known.add(topic)
@@ -151,6 +154,7 @@ class Outputs:
     ) -> None:
         """Produce already-serialized bytes (the dead-letter topic's copy of an input record)."""
         if not self.suppressed:
+            self._roles.setdefault(topic, "dead-letter")
             self._produce(self.producer, topic, key, value, headers, ts)
 
     def _produce(
