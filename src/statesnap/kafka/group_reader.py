@@ -44,7 +44,7 @@ from statesnap.errors import KafkaError
 from statesnap.kafka.clients import new_consumer
 from statesnap.kafka.config import KafkaSettings
 from statesnap.kafka.fatal import FatalErrors, FatalLogLines, fatal_error, is_fatal
-from statesnap.kafka.outages import BrokerOutages
+from statesnap.kafka.outages import BrokerOutages, metadata_answers
 from statesnap.kafka.reader import (
     BATCH_SIZE,
     FETCH_WAIT_MS,
@@ -161,6 +161,7 @@ class GroupReader:
                 **FatalLogLines.around(settings.client_config()),
             },
         )
+        self._answers = metadata_answers(self._consumer)
         self._consumer.subscribe(
             [topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
@@ -317,12 +318,14 @@ class GroupReader:
                 raise fatal_error(err, self._doing, self.settings.bootstrap_servers) from e
             raise KafkaError(f"consuming {self.topic!r} from {self.settings.bootstrap_servers}: {e}") from e
         self.fatal.raise_if_any()  # the fenced member gets no partitions: it must not idle
-        down = None if self._cluster_down else self._outages.report(self._others_answer)
+        down = None if self._cluster_down else self._outages.report(self._answers)
         if self._cluster_down:
             self._outages.discard()  # said already; an answer again is said too
         if down is not None:
             self._say_cluster_down(down)
-        elif messages and self._cluster_down:
+        elif self._cluster_down and any(
+            m.error() is None or m.error().code() == RdKafkaError._PARTITION_EOF for m in messages
+        ):
             log.info(
                 "group %s: the Kafka cluster at %s answers again", self.group, self.settings.bootstrap_servers
             )
@@ -461,15 +464,6 @@ class GroupReader:
                 reason,
             )
         self._cluster_down = True
-
-    def _others_answer(self, timeout: float) -> bool:
-        """Whether any broker answers a metadata request within *timeout* (all topics: naming one
-        has auto-creating brokers create it)."""
-        try:
-            self._consumer.list_topics(timeout=timeout)
-        except KafkaException:
-            return False
-        return True
 
     # --- the group's offsets (informational) ---------------------------------------------------
 

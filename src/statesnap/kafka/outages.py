@@ -21,8 +21,9 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import KafkaError as RdKafkaError
+from confluent_kafka import KafkaException
 
-__all__ = ["BROKER_DOWN", "BrokerOutages", "broker_of"]
+__all__ = ["BROKER_DOWN", "BrokerOutages", "broker_of", "metadata_answers"]
 
 #: Codes librdkafka gives one broker's failed connection.
 BROKER_DOWN = frozenset({int(RdKafkaError._TRANSPORT), int(RdKafkaError._RESOLVE)})
@@ -43,6 +44,20 @@ def broker_of(text: str) -> str | None:
     """The ``host:port`` librdkafka's message is about, or None (a message about no one broker)."""
     m = _BROKER.match(text)
     return m["broker"] if m else None
+
+
+def metadata_answers(client: Any) -> Callable[[float], bool]:
+    """Whether any broker answers *client*'s metadata request within the timeout given (all
+    topics: naming one has auto-creating brokers create it)."""
+
+    def answers(timeout: float) -> bool:
+        try:
+            client.list_topics(timeout=timeout)
+        except KafkaException:
+            return False
+        return True
+
+    return answers
 
 
 def _detail(text: str) -> str:

@@ -45,7 +45,7 @@ from statesnap.errors import (
 from statesnap.kafka.clients import new_consumer
 from statesnap.kafka.config import KafkaSettings
 from statesnap.kafka.fatal import FatalErrors, FatalLogLines, fatal_error, is_fatal
-from statesnap.kafka.outages import BrokerOutages
+from statesnap.kafka.outages import BrokerOutages, metadata_answers
 
 __all__ = [
     "BATCH_SIZE",
@@ -154,6 +154,7 @@ class ChangelogReader:
                 "isolation.level": "read_committed",
             },
         )
+        self._answers = metadata_answers(self._consumer)
         self._assign()
 
     def _assign(self) -> None:
@@ -338,21 +339,12 @@ class ChangelogReader:
             )
         self._cluster_error = reason
 
-    def _others_answer(self, timeout: float) -> bool:
-        """Whether any broker answers a metadata request within *timeout* (all topics: naming one
-        has auto-creating brokers create it)."""
-        try:
-            self._consumer.list_topics(timeout=timeout)
-        except KafkaException:
-            return False
-        return True
-
     def _report_outages(self) -> None:
         """Brokers error_cb named as unreachable: said once, with whether the others answer."""
         if self._cluster_error is not None:  # said already; an answer again is said too
             self._outages.discard()
             return
-        down = self._outages.report(self._others_answer)
+        down = self._outages.report(self._answers)
         if down is not None:
             self._cluster_down(down)
 
