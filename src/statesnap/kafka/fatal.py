@@ -24,6 +24,7 @@ is how writers take turns (the snapshot store's topic, :mod:`statesnap.snapshot.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from typing import Any
 
@@ -58,11 +59,17 @@ def is_fatal(err: Any) -> bool:
     return code in (_FATAL, _FENCED_INSTANCE)
 
 
+#: librdkafka's fatal consumer error says its cause twice: ``Fatal error: X: Fatal consumer error: X``.
+_TWICE = re.compile(r"^Fatal error: (?P<cause>.+): Fatal [a-z ]*error: (?P=cause)$")
+
+
 def _cause_of(err: Any) -> str:
     try:
-        return str(err.str())
+        text = str(err.str())
     except AttributeError:
         return str(err)
+    m = _TWICE.match(text)
+    return m["cause"] if m else text
 
 
 def _advice(cause: str, code: int | None) -> str:
