@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer
+from confluent_kafka import KafkaError as RdKafkaError
 
 from integration.cli_runner import STATESNAP
 from integration.conftest import KafkaTool
@@ -82,15 +83,16 @@ def _committed_outputs(bootstrap: str, topic: str) -> int:
         }
     )
     consumer.subscribe([topic])
-    seen, ended = 0, set()
+    seen, ended = 0, set[int]()
     deadline = time.monotonic() + 20
     try:
         while len(ended) < PARTITIONS and time.monotonic() < deadline:
             for msg in consumer.consume(100, 0.2):
-                if msg.error() is None:
+                err = msg.error()
+                if err is None:
                     seen += 1
-                elif msg.error().code() == msg.error()._PARTITION_EOF:
-                    ended.add(msg.partition())
+                elif err.code() == RdKafkaError._PARTITION_EOF:
+                    ended.add(int(msg.partition() or 0))
     finally:
         consumer.close()
     return seen
