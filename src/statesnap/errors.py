@@ -22,6 +22,7 @@ __all__ = [
     "DataLossError",
     "DeserializationError",
     "EngineOptionError",
+    "FatalClientError",
     "GenerationConflictError",
     "GenerationNotFoundError",
     "HandlerError",
@@ -119,6 +120,23 @@ class BrokerUnavailableError(KafkaError):
 
 class TopicNotFoundError(KafkaError):
     """The topic does not exist on the cluster; create it or fix the name."""
+
+
+class FatalClientError(KafkaError):
+    """librdkafka declared a Kafka client fatal: a static group member fenced by another consumer
+    with the same ``group.instance.id``, a transactional producer fenced by a newer instance of its
+    ``transactional.id``, an idempotent producer that lost its sequence. Raised by every task
+    whose client it hits (see :mod:`statesnap.kafka.fatal`); such a client never consumes or
+    delivers again, so the task stops instead of idling while it looks alive: a table's reads and
+    ``raise_if_failed()`` raise it, ``statesnap run``/``materialize`` exit non-zero.
+
+    Fix the cause the message names (give every instance its own ``group.instance.id``, stop the
+    other instance), then restart: the task restores from its last checkpoint. ``cause`` holds
+    librdkafka's own words."""
+
+    def __init__(self, message: str, *, cause: str = "") -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 # --- checkpoints --------------------------------------------------------------------------------

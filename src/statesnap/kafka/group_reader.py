@@ -43,6 +43,8 @@ from statesnap.checkpoint.manifest import NextOffset, leader_epoch_of
 from statesnap.errors import KafkaError
 from statesnap.kafka.clients import new_consumer
 from statesnap.kafka.config import KafkaSettings
+from statesnap.kafka.fatal import FatalErrors, FatalLogLines, fatal_error, is_fatal
+from statesnap.kafka.outages import BrokerOutages, metadata_answers
 from statesnap.kafka.reader import (
     BATCH_SIZE,
     FETCH_WAIT_MS,
@@ -124,6 +126,16 @@ class GroupReader:
         #: Partitions revoked during the current consume() call: messages of theirs already
         #: collected into its batch are from before the revocation and must not be applied.
         self._revoked_in_call: set[int] = set()
+        instance = settings.config.get("group.instance.id")
+        #: What this member is, in a fatal error's message.
+        self._doing = f"consuming {topic!r} in group {group!r}" + (
+            f" as group.instance.id {instance!r}" if instance else ""
+        )
+        #: A fatal error librdkafka reported to error_cb (inside consume()): poll() raises it.
+        self.fatal = FatalErrors(self._doing, settings.bootstrap_servers)
+        #: Brokers error_cb said are unreachable: one of several is not the cluster.
+        self._outages = BrokerOutages(settings.bootstrap_servers, log, self._doing)
+        self._cluster_down = False
         defaults: dict[str, Any] = (
             {}
             if self.consumer_protocol
@@ -146,8 +158,10 @@ class GroupReader:
                 "fetch.queue.backoff.ms": 5,
                 "isolation.level": "read_committed",
                 "error_cb": self._on_client_error,
+                **FatalLogLines.around(settings.client_config()),
             },
         )
+        self._answers = metadata_answers(self._consumer)
         self._consumer.subscribe(
             [topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
         )
@@ -299,7 +313,24 @@ class GroupReader:
                 self._check_epochs()
             messages: list[Any] = self._consumer.consume(BATCH_SIZE, timeout)
         except KafkaException as e:
+            err = e.args[0] if e.args else None
+            if is_fatal(err):
+                raise fatal_error(err, self._doing, self.settings.bootstrap_servers) from e
             raise KafkaError(f"consuming {self.topic!r} from {self.settings.bootstrap_servers}: {e}") from e
+        self.fatal.raise_if_any()  # the fenced member gets no partitions: it must not idle
+        down = None if self._cluster_down else self._outages.report(self._answers)
+        if self._cluster_down:
+            self._outages.discard()  # said already; an answer again is said too
+        if down is not None:
+            self._say_cluster_down(down)
+        elif self._cluster_down and any(
+            m.error() is None or m.error().code() == RdKafkaError._PARTITION_EOF for m in messages
+        ):
+            log.info(
+                "group %s: the Kafka cluster at %s answers again", self.group, self.settings.bootstrap_servers
+            )
+            self._cluster_down = False
+            self._outages.forget()
         stale = self._revoked_in_call
         batches: dict[int, list[Any]] = {}
         for msg in messages:
@@ -342,11 +373,8 @@ class GroupReader:
         if code in (RdKafkaError._AUTO_OFFSET_RESET, RdKafkaError._LOG_TRUNCATION) and p in self.positions:
             self._offset_not_available(p, err.str())
             return
-        if err.fatal():
-            raise KafkaError(
-                f"fatal error consuming {self.topic!r} in group {self.group!r} from "
-                f"{self.settings.bootstrap_servers}: {err.str()}"
-            )
+        if is_fatal(err):
+            raise fatal_error(err, self._doing, self.settings.bootstrap_servers)
         if code in _CLUSTER_DOWN:
             self._on_client_error(err)
             return
@@ -411,17 +439,31 @@ class GroupReader:
         self._hold_for_epoch_check([p])
 
     def _on_client_error(self, err: Any) -> None:
-        level = logging.WARNING if err.code() in _CLUSTER_DOWN else logging.DEBUG
-        log.log(
-            level,
-            "Kafka client error (group %s) at %s: %s",
-            self.group,
-            self.settings.bootstrap_servers,
-            err.str(),
-        )
+        """librdkafka's error_cb, on the consuming thread inside consume(): a fatal error is
+        recorded for poll() to raise (logged by whoever reports the task's failure); one broker
+        down is said by poll(), with whether the others answer."""
+        if self.fatal.note(err) or self._outages.note(err):
+            pass
+        else:
+            log.debug(
+                "Kafka client error (group %s) at %s: %s",
+                self.group,
+                self.settings.bootstrap_servers,
+                err.str(),
+            )
         user_cb = self.settings.config.get("error_cb")
         if callable(user_cb):
             user_cb(err)
+
+    def _say_cluster_down(self, reason: str) -> None:
+        if not self._cluster_down:
+            log.warning(
+                "group %s: Kafka cluster at %s unreachable: no broker answers (%s); waiting for it",
+                self.group,
+                self.settings.bootstrap_servers,
+                reason,
+            )
+        self._cluster_down = True
 
     # --- the group's offsets (informational) ---------------------------------------------------
 

@@ -44,6 +44,8 @@ from statesnap.errors import (
 )
 from statesnap.kafka.clients import new_consumer
 from statesnap.kafka.config import KafkaSettings
+from statesnap.kafka.fatal import FatalErrors, FatalLogLines, fatal_error, is_fatal
+from statesnap.kafka.outages import BrokerOutages, metadata_answers
 
 __all__ = [
     "BATCH_SIZE",
@@ -118,6 +120,10 @@ class ChangelogReader:
         #: for, with a warning, instead of given up on (a running table keeps serving its rows
         #: through an outage and resumes when the cluster answers again).
         self.tailing = False
+        #: A fatal error librdkafka reported to error_cb (inside consume()): poll() raises it.
+        self.fatal = FatalErrors(f"consuming {topic!r}", settings.bootstrap_servers)
+        #: Brokers error_cb said are unreachable: one of several is not the cluster.
+        self._outages = BrokerOutages(settings.bootstrap_servers, log, f"consuming {topic!r}")
         user_cb = settings.config.get("error_cb")
         self._user_error_cb: Callable[[Any], None] | None = user_cb if callable(user_cb) else None
         #: Throughput tuning: the user's kafka_config wins over these (unlike the settings below,
@@ -144,9 +150,11 @@ class ChangelogReader:
                 # instead of restarting at the beginning on top of a restored table.
                 "auto.offset.reset": "error",
                 "error_cb": self._on_client_error,
+                **FatalLogLines.around(settings.client_config()),
                 "isolation.level": "read_committed",
             },
         )
+        self._answers = metadata_answers(self._consumer)
         self._assign()
 
     def _assign(self) -> None:
@@ -195,7 +203,12 @@ class ChangelogReader:
         try:
             messages: list[Any] = self._consumer.consume(BATCH_SIZE, timeout)
         except KafkaException as e:
+            err = e.args[0] if e.args else None
+            if is_fatal(err):
+                raise fatal_error(err, f"consuming {self.topic!r}", self.settings.bootstrap_servers) from e
             raise KafkaError(f"consuming {self.topic!r} from {self.settings.bootstrap_servers}: {e}") from e
+        self.fatal.raise_if_any()
+        self._report_outages()
         batches: dict[int, list[Any]] = {}
         current_p = -1
         current: list[Any] = []
@@ -253,6 +266,7 @@ class ChangelogReader:
         if self._cluster_error is not None:
             log.info("Kafka cluster at %s answers again", self.settings.bootstrap_servers)
             self._cluster_error = None
+            self._outages.forget()
 
     def _waiting_for(self) -> list[int]:
         return sorted(set(self.positions) - self.at_eof)
@@ -304,22 +318,35 @@ class ChangelogReader:
         self._last_progress = now
 
     def _on_client_error(self, err: Any) -> None:
-        """librdkafka's error_cb: called from consume() on the consuming thread."""
-        if err.code() in _CLUSTER_DOWN:
-            if self._cluster_error is None:
-                log.warning(
-                    "Kafka cluster at %s unreachable (%s); %s",
-                    self.settings.bootstrap_servers,
-                    err.str(),
-                    "waiting for it"
-                    if self.caught_up or self.tailing
-                    else f"giving up unless it answers within {self.stall_timeout:g}s",
-                )
-            self._cluster_error = err.str()
+        """librdkafka's error_cb: called from consume() on the consuming thread. A fatal error is
+        recorded for poll() to raise; brokers said to be down are checked by poll()."""
+        if self.fatal.note(err) or self._outages.note(err):
+            pass  # brokers down: poll() asks the cluster, then says which, or that none answers
         else:
             log.debug("Kafka client error at %s: %s", self.settings.bootstrap_servers, err.str())
         if self._user_error_cb is not None:
             self._user_error_cb(err)
+
+    def _cluster_down(self, reason: str) -> None:
+        if self._cluster_error is None:
+            log.warning(
+                "Kafka cluster at %s unreachable: no broker answers (%s); %s",
+                self.settings.bootstrap_servers,
+                reason,
+                "waiting for it"
+                if self.caught_up or self.tailing
+                else f"giving up unless it answers within {self.stall_timeout:g}s",
+            )
+        self._cluster_error = reason
+
+    def _report_outages(self) -> None:
+        """Brokers error_cb named as unreachable: said once, with whether the others answer."""
+        if self._cluster_error is not None:  # said already; an answer again is said too
+            self._outages.discard()
+            return
+        down = self._outages.report(self._answers)
+        if down is not None:
+            self._cluster_down(down)
 
     def _handle_error(self, err: Any, msg: Any) -> None:
         code = err.code()
@@ -332,13 +359,11 @@ class ChangelogReader:
         if code in (RdKafkaError._AUTO_OFFSET_RESET, RdKafkaError._LOG_TRUNCATION):
             self._offset_not_available(msg.partition(), err)
             return
-        if code in _CLUSTER_DOWN and not err.fatal():
+        if is_fatal(err):
+            raise fatal_error(err, f"consuming {self.topic!r}", self.settings.bootstrap_servers)
+        if code in _CLUSTER_DOWN:
             self._on_client_error(err)
             return
-        if err.fatal():
-            raise KafkaError(
-                f"fatal error consuming {self.topic!r} from {self.settings.bootstrap_servers}: {err.str()}"
-            )
         log.warning("Kafka error on %s: %s", self.topic, err.str())
 
     def _offset_not_available(self, p: int, err: Any) -> None:
@@ -525,6 +550,10 @@ def epoch_end_offsets(
         while pending and time.monotonic() < deadline:
             for msg in consumer.consume(1000, EPOCH_PROBE_POLL):
                 err, p = msg.error(), msg.partition()
+                if is_fatal(err):
+                    raise fatal_error(
+                        err, f"probing the leader epochs of {topic!r}", settings.bootstrap_servers
+                    )
                 if p not in pending:
                     continue
                 if err is None or err.code() == RdKafkaError._PARTITION_EOF:

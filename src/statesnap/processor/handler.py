@@ -289,7 +289,13 @@ class ProcessorHandler:
             self.dead_letter_topic, message.key(), message.value(), headers, ts if ts_type else -1
         )
         self.dead_lettered += 1
-        log.warning("processor %s: %s sent to %s: %s", self.name, where, self.dead_letter_topic, reason[:200])
+        log.warning(  # delivered, or the processor stops, by the next commit point
+            "processor %s: %s goes to dead-letter topic %s: %s",
+            self.name,
+            where,
+            self.dead_letter_topic,
+            reason[:200],
+        )
 
     # --- commit points ----------------------------------------------------------------------
 

@@ -5,18 +5,28 @@ At least once by default: a crash after a record's outputs were sent and before 
 that covers its input sends them again when the tail is re-processed. With a transactional
 producer (``exactly_once=True``) the outputs of a commit interval and the group's offsets commit
 together; records re-processed from the checkpoint up to those offsets emit nothing.
+
+Records that were not delivered stop the processor (:class:`OutputError`, kept as
+:attr:`Outputs.failure`): a later commit point would let a checkpoint claim the inputs whose
+outputs were lost. Every wait for deliveries is bounded by the task's ``timeout`` (``--timeout``),
+and a topic the cluster does not have (and will not create) is refused the first time a record is
+emitted to it (:class:`TopicNotFoundError` naming it), instead of librdkafka's failure of the
+record after ``topic.metadata.propagation.max.ms`` (30 s).
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 from typing import Any
 
-from statesnap.errors import OutputError
+from confluent_kafka import KafkaError as RdKafkaError
+from confluent_kafka import KafkaException
+
+from statesnap.errors import FatalClientError, OutputError, TopicNotFoundError
 from statesnap.kafka.clients import new_producer
 from statesnap.kafka.config import KafkaSettings
+from statesnap.kafka.fatal import FatalErrors, FatalLogLines
 from statesnap.serde import Serde
 
 __all__ = ["Outputs"]
@@ -25,6 +35,8 @@ log = logging.getLogger(__name__)
 
 #: One emitted record, serialized: (topic, key, value, headers, timestamp).
 _Emitted = tuple[str, bytes | None, bytes | None, list[tuple[str, bytes]] | None, int]
+#: A metadata answer for a topic the cluster does not have.
+_NO_TOPIC = frozenset({int(RdKafkaError.UNKNOWN_TOPIC_OR_PART), int(RdKafkaError._UNKNOWN_TOPIC)})
 
 
 class Outputs:
@@ -53,10 +65,17 @@ class Outputs:
         self.replay_until_of: dict[str, dict[int, int]] = {}
         #: Records re-processed with emission suppressed.
         self.suppressed_records = 0
-        #: Set when outputs can no longer be committed (exactly-once): the processor must stop.
-        self.failure: OutputError | None = None
+        #: Set when outputs can no longer be delivered or committed: the processor must stop.
+        self.failure: OutputError | FatalClientError | None = None
         self.emitted = 0
         self._failure: str | None = None
+        #: Topics the cluster said it has (asked once each, at the first record emitted there).
+        self._known: set[str] = set()
+        #: What a topic is to the processor, in errors: "output" unless said otherwise.
+        self._roles: dict[str, str] = {}
+        #: A fatal error librdkafka reported to the producer's error_cb (during produce, poll or
+        #: flush): the outputs fail with it.
+        self.fatal = FatalErrors("producing a processor's outputs", settings.bootstrap_servers)
 
     @property
     def producer(self) -> Any:
@@ -67,7 +86,34 @@ class Outputs:
         return self._producer
 
     def _new_producer(self, **config: Any) -> Any:
-        return new_producer(self.settings, **config)
+        conf = self.settings.client_config(**config)
+        user_cb = conf.get("error_cb")
+
+        def on_error(err: Any) -> None:
+            self.fatal.note(err)
+            if callable(user_cb):
+                user_cb(err)
+
+        return new_producer(self.settings, **config, error_cb=on_error, **FatalLogLines.around(conf))
+
+    def _check_topic(self, producer: Any, topic: str) -> None:
+        """Refuse *topic* at once if the cluster does not have it: asked by name, so a broker that
+        creates topics on use creates it here as a produce would; one that does not answers
+        UNKNOWN_TOPIC_OR_PART. No answer within the timeout: the delivery wait judges."""
+        try:
+            meta = producer.list_topics(topic, timeout=self.settings.timeout)
+        except KafkaException:
+            return
+        described = meta.topics.get(topic)
+        error = None if described is None else described.error
+        if described is None or (error is not None and int(error.code()) in _NO_TOPIC):
+            raise TopicNotFoundError(
+                f"{self._roles.get(topic, 'output')} topic {topic!r} does not exist on "
+                f"{self.settings.bootstrap_servers} (and the cluster does not create topics on use): "
+                "create it, or fix the name"
+            )
+        if error is None:
+            self._known.add(topic)
 
     def emit(
         self,
@@ -108,6 +154,7 @@ class Outputs:
     ) -> None:
         """Produce already-serialized bytes (the dead-letter topic's copy of an input record)."""
         if not self.suppressed:
+            self._roles.setdefault(topic, "dead-letter")
             self._produce(self.producer, topic, key, value, headers, ts)
 
     def _produce(
@@ -124,6 +171,8 @@ class Outputs:
             kwargs["headers"] = headers
         if ts >= 0:
             kwargs["timestamp"] = ts
+        if topic not in self._known:
+            self._check_topic(producer, topic)
         while True:
             try:
                 producer.produce(topic, value, key, **kwargs)
@@ -137,18 +186,35 @@ class Outputs:
 
     def flush(self, timeout: float) -> None:
         """Wait until every emitted record is delivered; :class:`OutputError` if one failed or
-        *timeout* (seconds) passed first."""
+        *timeout* (seconds; never more than the task's ``timeout``) passed first. Either stops
+        the processor: the outputs stay failed (:attr:`failure`)."""
         if self._producer is None:
             return
-        deadline = time.monotonic() + timeout
-        left = self._producer.flush(max(0.0, deadline - time.monotonic()))
+        if self.failure is not None:
+            raise self.failure
+        timeout = min(timeout, self.settings.timeout)
+        left = self._producer.flush(timeout)
+        fatal = self.fatal.error
+        if fatal is not None:  # the producer is done for: nothing more is delivered
+            self.failure = fatal
+            raise fatal
         if self._failure is not None:
             failure, self._failure = self._failure, None
-            raise OutputError(f"an emitted record was not delivered ({failure})")
+            self.failure = self._undelivered(f"an emitted record was not delivered ({failure})")
+            raise self.failure
         if left:
-            raise OutputError(
-                f"{left} emitted record(s) not delivered within {timeout:.3g}s (is the broker reachable?)"
+            self.failure = self._undelivered(
+                f"{left} emitted record(s) not delivered within {timeout:.3g}s (the task's timeout) to "
+                f"{self.settings.bootstrap_servers}"
             )
+            raise self.failure
+
+    def _undelivered(self, reason: str) -> OutputError:
+        """The error of records that were not delivered, saying what happens next."""
+        return OutputError(
+            f"{reason}; the processor stopped (a restart re-processes from its checkpoint and sends "
+            "them again)"
+        )
 
     def due(self) -> bool:
         """Whether outputs must be committed before the next batch (a long-open transaction)."""

@@ -151,7 +151,9 @@ class Processor(Aggregations):
                 per commit point (a stable ``transactional.id`` per task; offsets of the group
                 ``statesnap-<name>``); a restart re-processes the records between the checkpoint
                 and those offsets for their state only. Readers use ``read_committed``; the
-                broker must implement transactions. Not with ``group`` (yet).
+                broker must implement transactions. With ``group`` the offsets are the member's
+                own group's, sent with its group metadata, so the coordinator fences a member a
+                rebalance replaced (KIP-447); a partition's transaction commits before it leaves.
             max_idle: with several inputs, once caught up, how long a task with records waiting
                 waits for an input that has neither delivered its next record nor reported its
                 end before it goes on without it (Kafka Streams' ``max.task.idle.ms``).

@@ -37,7 +37,7 @@ from typing import Any, NoReturn
 from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka import KafkaException, TopicPartition
 
-from statesnap.errors import OutputError
+from statesnap.errors import FatalClientError, OutputError
 from statesnap.kafka.clients import new_consumer
 from statesnap.kafka.config import KafkaSettings
 from statesnap.processor.outputs import Outputs
@@ -80,6 +80,12 @@ def transactional_id_of(processor: str, task_id: str, partitions: tuple[int, ...
 
 def _error_of(e: KafkaException) -> Any:
     return e.args[0] if e.args else None
+
+
+def _said(err: Any) -> str:
+    """librdkafka's words for *err* (not the ``KafkaError{FATAL,code=…}`` repr)."""
+    text = getattr(err, "str", None)
+    return str(text()) if callable(text) else str(err)
 
 
 def _system_error(e: SystemError) -> Any:
@@ -156,8 +162,8 @@ class TransactionalOutputs(Outputs):
             producer.init_transactions(timeout)
         except KafkaException as e:
             raise OutputError(
-                f"exactly-once outputs: init_transactions({transactional_id!r}) failed: {_error_of(e)} "
-                "(does the broker implement transactions? is the cluster reachable?)"
+                f"exactly-once outputs: init_transactions({transactional_id!r}) failed: "
+                f"{_said(_error_of(e))} (does the broker implement transactions? is the cluster reachable?)"
             ) from None
         self._group = new_consumer(
             self.settings,
@@ -224,7 +230,7 @@ class TransactionalOutputs(Outputs):
                 if not again or time.monotonic() >= deadline:
                     raise OutputError(
                         f"exactly-once outputs: reading group {self.group_id!r}'s committed offsets "
-                        f"failed: {error}"
+                        f"failed: {_said(error)}"
                     ) from None
                 time.sleep(0.1)
         return {tp.partition: tp.offset for tp in got if tp.error is None and tp.offset >= 0}
@@ -245,15 +251,19 @@ class TransactionalOutputs(Outputs):
         try:
             super()._produce(producer, topic, key, value, headers, ts)
         except KafkaException as e:  # fatal, most often: fenced by a newer instance of this task
-            self._abort(f"producing to {topic} failed: {_error_of(e)}")
+            self._abort(f"producing to {topic} failed: {_said(_error_of(e))}")
         except SystemError as e:
-            self._abort(f"producing to {topic} failed: {_system_error(e)}")
+            self._abort(f"producing to {topic} failed: {_said(_system_error(e))}")
+
+    def _undelivered(self, reason: str) -> OutputError:
+        """Records not delivered: the commit point aborts the transaction and says what follows."""
+        return OutputError(reason)
 
     def _begin(self, producer: Any) -> None:
         try:
             producer.begin_transaction()
         except KafkaException as e:
-            self._fail(f"begin_transaction failed: {_error_of(e)}")
+            self._fail(f"begin_transaction failed: {_said(_error_of(e))}")
         self._in_transaction = True
         self._began = time.monotonic()
 
@@ -294,10 +304,10 @@ class TransactionalOutputs(Outputs):
         deadline = time.monotonic() + timeout
         try:
             self.flush(timeout)
-        except OutputError as e:
+        except (OutputError, FatalClientError) as e:
             self._abort(str(e))
         except SystemError as e:
-            self._abort(f"flush failed: {_system_error(e)}")
+            self._abort(f"flush failed: {_said(_system_error(e))}")
         tps = [TopicPartition(self.topic, p, o) for p, o in sorted(offsets.items())]
         tps += [
             TopicPartition(t, p, o) for t, moved in other_offsets.items() for p, o in sorted(moved.items())
@@ -318,7 +328,7 @@ class TransactionalOutputs(Outputs):
                     if error is None or not error.retriable() or time.monotonic() >= deadline:
                         raise
         except KafkaException as e:
-            self._abort(f"commit failed: {_error_of(e)}")
+            self._abort(f"commit failed: {_said(_error_of(e))}")
         self._in_transaction = False
         self._committed.update(offsets)
         for topic, moved in other_offsets.items():
@@ -333,7 +343,9 @@ class TransactionalOutputs(Outputs):
         try:
             self._producer.abort_transaction(10.0)
         except KafkaException as e:
-            self._fail(f"{reason}; {_error_of(e)}")
+            said = _said(_error_of(e))
+            why = "" if said in reason else f" ({said})"  # a fatal producer says the same again
+            self._fail(f"{reason}; the transaction could not be aborted{why}: the broker aborts it")
         self._fail(f"{reason}; the transaction was aborted")
 
     def _fail(self, reason: str) -> NoReturn:
@@ -353,7 +365,9 @@ class TransactionalOutputs(Outputs):
                     producer.abort_transaction(10.0)
                 except KafkaException as e:
                     log.warning(
-                        "exactly-once outputs %s: abort at close: %s", self.transactional_id, _error_of(e)
+                        "exactly-once outputs %s: abort at close: %s",
+                        self.transactional_id,
+                        _said(_error_of(e)),
                     )
         finally:
             if self._group is not None:

@@ -24,8 +24,11 @@ from statesnap.errors import (
     BlobStoreError,
     CheckpointError,
     CheckpointTimeoutError,
+    FatalClientError,
     KafkaError,
+    OutputError,
     ReadOnlyTableError,
+    StatesnapError,
     TableStateError,
 )
 from statesnap.kafka.reader import ChangelogReader
@@ -46,6 +49,10 @@ log = logging.getLogger(__name__)
 #: catch-up and each new record's visibility prompt (a long one adds its whole length to both).
 CATCH_UP_POLL = 0.05
 TAIL_POLL = 0.02
+#: A background consumer's typed failure is logged only when no caller meets it (a read,
+#: ``raise_if_failed()``, ``wait_for``) within this long: a caller that meets it says it (the CLI's
+#: error line), so it is said once; an unattended table still logs it.
+FAILURE_LOG_GRACE = 1.0
 
 
 class RecordHandler(Protocol):
@@ -120,6 +127,7 @@ class Consuming:
     _waiters: AsyncWaiters
     _thread: threading.Thread | None
     _thread_error: BaseException | None
+    _failure_met: threading.Event
     _state: TaskPhase
     _newest_ts: int
     _last_applied: float | None
@@ -190,8 +198,20 @@ class Consuming:
                 self._maybe_commit()
         except BaseException as e:
             self._thread_error = e
-            log.exception("table %s: background consumer failed", self.name)
             self._waiters.notify()
+            if not isinstance(e, StatesnapError):  # not one of ours: its traceback matters
+                log.exception("table %s: background consumer failed; the table stopped", self.name)
+                return
+            deadline = time.monotonic() + FAILURE_LOG_GRACE
+            while not self._failure_met.is_set() and not self._stop.is_set() and time.monotonic() < deadline:
+                self._failure_met.wait(0.05)
+            if not self._failure_met.is_set():
+                log.error(
+                    "table %s stopped: %s: %s (its reads and raise_if_failed() raise it)",
+                    self.name,
+                    type(e).__name__,
+                    e,
+                )
 
     def _maybe_commit(self) -> None:
         now = time.monotonic()
@@ -199,6 +219,11 @@ class Consuming:
             return
         try:
             self.commit()
+        except (OutputError, FatalClientError) as e:
+            # Outputs that were not delivered (or not committed), a client that is done for: the
+            # task stops here, said once by whoever reports its failure.
+            self._thread_error = e
+            raise
         except (CheckpointError, BlobStoreError, KafkaError) as e:
             # The table stays correct without this checkpoint (a snapshot store on a topic of a
             # cluster that does not answer, a blob store that fails): keep consuming, try again

@@ -223,11 +223,7 @@ class Follower(TableReads[K, V], Generic[K, V]):
         return self._error or self._table_failed()
 
     def _table_failed(self) -> BaseException | None:
-        try:
-            self._table.raise_if_failed()
-        except BaseException as e:
-            return e
-        return None
+        return self._table.failure  # a look, not a re-raise: the table still logs it unseen
 
     def start(self, *, progress: ProgressCallback | None = None) -> RestoreReport:
         """Boot from the owner's newest valid checkpoint and replay the tail until every partition

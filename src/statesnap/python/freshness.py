@@ -41,6 +41,7 @@ class TableFreshness:
     _waiters: AsyncWaiters
     _thread: threading.Thread | None
     _thread_error: BaseException | None
+    _failure_met: threading.Event
     _state: TaskPhase
 
     def poll(self, timeout: float = 0.5) -> int:
@@ -149,4 +150,5 @@ class TableFreshness:
     def raise_if_failed(self) -> None:
         """Re-raise, in the caller's thread, an error that stopped the background consumer."""
         if self._thread_error is not None:
+            self._failure_met.set()  # met by a caller: the consuming thread need not log it
             raise self._thread_error

@@ -239,6 +239,9 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._thread_error: BaseException | None = None
+        #: Set once a caller met the thread's error (a read or raise_if_failed raised it): the
+        #: background thread then leaves saying it to that caller.
+        self._failure_met = threading.Event()
         self._last_commit = time.monotonic()
         self._last_checkpoint_at = time.monotonic()
         self.cluster_id = ""
@@ -258,7 +261,21 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
         return reader
 
     def __repr__(self) -> str:
-        return f"Table(name={self.name!r}, topic={self.topic!r}, state={self._state.value!r})"
+        return f"Table(name={self.name!r}, topic={self.topic!r}, state={self.phase.value!r})"
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The error that stopped the consumer, if any; looking does not count as meeting it
+        (:meth:`raise_if_failed` does: the consuming thread then leaves saying it to the caller)."""
+        return self._thread_error
+
+    @property
+    def phase(self) -> TaskPhase:
+        """Where the table is: ``new``, ``restoring``, ``running``, ``failed`` (its consumer
+        stopped on an error, which reads and :meth:`raise_if_failed` raise) or ``closed``."""
+        if self._thread_error is not None and self._state is not TaskPhase.CLOSED:
+            return TaskPhase.FAILED
+        return self._state
 
     @property
     def read_only(self) -> bool:
@@ -614,7 +631,8 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
 
     def _require(self, action: str, *states: str) -> None:
         if self._thread_error is not None:
-            raise TableStateError(action, f"failed ({self._thread_error})", "running")
+            self._failure_met.set()
+            raise TableStateError(action, f"failed ({self._thread_error})", "running") from self._thread_error
         if self._state not in states:
             raise TableStateError(action, self._state, " or ".join(states))
 

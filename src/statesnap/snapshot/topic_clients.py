@@ -18,6 +18,7 @@ from confluent_kafka import KafkaError as RdKafkaError
 from statesnap.errors import BrokerUnavailableError, ConfigError, KafkaError, TopicNotFoundError
 from statesnap.kafka.admin import KafkaAdmin
 from statesnap.kafka.config import KafkaSettings
+from statesnap.kafka.fatal import is_fatal
 
 __all__ = [
     "FETCH_WAIT_MS",
@@ -145,6 +146,9 @@ def aborted_for_retry(producer: Any, e: KafkaException, *, where: str, timeout: 
         raise KafkaError(f"writing to {where}: {e}") from e
     if err.code() in _FENCED:
         log.debug("%s: fenced by another writer; retrying", where)
+        return False
+    if is_fatal(err):  # this producer is done for; a new one's init_transactions starts clean
+        log.info("%s: the producer hit a fatal error (%s); retrying with a new one", where, err.str())
         return False
     if err.txn_requires_abort():
         log.debug("%s: transaction aborted (%s); retrying", where, err.str())

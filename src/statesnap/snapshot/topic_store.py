@@ -109,6 +109,7 @@ from statesnap.errors import (
     SnapshotNotFoundError,
 )
 from statesnap.kafka.config import KafkaSettings
+from statesnap.kafka.fatal import fatal_error, is_fatal
 from statesnap.snapshot.model import EMPTY, Snapshot
 from statesnap.snapshot.store import MAX_ATTEMPTS, Update, check_successor
 from statesnap.snapshot.topic_clients import (
@@ -296,6 +297,10 @@ class TopicSnapshotStore:
                 try:
                     msg = consumer.poll(_POLL_S)
                 except KafkaException as e:
+                    if e.args and is_fatal(e.args[0]):
+                        raise fatal_error(
+                            e.args[0], f"reading {self._where()}", self.settings.bootstrap_servers
+                        ) from e
                     raise KafkaError(f"reading {self._where()}: {e}") from e
                 if msg is None:
                     if time.monotonic() - heard > _STALL_S:
@@ -321,8 +326,8 @@ class TopicSnapshotStore:
                     elif until is None:
                         break
                     # else: our own record is not fetchable yet; keep reading
-                elif err.fatal():
-                    raise KafkaError(f"fatal error reading {self._where()}: {err.str()}")
+                elif is_fatal(err):  # by flag or by code: this consumer reads nothing more
+                    raise fatal_error(err, f"reading {self._where()}", self.settings.bootstrap_servers)
                 else:
                     last_error = err.str()
                     log.debug("reading %s: %s", self._where(), last_error)

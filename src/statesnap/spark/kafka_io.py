@@ -35,6 +35,7 @@ from confluent_kafka.admin._listoffsets import OffsetSpec
 from statesnap.checkpoint import datafile
 from statesnap.errors import BrokerUnavailableError, DataLossError, KafkaError, TopicNotFoundError
 from statesnap.kafka.clients import ConnectionErrors, new_watched_admin
+from statesnap.kafka.fatal import fatal_error, is_fatal
 from statesnap.spark.options import TP, KafkaSourceOptions
 
 __all__ = [
@@ -360,7 +361,9 @@ def _reason(e: Exception) -> str:
 def _raise_or_warn(err: Any, opts: KafkaSourceOptions, partition: int, topic: str | None = None) -> None:
     code = err.code()
     topic = topic or opts.topic
-    if code == RdKafkaError._ALL_BROKERS_DOWN or err.fatal():
+    if is_fatal(err):  # by flag or by code (statesnap.kafka.fatal)
+        raise fatal_error(err, f"reading {topic!r}[{partition}]", opts.bootstrap_servers)
+    if code == RdKafkaError._ALL_BROKERS_DOWN:
         raise BrokerUnavailableError(
             f"option kafka.bootstrap.servers: lost {opts.bootstrap_servers} while reading "
             f"{topic!r}[{partition}]: {err.str()}"

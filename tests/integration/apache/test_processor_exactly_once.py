@@ -24,6 +24,7 @@ import traceback
 import uuid
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -587,6 +588,10 @@ class _Producer:
 
     def flush(self, timeout: float) -> int:
         return 0
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        """A cluster that has every topic asked for (outputs refuse one it does not)."""
+        return SimpleNamespace(topics={topic: SimpleNamespace(error=None)})
 
 
 def test_records_below_the_committed_offsets_change_state_and_emit_nothing() -> None:
