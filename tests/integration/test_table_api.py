@@ -4,6 +4,8 @@ partitions added after a checkpoint."""
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -309,3 +311,41 @@ def test_a_checkpoint_interval_below_the_commit_interval_raises_the_commit_caden
                 break
             time.sleep(0.1)
         assert repos, "no checkpoint within 4 s of a 1 s checkpoint interval"
+
+
+def test_a_checkpoint_that_keeps_failing_is_said_once_then_once_when_it_works(
+    kafka: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store that cannot take the checkpoint (here the data directory is a file, as a full disk
+    or a store out of reach fails every write) is retried at every commit point; that was one
+    warning line each time (123 lines in 26 s for a full disk). Now: one line, then one when
+    checkpoints work again. On the suite's broker; the failure is a real filesystem error."""
+    topic = kafka.create_topic(f"t-{uuid.uuid4().hex[:8]}", 1)
+    kafka.produce(topic, [(0, b"a", b"1")])
+    url = tmp_path / "ckpt"
+    options = CheckpointOptions(str(url), interval="0.1s")
+    with (
+        caplog.at_level(logging.WARNING, logger="statesnap.python.consuming"),
+        Table(topic, bootstrap_servers=kafka.bootstrap, checkpoints=options) as t,
+    ):
+        (table_dir,) = url.iterdir()
+        data = table_dir / "data"
+        shutil.rmtree(data, ignore_errors=True)
+        data.write_text("not a directory")
+        for i in range(30):  # some 30 commit points that each try a checkpoint
+            kafka.produce(topic, [(0, b"k%d" % i, b"v")])
+            time.sleep(0.1)
+        data.unlink()
+        kafka.produce(topic, [(0, b"z", b"v")])
+        deadline = time.monotonic() + 10
+        while not any("work again" in r.getMessage() for r in caplog.records):
+            assert time.monotonic() < deadline, "checkpoints did not work again"
+            time.sleep(0.05)
+        deadline = time.monotonic() + 10
+        while t.get(b"z") != b"v":  # it consumed on through the failures
+            assert time.monotonic() < deadline, "the table stopped consuming"
+            time.sleep(0.05)
+    said = [r.getMessage() for r in caplog.records if r.name == "statesnap.python.consuming"]
+    assert len(said) == 2, said
+    assert "checkpoint failed; it keeps consuming and retries at each commit point" in said[0]
+    assert "commit points work again (after " in said[1]

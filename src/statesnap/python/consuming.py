@@ -31,6 +31,7 @@ from statesnap.errors import (
     StatesnapError,
     TableStateError,
 )
+from statesnap.failure_log import FailureLog
 from statesnap.kafka.reader import ChangelogReader
 from statesnap.python.aio import AsyncWaiters
 from statesnap.python.hooks import Change, RestoreTracker, UpdateHook, changes_of, fire_updates
@@ -134,6 +135,8 @@ class Consuming:
     _last_commit: float
     _last_checkpoint_at: float
     _commit_interval: timedelta
+    #: A checkpoint that keeps failing (full disk, store unreachable) is said once a minute.
+    _checkpoint_failures: FailureLog
     _checkpoint_interval: timedelta
 
     def _require(self, action: str, *states: str) -> None:
@@ -229,7 +232,14 @@ class Consuming:
             # cluster that does not answer, a blob store that fails): keep consuming, try again
             # at the next commit point.
             self._last_commit = time.monotonic()
-            log.warning("table %s: checkpoint failed, will retry at the next commit point: %s", self.name, e)
+            self._checkpoint_failures.failed(
+                "checkpoint",
+                "table %s: checkpoint failed; it keeps consuming and retries at each commit point: %s",
+                self.name,
+                e,
+            )
+        else:
+            self._checkpoint_failures.recovered("checkpoint", "table %s: commit points work again", self.name)
 
     def commit(self) -> CheckpointManifest | None:
         """A commit point: flush the store, take part in a pending snapshot, and start one when

@@ -57,6 +57,7 @@ from statesnap.errors import (
     OffsetOutOfRangeError,
     TableStateError,
 )
+from statesnap.failure_log import FailureLog
 from statesnap.kafka.config import KafkaSettings
 from statesnap.kafka.partitioner import PartitionerSpec
 from statesnap.kafka.reader import ChangelogReader
@@ -239,6 +240,7 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._thread_error: BaseException | None = None
+        self._checkpoint_failures = FailureLog(logging.getLogger("statesnap.python.consuming"))
         #: Set once a caller met the thread's error (a read or raise_if_failed raised it): the
         #: background thread then leaves saying it to that caller.
         self._failure_met = threading.Event()

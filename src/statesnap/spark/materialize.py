@@ -58,6 +58,7 @@ from statesnap.checkpoint.compaction import needs_base
 from statesnap.checkpoint.journal import BatchEntry, BatchJournal, BatchRange, pending_entries
 from statesnap.checkpoint.manifest import DataFile
 from statesnap.errors import CheckpointError, CheckpointHistoryLostError, ConfigError
+from statesnap.failure_log import FailureLog
 from statesnap.snapshot.model import Snapshot
 from statesnap.spark.changes import ChangeFolder, write_data_file
 from statesnap.spark.kafka_io import change_table, iter_range
@@ -271,6 +272,7 @@ class StreamMaterializer:
 
     def _tick(self) -> None:
         """Checkpoints on time even when no batch runs: a quiet topic, a snapshot in progress."""
+        failures = FailureLog(log)  # a store down for an hour: a line a minute, not one a tick
         while not self._stop.wait(self.timer_interval):
             try:
                 self.maybe_checkpoint()
@@ -278,7 +280,15 @@ class StreamMaterializer:
                 self._fail(e)
                 return
             except Exception as e:  # the query goes on; the next tick retries
-                log.warning("materializer %s: checkpoint failed, will retry: %s", self.repo.url, e)
+                failures.failed(
+                    "checkpoint",
+                    "materializer %s: checkpoint failed; the query goes on and retries every %.3g s: %s",
+                    self.repo.url,
+                    self.timer_interval,
+                    e,
+                )
+            else:
+                failures.recovered("checkpoint", "materializer %s: checkpoints work again", self.repo.url)
 
     def _on_batch(self, df: Any, batch_id: int) -> None:
         with self._batch_done:
