@@ -96,6 +96,14 @@ class Outputs:
 
         return new_producer(self.settings, **config, error_cb=on_error, **FatalLogLines.around(conf))
 
+    def require_topic(self, topic: str, role: str) -> None:
+        """Refuse *topic* now, before any record is processed, if the cluster does not have it
+        (:class:`TopicNotFoundError` naming it as *role*): a dead-letter topic is written only when
+        a handler fails, which may be hours into a run."""
+        self._roles.setdefault(topic, role)
+        if topic not in self._known:
+            self._check_topic(self.producer, topic)
+
     def _check_topic(self, producer: Any, topic: str) -> None:
         """Refuse *topic* at once if the cluster does not have it: asked by name, so a broker that
         creates topics on use creates it here as a produce would; one that does not answers

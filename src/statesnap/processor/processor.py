@@ -348,6 +348,8 @@ class Processor(Aggregations):
                     if self.exactly_once
                     else Outputs(task.settings, self.key_serde, self.value_serde)
                 )
+            if self.dead_letter_topic is not None:
+                self._outputs.require_topic(self.dead_letter_topic, "dead-letter")
             return self.handler_for(task.store, self._outputs)
 
         def fence(task: ProcessorTask) -> None:

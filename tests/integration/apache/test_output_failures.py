@@ -81,6 +81,21 @@ def test_a_missing_dead_letter_topic_is_refused_naming_it(
     assert not [r for r in caplog.records if "sent to" in r.getMessage()]
 
 
+def test_a_missing_dead_letter_topic_is_refused_at_start(
+    kafka: KafkaTool, topic_name: str, tmp_path: Path
+) -> None:
+    """Apache Kafka: a dead-letter topic is written only when a handler fails, maybe hours into
+    a run, so the start refuses one the cluster does not have before processing any record
+    (before, a run with no failing record never noticed, and the first failure stopped it)."""
+    _input(kafka, topic_name)  # no bad record: the topic would never be written
+    dlq = f"no-such-dlq-{uuid.uuid4().hex[:6]}"
+    proc = _processor(kafka, tmp_path, topic_name, None, dead_letter_topic=dlq, timeout=10)
+    with pytest.raises(TopicNotFoundError, match=f"dead-letter topic {dlq!r} does not exist"):
+        proc.start()
+    assert not list(tmp_path.glob("cp/*/snapshots/*.json"))
+    assert not kafka.topic_exists(dlq)
+
+
 def test_a_missing_output_topic_is_refused_naming_it(
     kafka: KafkaTool, topic_name: str, tmp_path: Path
 ) -> None:
