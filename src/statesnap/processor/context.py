@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from threading import get_ident
 from typing import Any
 
+from statesnap.errors import StoreAccessError
 from statesnap.processor.outputs import Outputs
 from statesnap.processor.stores import Cursor, KeyValueStore, WindowStore
 
@@ -108,7 +110,14 @@ class ProcessorContext:
     ) -> None:
         """Send a record to *topic* (serialized with the processor's output serdes; timestamp:
         the input record's). Delivered at least once: after a crash, records emitted since the
-        last checkpoint are emitted again (``exactly_once=True`` avoids it)."""
+        last checkpoint are emitted again (``exactly_once=True`` avoids it). Only from the call's
+        own thread: an output belongs to the record in hand (dropped with it, committed with it),
+        so another thread's is :class:`~statesnap.errors.StoreAccessError`."""
+        if self._cursor.thread != get_ident():
+            raise StoreAccessError(
+                f"emit to {topic!r} outside a handler call or from another thread while one runs; "
+                "outputs are sent only as records are processed"
+            )
         self._outputs.emit(
             topic,
             key,
