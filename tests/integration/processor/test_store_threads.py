@@ -1,7 +1,8 @@
 """A store, and an emit, belong to the handler call that uses them (issue 34, item 4): another thread
-writing a handler's store view while that call runs is refused with :class:`StoreAccessError`, as
-one outside any call is. Before, the guard was per process: a write from a thread the handler
-started was accepted and checkpointed under the record in hand. Proven on the suite's broker
+reading or writing a handler's store view (or emitting) while that call runs is refused with
+:class:`StoreAccessError`, as one outside any call is. Before, the guard was per process: a write
+from a thread the handler started was accepted and checkpointed under the record in hand. Proven on
+the suite's broker
 (Apache Kafka); nothing here depends on broker behaviour beyond delivering the records.
 """
 
