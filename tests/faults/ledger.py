@@ -25,7 +25,10 @@ TRIED = (
     "infrastructure_faults",
     "url_forms",
     "parser_fuzz_cases",
+    "security_cases",
 )
+#: ``security_cases``: a mistake connecting to the SASL_SSL listener (wrong password or CA, no
+#: mechanism, plaintext against TLS, a split KEY VALUE), each through a fresh statesnap process.
 #: What must never happen.
 #: ``parser_crashes``: a stored document made a parser raise anything but CorruptCheckpointError.
 FINDINGS = ("wrong_tables", "data_lost", "hangs", "secret_leaks", "parser_crashes")
