@@ -6,8 +6,9 @@ this broker instead. ``bash scripts/setup.sh`` fetches the pinned version's jars
 runtime dependencies, via ``scripts/apache-kafka/pom.xml``) into
 ``~/.cache/statesnap/apache-kafka-<version>/libs/``; :meth:`ApacheKafkaBroker.start` formats a
 fresh KRaft log directory in a temporary directory, starts ``kafka.Kafka`` on it and removes it on
-``stop()``. The settings let the log cleaner and retention act within seconds, so a test can
-watch compaction and deletion happen.
+``stop()``. The settings let the log cleaner act within seconds, so a test can watch compaction
+happen, and keep records of any timestamp: time retention is off unless a topic asks for it
+(``retention.ms``), and then acts within seconds too.
 
 One node's properties, JVM command and storage format are :class:`KafkaNode`'s, shared with the
 three-node cluster (``cluster.py``).
@@ -42,8 +43,12 @@ __all__ = [
 #: The pinned broker version; scripts/apache-kafka/pom.xml must name the same one.
 APACHE_KAFKA_VERSION = "4.1.1"
 
-#: Broker settings that make the log cleaner and retention act within a test's seconds rather than
-#: the production minutes/hours, and let one node hold every internal topic.
+#: Broker settings that make the log cleaner act within a test's seconds rather than the production
+#: minutes/hours, and let one node hold every internal topic. Time retention is off
+#: (``log.retention.ms=-1``): Kafka's default of 7 days would delete, within a second here, any
+#: record whose timestamp is older than that — event-time test data with historical timestamps.
+#: A test that exercises retention sets ``retention.ms`` on its topic; the checks still run every
+#: 200 ms, so that retention acts within seconds.
 TEST_SETTINGS: Mapping[str, str] = {
     "offsets.topic.replication.factor": "1",
     "offsets.topic.num.partitions": "4",
@@ -53,6 +58,7 @@ TEST_SETTINGS: Mapping[str, str] = {
     "group.initial.rebalance.delay.ms": "0",
     "num.partitions": "1",
     "auto.create.topics.enable": "false",
+    "log.retention.ms": "-1",
     "log.cleaner.backoff.ms": "200",
     "log.cleaner.min.compaction.lag.ms": "0",
     "log.cleaner.min.cleanable.ratio": "0.01",
