@@ -256,12 +256,18 @@ class KafkaNode:
             )
 
 
+def probe_config(bootstrap_servers: str) -> dict[str, str | int | float | bool]:
+    """Client settings of the dev stack's own short-lived admin clients: quiet, since a probe of a
+    node that is down (starting, or killed by a test) is expected to fail."""
+    return {"bootstrap.servers": bootstrap_servers, "log_level": 0}
+
+
 def registered_brokers(bootstrap_servers: str, timeout: float = 1.0) -> set[int]:
     """The ids of the brokers a metadata answer lists (registered with the controller, unfenced).
     Raises what the admin client raises when nothing answers."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    admin = AdminClient(probe_config(bootstrap_servers))
     return set(admin.list_topics(timeout=timeout).brokers)
 
 

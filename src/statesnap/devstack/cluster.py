@@ -29,6 +29,7 @@ from statesnap.devstack.apache import (
     cause,
     new_cluster_id,
     owned_temp_dir,
+    probe_config,
     registered_brokers,
 )
 from statesnap.devstack.process import DevServiceError, LoopbackService, free_port
@@ -224,7 +225,7 @@ class ApacheKafkaCluster:
         """The node leading *partition* of *topic* now, as the cluster's metadata says (-1: none)."""
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        admin = AdminClient(probe_config(self.bootstrap_servers))
         meta = admin.list_topics(topic, timeout=timeout).topics[topic]
         if meta.error is not None:
             raise DevServiceError(f"no metadata for topic {topic}: {meta.error}")
@@ -253,7 +254,7 @@ class ApacheKafkaCluster:
         """The node coordinating consumer group *group* now (the group must exist)."""
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
+        admin = AdminClient(probe_config(self.bootstrap_servers))
         description = admin.describe_consumer_groups([group], request_timeout=timeout)[group].result(timeout)
         return int(description.coordinator.id)
 
