@@ -187,6 +187,11 @@ class ApacheKafkaCluster:
             raise DevServiceError("the Apache Kafka cluster is not started")
         return self._nodes[i]
 
+    @property
+    def pids(self) -> list[int | None]:
+        """Each node's process id (its process group's too) while it runs."""
+        return [n.pid for n in self._nodes]
+
     def node_running(self, i: int) -> bool:
         return self._node(i).running
 
