@@ -157,22 +157,45 @@ def _roles(cluster: ApacheKafkaCluster, node: int, topic: str, out: str, group: 
     return f"node {node}: {', '.join(roles) or 'no role'}"
 
 
-def _close_within(proc: Processor, seconds: float) -> bool:
-    """``proc.close()`` on a thread; False when it has not returned within *seconds* (it is left
-    to finish on its daemon thread: the test has failed by then)."""
-    closer = threading.Thread(target=proc.close, name="closing", daemon=True)
+def _victim(cluster: ApacheKafkaCluster, victim: str, topic: str, out: str, group: str) -> int:
+    """The node to kill: the offsets group's coordinator, or a leader of the input's (output's)
+    partitions that does not coordinate the group (the leader kill alone); skip when none is."""
+    coordinator = cluster.coordinator_of(group)
+    if victim == "coordinator":
+        return coordinator
+    leaders = {cluster.leader_of(topic if victim == "input-leader" else out, p) for p in range(PARTITIONS)}
+    others = sorted(leaders - {coordinator})
+    if not others:
+        pytest.skip(f"every partition's leader coordinates {group} here: the coordinator case covers it")
+    return others[0]
+
+
+def _close_within(proc: Processor, seconds: float) -> tuple[bool, BaseException | None]:
+    """``proc.close()`` on a thread: whether it returned within *seconds* (else it is left to
+    finish on its daemon thread: the test has failed by then), and what it raised."""
+    raised: list[BaseException] = []
+
+    def close() -> None:
+        try:
+            proc.close()
+        except BaseException as e:  # a failed processor's close re-raises its failure
+            raised.append(e)
+
+    closer = threading.Thread(target=close, name="closing", daemon=True)
     closer.start()
     closer.join(seconds)
-    return not closer.is_alive()
+    return not closer.is_alive(), raised[0] if raised else None
 
 
-#: Seen twice in two runs (Apache Kafka 4.1.1, three nodes): SIGKILL of the node that led the
-#: input's partition 0 and coordinated the processor's offsets group left the processor's thread
-#: in send_offsets_to_transaction for minutes (its 30 s timeout notwithstanding), emitting
-#: nothing more; close() then blocked on the task's lock. Not in this branch's files to fix.
+#: Seen in five of six runs (Apache Kafka 4.1.1, three nodes): SIGKILL of the node coordinating
+#: the processor's offsets group left the processor's thread in send_offsets_to_transaction for
+#: minutes (its 30 s timeout notwithstanding), emitting nothing more, or failed it (_FENCED, "old
+#: epoch"); close() then blocked on the task's lock past its own timeout. A leader kill alone
+#: passed every time. Not strict: one run of six rode it out. Not in this branch's files to fix
+#: (processor/transactions.py, processor/task.py).
 _STALLS = pytest.mark.xfail(
     reason="issue 34: an exactly-once processor stalls in send_offsets_to_transaction when the node "
-    "coordinating its offsets group is killed",
+    "coordinating its offsets group is killed, and close() then blocks",
     strict=False,
 )
 
@@ -182,7 +205,7 @@ _STALLS = pytest.mark.xfail(
     "victim",
     [
         "output-leader",
-        pytest.param("input-leader", marks=_STALLS),
+        "input-leader",
         pytest.param("coordinator", marks=_STALLS),
     ],
 )
@@ -190,12 +213,12 @@ def test_exactly_once_outputs_survive_a_leader_kill(
     cluster: ApacheKafkaCluster, ctool: ClusterTool, ledger: CaseLedger, tmp_path: Path, victim: str
 ) -> None:
     """Apache Kafka 4.1.1, three nodes: an exactly-once Processor (transactional producer;
-    transaction log replicated 3, min ISR 2) runs while a node is SIGKILLed: the leader of its
-    output's partition 0 (proved: passes), of its input's partition 0, or the coordinator of the
-    group its transactions commit offsets to (known defect, see ``_STALLS``). Its read_committed
-    outputs must hold exactly one record per input record — none lost, none duplicated: the
-    transaction in flight commits on the new leader or is aborted and redone — and the processor
-    must keep up, or fail with a typed error, within a minute."""
+    transaction log replicated 3, min ISR 2) runs while a node is SIGKILLed: a leader of its
+    output's or its input's partitions that is not the group coordinator (proved: both pass), or
+    the coordinator of the group its transactions commit offsets to (known defect: ``_STALLS``).
+    Its read_committed outputs must hold exactly one record per input record — none lost, none
+    duplicated: the transaction in flight commits on the new leader or is aborted and redone —
+    and the processor must keep up, or fail with a typed error, within a minute."""
     tag = uuid.uuid4().hex[:8]
     topic = ctool.create_topic(f"eos-in-{tag}", PARTITIONS)
     out = ctool.create_topic(f"eos-out-{tag}", PARTITIONS)
@@ -207,11 +230,7 @@ def test_exactly_once_outputs_survive_a_leader_kill(
     try:
         with Writer(ctool.tool, topic, batch=20) as writer:
             writer.wait_for(400)
-            node = {
-                "output-leader": lambda: cluster.leader_of(out, 0),
-                "input-leader": lambda: cluster.leader_of(topic, 0),
-                "coordinator": lambda: cluster.coordinator_of(group),
-            }[victim]()
+            node = _victim(cluster, victim, topic, out, group)
             roles = _roles(cluster, node, topic, out, group)
             cluster.kill_node(node)
             ledger.tried("cluster_faults")
@@ -229,10 +248,13 @@ def test_exactly_once_outputs_survive_a_leader_kill(
             time.sleep(0.2)
         proc.task.raise_if_failed()
         closed = True
-        if not _close_within(proc, 45):
+        returned, error = _close_within(proc, 45)
+        if not returned:
             ledger.fail("hangs", f"close() did not return within 45 s after killing {roles}")
+        if error is not None:
+            raise error
     finally:
-        if not closed and not _close_within(proc, 45):
+        if not closed and not _close_within(proc, 45)[0]:
             ledger.found("hangs", f"close() of a failed processor did not return within 45 s ({victim})")
     got = Counter((v["p"], v["o"]) for v in read_values(ctool.bootstrap, out, "read_committed"))
     expected = {(r.partition, r.offset) for r in inputs}
