@@ -26,9 +26,12 @@ TRIED = (
     "url_forms",
     "parser_fuzz_cases",
     "security_cases",
+    "cluster_faults",
 )
 #: ``security_cases``: a mistake connecting to the SASL_SSL listener (wrong password or CA, no
 #: mechanism, plaintext against TLS, a split KEY VALUE), each through a fresh statesnap process.
+#: ``cluster_faults``: a node of the three-node cluster killed or stopped, a quorum lost, a static
+#: member fenced (tests/integration/cluster, whose conftest shares this ledger and its summary).
 #: What must never happen.
 #: ``parser_crashes``: a stored document made a parser raise anything but CorruptCheckpointError.
 FINDINGS = ("wrong_tables", "data_lost", "hangs", "secret_leaks", "parser_crashes")
@@ -130,14 +133,17 @@ def pytest_runtest_makereport(
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
-    if LEDGER_KEY not in config.stash:
-        return  # no fault test ran
+    """The summary, once a session: tests/faults and tests/integration/cluster both register it."""
+    if LEDGER_KEY not in config.stash or config.stash.get(_PRINTED_KEY, False):
+        return  # no fault test ran, or the other conftest printed it
+    config.stash[_PRINTED_KEY] = True
     terminalreporter.section("statesnap faults")
     for line in session_ledger(config).summary_lines(str(config.stash.get(MODE_KEY, "default"))):
         terminalreporter.write_line(line)
 
 
 MODE_KEY = pytest.StashKey[str]()
+_PRINTED_KEY = pytest.StashKey[bool]()
 
 
 def is_long(config: pytest.Config) -> bool:

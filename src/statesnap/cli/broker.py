@@ -4,17 +4,28 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import click
 
 from statesnap.cli.options import json_option
 from statesnap.cli.output import Output
 
-if TYPE_CHECKING:  # the devstack is imported when a broker starts
-    from statesnap.devstack.process import LoopbackService
-
 __all__ = ["broker"]
+
+
+class _DevBroker(Protocol):
+    """What this command needs of a dev broker: one node or a cluster."""
+
+    @property
+    def bootstrap_servers(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+    @property
+    def running(self) -> bool: ...
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+    def log_tail(self, lines: int = 20) -> str: ...
 
 
 @click.command()
@@ -24,37 +35,54 @@ __all__ = ["broker"]
     type=click.Choice(["tansu", "apache"]),
     default="tansu",
     show_default=True,
-    help="tansu: no Java, in memory, not Kafka in every respect; apache: Apache Kafka (single-node "
-    "KRaft, Java and the jars scripts/setup.sh fetches), compaction and retention within seconds.",
+    help="tansu: no Java, in memory, not Kafka in every respect; apache: Apache Kafka (KRaft, Java "
+    "and the jars scripts/setup.sh fetches) that compacts within seconds and keeps records of any "
+    "timestamp: no time retention unless a topic sets retention.ms (then it acts within seconds).",
+)
+@click.option(
+    "--nodes",
+    type=click.IntRange(1, 5),
+    default=1,
+    show_default=True,
+    help="Apache Kafka nodes (each broker and controller); 3: replication 3, min.insync.replicas 2.",
 )
 @click.option(
     "--storage-engine", default=None, help="Tansu storage, e.g. s3://bucket/ (default: memory, lost on exit)."
 )
 @json_option
-def broker(port: int | None, impl: str, storage_engine: str | None, as_json: bool) -> None:
+def broker(port: int | None, impl: str, nodes: int, storage_engine: str | None, as_json: bool) -> None:
     """Run an embedded Kafka broker until Ctrl-C; prints its address.
 
     For development, tests and demos only; its data is gone when it stops. Tansu (the default)
     under-reports high watermarks, never compacts and shows aborted transactions; Apache Kafka
-    behaves as production Kafka does.
+    behaves as production Kafka does, except that it never deletes old records unless a topic
+    asks for retention (retention.ms).
     """
     from statesnap.devstack import ApacheKafkaBroker, EmbeddedBroker
+    from statesnap.devstack.cluster import ApacheKafkaCluster
 
-    b: LoopbackService
+    b: _DevBroker
     if impl == "apache":
         if storage_engine is not None:
             raise click.UsageError(
                 "--storage-engine is a Tansu option; Apache Kafka keeps a temporary log dir"
             )
-        apache = ApacheKafkaBroker(port)
-        b, address = apache, apache.bootstrap_servers
+        if nodes > 1:
+            if port is not None:
+                raise click.UsageError("--port is for one node; a cluster's nodes take free ports")
+            b = ApacheKafkaCluster(nodes)
+        else:
+            b = ApacheKafkaBroker(port)
     else:
-        tansu = EmbeddedBroker(port, storage_engine=storage_engine)
-        b, address = tansu, tansu.bootstrap_servers
+        if nodes != 1:
+            raise click.UsageError("--nodes is an Apache Kafka option (--impl apache)")
+        b = EmbeddedBroker(port, storage_engine=storage_engine)
     b.start()
+    address = b.bootstrap_servers
+    shown = f"{impl}, {nodes} nodes" if nodes > 1 else impl
     Output(as_json).show(
-        {"bootstrap_servers": address, "port": b.port, "impl": impl},
-        f"broker ({impl}) listening on {address} (Ctrl-C to stop)",
+        {"bootstrap_servers": address, "port": b.port, "impl": impl, "nodes": nodes},
+        f"broker ({shown}) listening on {address} (Ctrl-C to stop)",
     )
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):

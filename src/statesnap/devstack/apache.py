@@ -6,8 +6,12 @@ this broker instead. ``bash scripts/setup.sh`` fetches the pinned version's jars
 runtime dependencies, via ``scripts/apache-kafka/pom.xml``) into
 ``~/.cache/statesnap/apache-kafka-<version>/libs/``; :meth:`ApacheKafkaBroker.start` formats a
 fresh KRaft log directory in a temporary directory, starts ``kafka.Kafka`` on it and removes it on
-``stop()``. The settings let the log cleaner and retention act within seconds, so a test can
-watch compaction and deletion happen.
+``stop()``. The settings let the log cleaner act within seconds, so a test can watch compaction
+happen, and keep records of any timestamp: time retention is off unless a topic asks for it
+(``retention.ms``), and then acts within seconds too.
+
+One node's properties, JVM command and storage format are :class:`KafkaNode`'s, shared with the
+three-node cluster (``cluster.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from statesnap.devstack.process import DevServiceError, LoopbackService, free_port
@@ -29,6 +34,7 @@ __all__ = [
     "APACHE_KAFKA_VERSION",
     "ApacheKafkaBroker",
     "ApacheKafkaUnavailableError",
+    "KafkaNode",
     "apache_kafka_libs",
     "apache_kafka_missing",
     "new_cluster_id",
@@ -37,8 +43,12 @@ __all__ = [
 #: The pinned broker version; scripts/apache-kafka/pom.xml must name the same one.
 APACHE_KAFKA_VERSION = "4.1.1"
 
-#: Broker settings that make the log cleaner and retention act within a test's seconds rather than
-#: the production minutes/hours, and let one node hold every internal topic.
+#: Broker settings that make the log cleaner act within a test's seconds rather than the production
+#: minutes/hours, and let one node hold every internal topic. Time retention is off
+#: (``log.retention.ms=-1``): Kafka's default of 7 days would delete, within a second here, any
+#: record whose timestamp is older than that — event-time test data with historical timestamps.
+#: A test that exercises retention sets ``retention.ms`` on its topic; the checks still run every
+#: 200 ms, so that retention acts within seconds.
 TEST_SETTINGS: Mapping[str, str] = {
     "offsets.topic.replication.factor": "1",
     "offsets.topic.num.partitions": "4",
@@ -48,6 +58,7 @@ TEST_SETTINGS: Mapping[str, str] = {
     "group.initial.rebalance.delay.ms": "0",
     "num.partitions": "1",
     "auto.create.topics.enable": "false",
+    "log.retention.ms": "-1",
     "log.cleaner.backoff.ms": "200",
     "log.cleaner.min.compaction.lag.ms": "0",
     "log.cleaner.min.cleanable.ratio": "0.01",
@@ -131,7 +142,16 @@ def _sweep_orphaned_dirs() -> None:
             continue  # alive, under another user
 
 
-def _cause(output: str) -> str:
+def owned_temp_dir() -> Path:
+    """A fresh temporary directory for brokers' log dirs, marked with this process as its owner
+    (so that a later start sweeps it if this process dies without ``stop()``)."""
+    _sweep_orphaned_dirs()
+    d = Path(tempfile.mkdtemp(prefix=_DIR_PREFIX))
+    (d / _OWNER).write_text(str(os.getpid()))
+    return d
+
+
+def cause(output: str) -> str:
     """The line of a JVM's output that says what went wrong: the first ERROR or exception line
     (not a stack frame), else the last line; at most 300 characters."""
     lines = [ln.strip() for ln in output.splitlines() if ln.strip() and not ln.lstrip().startswith("at ")]
@@ -139,6 +159,116 @@ def _cause(output: str) -> str:
         if " ERROR " in line or "Exception" in line:
             return line[:300]
     return lines[-1][:300] if lines else ""
+
+
+@dataclass(frozen=True)
+class KafkaNode:
+    """One KRaft node (broker and controller in one JVM) as configured on disk: its properties,
+    the JVM command that runs it and the storage format of its log directory. Shared by the
+    single broker and each node of :class:`~statesnap.devstack.cluster.ApacheKafkaCluster`."""
+
+    node_id: int
+    host: str
+    port: int
+    controller_port: int
+    #: ``controller.quorum.voters``: every controller of the cluster, ``id@host:port`` joined by ``,``.
+    voters: str
+    #: The node's own directory: properties, log4j configuration and ``data/`` (its log dir).
+    directory: Path
+    settings: Mapping[str, str]
+    version: str = APACHE_KAFKA_VERSION
+    heap: str = "512m"
+
+    @property
+    def voter(self) -> str:
+        return f"{self.node_id}@{self.host}:{self.controller_port}"
+
+    def properties(self) -> dict[str, str]:
+        return {
+            "process.roles": "broker,controller",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": self.voters,
+            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.directory / "data"),
+            **self.settings,
+        }
+
+    def write_config(self) -> None:
+        """``server.properties`` and the log4j configuration, in the node's directory."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        props = "".join(f"{k}={v}\n" for k, v in self.properties().items())
+        (self.directory / "server.properties").write_text(props)
+        (self.directory / "log4j2.properties").write_text(_LOG4J2)
+
+    def java_command(self, main: str, *args: str) -> list[str]:
+        java = _java()
+        missing = apache_kafka_missing(self.version)
+        if java is None or missing is not None:
+            raise ApacheKafkaUnavailableError(missing or "java not found")
+        return [
+            java,
+            f"-Xmx{self.heap}",
+            "-Xss1m",
+            "-XX:+UseG1GC",
+            "-XX:TieredStopAtLevel=1",  # C1 only: starts ~1 s sooner, fast enough for tests
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}",
+            "-cp",
+            str(apache_kafka_libs(self.version) / "*"),
+            main,
+            *args,
+        ]
+
+    def server_command(self) -> list[str]:
+        return self.java_command("kafka.Kafka", str(self.directory / "server.properties"))
+
+    def format(self, cluster_id: str, deadline: float) -> None:
+        """``kafka-storage format``: write the cluster id and bootstrap metadata into the log dir."""
+        cmd = self.java_command(
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            cluster_id,
+            "-c",
+            str(self.directory / "server.properties"),
+        )
+        try:
+            out = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                stdin=subprocess.DEVNULL,
+                timeout=max(1.0, deadline - time.monotonic()),
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise DevServiceError(
+                f"Apache Kafka {self.version}: formatting the KRaft log directory did not finish in time"
+            ) from None
+        if out.returncode != 0:
+            raise DevServiceError(
+                f"Apache Kafka {self.version}: formatting the KRaft log directory failed "
+                f"({out.returncode}): {cause(out.stderr + out.stdout) or 'no output'}"
+            )
+
+
+def probe_config(bootstrap_servers: str) -> dict[str, str | int | float | bool]:
+    """Client settings of the dev stack's own short-lived admin clients: quiet, since a probe of a
+    node that is down (starting, or killed by a test) is expected to fail."""
+    return {"bootstrap.servers": bootstrap_servers, "log_level": 0}
+
+
+def registered_brokers(bootstrap_servers: str, timeout: float = 1.0) -> set[int]:
+    """The ids of the brokers a metadata answer lists (registered with the controller, unfenced).
+    Raises what the admin client raises when nothing answers."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(probe_config(bootstrap_servers))
+    return set(admin.list_topics(timeout=timeout).brokers)
 
 
 class ApacheKafkaBroker(LoopbackService):
@@ -171,44 +301,27 @@ class ApacheKafkaBroker(LoopbackService):
     def bootstrap_servers(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def _java_command(self, main: str, *args: str) -> list[str]:
-        java = _java()
-        missing = apache_kafka_missing(self.version)
-        if java is None or missing is not None:
-            raise ApacheKafkaUnavailableError(missing or "java not found")
+    def node(self) -> KafkaNode:
+        """This broker as a KRaft node (built when asked: ``controller_port`` may be changed
+        before ``start()``)."""
         assert self._dir is not None
-        return [
-            java,
-            f"-Xmx{self.heap}",
-            "-Xss1m",
-            "-XX:+UseG1GC",
-            "-XX:TieredStopAtLevel=1",  # C1 only: starts ~1 s sooner, fast enough for tests
-            "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={self._dir / 'log4j2.properties'}",
-            "-cp",
-            str(apache_kafka_libs(self.version) / "*"),
-            main,
-            *args,
-        ]
+        return KafkaNode(
+            node_id=1,
+            host=self.host,
+            port=self.port,
+            controller_port=self.controller_port,
+            voters=f"1@{self.host}:{self.controller_port}",
+            directory=self._dir,
+            settings=self.settings,
+            version=self.version,
+            heap=self.heap,
+        )
 
     def command(self) -> Sequence[str]:
-        assert self._dir is not None
-        return self._java_command("kafka.Kafka", str(self._dir / "server.properties"))
+        return self.node().server_command()
 
     def server_properties(self) -> dict[str, str]:
-        assert self._dir is not None
-        return {
-            "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@{self.host}:{self.controller_port}",
-            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "log.dirs": str(self._dir / "data"),
-            **self.settings,
-        }
+        return self.node().properties()
 
     def start(self, timeout: float = 60.0) -> None:
         """Format a fresh log directory, start the broker, wait until it serves metadata.
@@ -222,14 +335,11 @@ class ApacheKafkaBroker(LoopbackService):
         if missing is not None:
             raise ApacheKafkaUnavailableError(missing)
         deadline = time.monotonic() + timeout
-        _sweep_orphaned_dirs()
-        self._dir = Path(tempfile.mkdtemp(prefix=_DIR_PREFIX))
+        self._dir = owned_temp_dir()
         try:
-            (self._dir / _OWNER).write_text(str(os.getpid()))
-            props = "".join(f"{k}={v}\n" for k, v in self.server_properties().items())
-            (self._dir / "server.properties").write_text(props)
-            (self._dir / "log4j2.properties").write_text(_LOG4J2)
-            self._format(deadline)
+            node = self.node()
+            node.write_config()
+            node.format(self.cluster_id, deadline)
             try:
                 super().start(max(1.0, deadline - time.monotonic()))
             except DevServiceError as e:
@@ -241,48 +351,15 @@ class ApacheKafkaBroker(LoopbackService):
             self.stop()
             raise
 
-    def _format(self, deadline: float) -> None:
-        """``kafka-storage format``: write the cluster id and bootstrap metadata into the log dir."""
-        assert self._dir is not None
-        cmd = self._java_command(
-            "kafka.tools.StorageTool",
-            "format",
-            "-t",
-            self.cluster_id,
-            "-c",
-            str(self._dir / "server.properties"),
-        )
-        try:
-            out = subprocess.run(
-                cmd,
-                capture_output=True,
-                text=True,
-                stdin=subprocess.DEVNULL,
-                timeout=max(1.0, deadline - time.monotonic()),
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            raise DevServiceError(
-                f"Apache Kafka {self.version}: formatting the KRaft log directory did not finish in time"
-            ) from None
-        if out.returncode != 0:
-            raise DevServiceError(
-                f"Apache Kafka {self.version}: formatting the KRaft log directory failed "
-                f"({out.returncode}): {_cause(out.stderr + out.stdout) or 'no output'}"
-            )
-
     def _failure_line(self) -> str:
-        return _cause(self.log_tail(200))
+        return cause(self.log_tail(200))
 
     def wait_ready(self, deadline: float) -> None:
         """Ready when the broker lists itself in a metadata answer (registered with the controller)."""
-        from confluent_kafka.admin import AdminClient
-
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers})
         last = "no answer"
         while True:
             try:
-                if admin.list_topics(timeout=1).brokers:
+                if registered_brokers(self.bootstrap_servers):
                     return
                 last = "no broker registered yet"
             except Exception as e:

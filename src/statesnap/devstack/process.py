@@ -52,6 +52,7 @@ class LoopbackService:
         self.host = "127.0.0.1"
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_path: Path | None = None
+        self._launched_at = 0.0
 
     def command(self) -> Sequence[str]:
         raise NotImplementedError
@@ -60,6 +61,14 @@ class LoopbackService:
         return dict(os.environ)
 
     def start(self, timeout: float = 30.0) -> None:
+        if self._proc is not None:
+            return
+        self.launch()
+        self.wait_started(time.monotonic() + timeout)
+
+    def launch(self) -> None:
+        """Start the process without waiting for it to answer (then :meth:`wait_started`): the
+        nodes of a cluster must all run before any of them is ready."""
         if self._proc is not None:
             return
         if port_open(self.port):
@@ -77,14 +86,21 @@ class LoopbackService:
             start_new_session=True,
         )
         os.close(fd)
+        self._launched_at = time.monotonic()
         atexit.register(self.stop)
-        deadline = time.monotonic() + timeout
+
+    def wait_started(self, deadline: float) -> None:
+        """Wait, until the monotonic *deadline*, for the launched process to open its port and
+        pass :meth:`wait_ready`; one typed line naming what it waited for when it does not."""
+        if self._proc is None:
+            raise DevServiceError(f"{self.name} was not launched")
         while not port_open(self.port):
             if self._proc.poll() is not None:
                 raise DevServiceError(f"{self.name} exited with {self._proc.returncode}: {self.log_tail()}")
             if time.monotonic() > deadline:
+                waited = max(0.0, deadline - self._launched_at)
                 self.stop()
-                raise DevServiceError(f"{self.name} did not answer on port {self.port} within {timeout}s")
+                raise DevServiceError(f"{self.name} did not answer on port {self.port} within {waited:.3g}s")
             time.sleep(0.05)
         self.wait_ready(deadline)
         log.info("%s listening on %s:%d", self.name, self.host, self.port)
@@ -119,6 +135,19 @@ class LoopbackService:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(5)
+        if self._log_path is not None:
+            with contextlib.suppress(OSError):
+                self._log_path.unlink()
+
+    def kill(self) -> None:
+        """SIGKILL to the process group, as a crash or the OOM killer would end it: no shutdown
+        hook, no flush. What it wrote to disk stays (a later ``start()`` runs on it)."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
         if self._log_path is not None:
             with contextlib.suppress(OSError):
                 self._log_path.unlink()

@@ -29,24 +29,32 @@ def _first_line(proc: subprocess.Popen[str], timeout: float) -> str:
     return proc.stdout.readline()
 
 
-@pytest.mark.parametrize("impl", ["apache", None])
-def test_broker_serves_kafka_until_stopped(impl: str | None) -> None:
+@pytest.mark.parametrize(
+    ("impl", "nodes"),
+    [("apache", 1), (None, 1), pytest.param("apache", 3, marks=pytest.mark.long)],
+    ids=["apache", "tansu", "apache-3-nodes"],
+)
+def test_broker_serves_kafka_until_stopped(impl: str | None, nodes: int) -> None:
     """Apache Kafka 4.1.1 proved it (and Tansu, the default without --impl): the command prints
     the address as JSON, a Kafka client gets the cluster's metadata there, and SIGTERM stops the
-    broker (its port closes)."""
+    broker (its port closes). With --nodes 3, metadata lists three brokers."""
     if impl == "apache" and (missing := apache_kafka_missing()) is not None:
         pytest.skip(missing)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "statesnap.cli", "broker", "--json", *(["--impl", impl] if impl else [])],
+        [
+            *[sys.executable, "-m", "statesnap.cli", "broker", "--json"],
+            *(["--impl", impl] if impl else []),
+            *(["--nodes", str(nodes)] if nodes > 1 else []),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        out = json.loads(_first_line(proc, 90))
+        out = json.loads(_first_line(proc, 90 * nodes))
         assert out["impl"] == (impl or "tansu")
         admin = AdminClient({"bootstrap.servers": out["bootstrap_servers"]})
-        assert admin.list_topics(timeout=10).brokers
+        assert len(admin.list_topics(timeout=10).brokers) == nodes
         assert admin.describe_cluster().result(10).cluster_id
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
@@ -74,3 +82,21 @@ def test_storage_engine_is_refused_for_apache() -> None:
     result = statesnap("broker", "--impl", "apache", "--storage-engine", "s3://b/", timeout=60)
     assert result.returncode == 2
     assert "--storage-engine is a Tansu option" in result.stderr
+
+
+def test_help_says_the_apache_broker_keeps_old_records() -> None:
+    """Issue 34: the dev Apache broker used to delete records timestamped over 7 days ago within a
+    second while --help said only "retention within seconds"; it now keeps every record unless a
+    topic sets retention.ms, and says so."""
+    result = statesnap("broker", "--help", timeout=60)
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    assert "keeps records of any timestamp" in text
+    assert "unless a topic sets retention.ms" in text
+    assert "--nodes" in text
+
+
+def test_nodes_are_an_apache_option() -> None:
+    result = statesnap("broker", "--nodes", "3", timeout=60)
+    assert result.returncode == 2
+    assert "--nodes is an Apache Kafka option" in result.stderr

@@ -19,12 +19,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    NewTopic,
     ResourceType,
 )
 
@@ -295,3 +296,28 @@ def test_a_running_table_whose_unread_records_retention_deleted_continues_at_the
         )
     finally:
         t.close(checkpoint=False)
+
+
+def test_a_record_timestamped_30_days_ago_survives_on_the_dev_broker(kafka: KafkaTool) -> None:
+    """Apache Kafka 4.1.1 (the dev broker's settings, ``TEST_SETTINGS``) proved it: a topic that
+    does not ask for retention keeps a record whose timestamp is 30 days old, through many
+    retention checks (every 200 ms) and segment rolls. Kafka's default, 7 days, deleted it within
+    a second: the dev broker emptied event-time test data (issue 34)."""
+    topic = f"old-{uuid.uuid4().hex[:10]}"
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config={"segment.ms": "100"})])[topic].result(15)
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    configs = admin.describe_configs([resource])[resource].result(15)
+    assert configs["retention.ms"].value == "-1", "no retention unless the topic asks for it"
+    month_ago = int((time.time() - 30 * 86400) * 1000)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all"})
+    producer.produce(topic, key=b"event", value=b"old", timestamp=month_ago)
+    assert producer.flush(15) == 0
+    deadline = time.monotonic() + 3  # ~15 retention checks; 7-day retention deleted it in < 1 s
+    while time.monotonic() < deadline:
+        producer.produce(topic, key=b"late", value=b"x")  # rolls the 100 ms segment below it
+        producer.flush(15)
+        time.sleep(0.2)
+    assert watermarks(kafka.bootstrap, topic, 1)[0][0] == 0, "the log start moved: records were deleted"
+    first = kafka.read_all(topic, [0])[0]
+    assert (first.offset, first.key, first.value) == (0, b"event", b"old")
