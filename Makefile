@@ -19,8 +19,8 @@ test-long:  ## Run every test, the long variants too
 test-fast:  ## Unit tests only
 	$(VENV)/python -m pytest tests/unit
 
-faults:  ## Fault-injection suite, long mode (more kills, S3 corruptions, Spark kill); prints a summary
-	STATESNAP_FAULTS=long STATESNAP_LONG=1 $(VENV)/python -m pytest tests/faults
+faults:  ## Fault-injection suite, long mode (more kills, S3 corruptions, Spark kill, cluster faults); prints a summary
+	STATESNAP_FAULTS=long STATESNAP_LONG=1 $(VENV)/python -m pytest tests/faults tests/integration/cluster
 
 lint:  ## ruff + mypy
 	$(VENV)/ruff check src tests benchmarks examples

@@ -113,9 +113,10 @@ def sasl_ssl_listener(tmp_path_factory: pytest.TempPathFactory) -> SaslSslListen
 
 @pytest.fixture(scope="session")
 def apache_kafka(sasl_ssl_listener: SaslSslListener) -> Iterator[ApacheKafkaBroker]:
-    """A real Apache Kafka broker (single-node KRaft on loopback; settings that let compaction and
-    retention act within seconds). Skipped, with what to install, only where Java or the jars
-    ``bash scripts/setup.sh`` fetches are missing.
+    """A real Apache Kafka broker (single-node KRaft on loopback; settings that let compaction and,
+    on topics that set ``retention.ms``, retention act within seconds; records of any timestamp
+    are kept otherwise). Skipped, with what to install, only where Java or the jars ``bash
+    scripts/setup.sh`` fetches are missing.
 
     Besides its PLAINTEXT listener (``bootstrap_servers``: every test, inter-broker traffic) it
     has a ``SASL_SSL`` one (see :func:`sasl_ssl`): one broker serves both, so the secure tests
