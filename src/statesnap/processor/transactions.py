@@ -340,8 +340,11 @@ class TransactionalOutputs(Outputs):
         A producer in a fatal state cannot abort (the broker aborts it: by timeout, or when the
         task's next incarnation fences it); its own error says why, e.g. fenced."""
         self._in_transaction = False
+        producer = self._producer
+        if producer is None:  # closed meanwhile (close() from another thread dropped it)
+            self._fail(f"{reason}; the outputs were closed meanwhile: the broker aborts the transaction")
         try:
-            self._producer.abort_transaction(10.0)
+            producer.abort_transaction(10.0)
         except KafkaException as e:
             said = _said(_error_of(e))
             why = "" if said in reason else f" ({said})"  # a fatal producer says the same again
