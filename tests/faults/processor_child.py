@@ -217,8 +217,18 @@ def main() -> None:
         proc.run(follow=False)
         print("done", proc.last_checkpoint and proc.last_checkpoint.generation, flush=True)
         return
-    report = proc.start()
-    print("started", report.checkpoint, flush=True)
+    said: list[bool] = []
+
+    def restored(_records: int, _done: int, _total: int) -> None:
+        # Said once the restore is done, at the catch-up's first progress report: a processor
+        # checkpoints while it catches up, so a kill may land before the catch-up ends.
+        if not said:
+            said.append(True)
+            print("started", proc.task.report.checkpoint, flush=True)
+
+    report = proc.start(progress=restored)
+    if not said:
+        print("started", report.checkpoint, flush=True)
     while True:  # killed by the test
         time.sleep(1)
 

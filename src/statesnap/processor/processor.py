@@ -348,7 +348,7 @@ class Processor(Aggregations):
                     if self.exactly_once
                     else Outputs(task.settings, self.key_serde, self.value_serde)
                 )
-            if self.dead_letter_topic is not None:
+            if self.dead_letter_topic is not None and not self.exactly_once:  # else once open
                 self._outputs.require_topic(self.dead_letter_topic, "dead-letter")
             return self.handler_for(task.store, self._outputs)
 
@@ -363,6 +363,8 @@ class Processor(Aggregations):
                 task.settings.timeout,
                 grouped=task.group is not None,
             )
+            if self.dead_letter_topic is not None:
+                self._outputs.require_topic(self.dead_letter_topic, "dead-letter")
 
         self._task = ProcessorTask(
             self.inputs[0],
