@@ -117,6 +117,16 @@ def _wait_for_checkpoint(
     return newest
 
 
+def _wait_until_following(proc: subprocess.Popen[bytes], log: Path, limit: float = 60) -> None:
+    """Until the writer has caught up and follows (its Ctrl-C is then a clean stop: before, a
+    Ctrl-C ends the command like any other)."""
+    deadline = time.monotonic() + limit
+    while " restored: checkpoint=" not in log.read_text(errors="replace"):  # Table._started's INFO
+        assert proc.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, f"not following within {limit:.0f}s:\n{log.read_text()[-3000:]}"
+        time.sleep(0.05)
+
+
 @pytest.fixture
 def own_s3() -> Iterator[EmbeddedS3]:
     s3 = EmbeddedS3(free_port())
@@ -203,13 +213,18 @@ def test_silent_s3_endpoint_does_not_block_ctrl_c(
     bucket = s3_server.create_bucket(f"mute-{uuid.uuid4().hex[:10]}")
     direct = s3_location(s3_server, bucket)
     endpoint = f"http://127.0.0.1:{proxy.port}"
-    loc = replace(direct, cli_url=f"s3://{bucket}/{direct.prefix}?endpoint_url={endpoint}")
+    loc = replace(
+        direct,
+        cli_url=f"s3://{bucket}/{direct.prefix}?endpoint_url={endpoint}",
+        cli_env={**direct.cli_env, "STATESNAP_LOG_LEVEL": "INFO"},  # says when it follows
+    )
     producer = Producing(kafka, topic, PARTITIONS, pause=0.03)
     producer.start()
     log = tmp_path / "writer.log"
     writer = _follow(kafka.bootstrap, topic, loc, log, "--shutdown-timeout", "5s")
     try:
         _wait_for_checkpoint(direct, writer, log, ledger)
+        _wait_until_following(writer, log)  # checkpoints start during the catch-up now
         proxy.down()
         proxy.up(silent=True)
         ledger.tried("infrastructure_faults")
@@ -219,7 +234,9 @@ def test_silent_s3_endpoint_does_not_block_ctrl_c(
         code = _ctrl_c(ledger, writer, log, "writer on a silent S3 endpoint", limit=15)
         proxy.down()
     assert code == 1, code
-    (error,) = [line for line in log.read_text().splitlines() if line.startswith("Error:")]
+    errors = [line for line in log.read_text().splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, log.read_text()[-3000:]
+    (error,) = errors
     assert "did not finish within 5s" in error, error
     assert "last committed checkpoint stands" in error, error
 

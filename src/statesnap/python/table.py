@@ -406,7 +406,10 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
         reader = self._reader
         began = time.monotonic()
         checkpointing = self.snapshots is not None
-        if checkpointing:
+        if self.snapshots is not None:
+            # Watch for snapshots from now, while the store answered the restore a moment ago:
+            # the watcher's first read is strict (a store that does not answer fails the start).
+            self.snapshots.start()
             self._last_commit = self._last_checkpoint_at = began
         with gc_paused():
             while not reader.caught_up:
