@@ -17,6 +17,11 @@ killed; ``once`` restores, catches up, checkpoints and exits 0; ``group=ID`` mak
 that consumer group, ``windows`` runs the windowed processor, ``exactly_once`` makes the tally's
 outputs transactional. Blob-store credentials come from the
 environment (never argv).
+
+The child widens one window: it publishes each manifest :data:`MANIFEST_DELAY` after its data files
+(:func:`widen_the_mid_write_window`), so the test's listing, polled every millisecond, sees "data
+files, no manifest" and kills there under any machine load (a small delta's write otherwise leaves
+that state for well under a millisecond, and a loaded CI machine once missed it in 30 s of polls).
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ from statesnap import (
     StoreOptions,
     Windows,
 )
+from statesnap.checkpoint.manifest import CheckpointManifest
+from statesnap.checkpoint.repository import CheckpointRepository
 
 __all__ = [
     "EXACTLY_ONCE",
@@ -202,7 +209,23 @@ def window_model(records: Sequence[Event]) -> dict[bytes, bytes]:
     return out
 
 
+#: How long after its data files a checkpoint's manifest is published (see the module docstring).
+MANIFEST_DELAY = 0.05
+
+
+def widen_the_mid_write_window() -> None:
+    """Publish every manifest :data:`MANIFEST_DELAY` late (in this child process only)."""
+    publish = CheckpointRepository.commit
+
+    def late_commit(repo: CheckpointRepository, manifest: CheckpointManifest) -> None:
+        time.sleep(MANIFEST_DELAY)
+        publish(repo, manifest)
+
+    CheckpointRepository.commit = late_commit  # type: ignore[method-assign,assignment]
+
+
 def main() -> None:
+    widen_the_mid_write_window()
     bootstrap, topic, output, url, how, store = sys.argv[1:7]
     flags = sys.argv[7:]
     group = next((f.partition("=")[2] for f in flags if f.startswith("group=")), None)
