@@ -53,6 +53,11 @@ class Record:
         return value
 
     @property
+    def is_tombstone(self) -> bool:
+        """Whether the record has a null value (a delete, in a table's terms), without decoding."""
+        return self._raw is None
+
+    @property
     def headers(self) -> Sequence[tuple[str, bytes | None]]:
         message = self._message
         return () if message is None else (message.headers() or ())

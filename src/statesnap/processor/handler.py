@@ -6,6 +6,13 @@ Per record: deserialize, set the cursor (offset, timestamp, stream time), call e
 on success the record's writes and outputs count, on failure they are dropped and the record
 goes to the dead-letter topic (or processing stops with :class:`HandlerError`). At the end of a
 partition's batch the writes reach the store in one ``apply``, with the task's stream time.
+
+Stream time — what closes and expires windows, what ``ctx.stream_time`` and stream-time
+punctuators see — is the largest timestamp of the partition's records *with a key*. A record
+without a key belongs to no aggregation and moves no clock: a windowed aggregation in Kafka Streams
+never sees it, so its windows close as Kafka Streams' do (``tests/integration/apache/
+test_kafka_streams_oracle.py``). *Difference on purpose*: Kafka Streams' stream-time punctuators
+follow the task's partition time, which keyless records do advance.
 """
 
 from __future__ import annotations
@@ -178,8 +185,9 @@ class ProcessorHandler:
             if not ts_type:
                 ts = -1
             before = stream_time
-            if ts > stream_time:  # noqa: PLR1730 - max() costs a call per record
-                stream_time = ts
+            raw_key = message.key()
+            if ts > stream_time and raw_key is not None:
+                stream_time = ts  # a record without a key moves no clock (see the module docstring)
             offset = record_offset = message.offset()
             if multi:
                 topic = message.topic()  # type: ignore[attr-defined]
@@ -201,7 +209,6 @@ class ProcessorHandler:
             cursor.offset, cursor.timestamp, cursor.stream_time = offset, ts, stream_time
             cursor.thread = thread
             try:
-                raw_key = message.key()
                 record = Record(
                     None if raw_key is None else kdes(raw_key),
                     message.value(),

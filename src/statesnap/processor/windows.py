@@ -82,9 +82,10 @@ class Windows:
         )
 
     def starts(self, timestamp: int) -> list[int]:
-        """Starts of the windows holding *timestamp*, oldest first."""
+        """Starts of the windows holding *timestamp*, oldest first; none starts below 0 (the
+        epoch), as in Kafka Streams."""
         advance = self.advance_ms
-        first = (timestamp - self.size_ms) // advance + 1
+        first = max((timestamp - self.size_ms) // advance + 1, 0)
         last = timestamp // advance
         return [k * advance for k in range(first, last + 1)]
 

@@ -235,15 +235,19 @@ class CountJob:
         )
         del options["subscribe"]
         options["assign"] = json.dumps({topic: sorted(w.partition for w in work)})
+        counted = sf.when(sf.col("value").isNotNull(), sf.col("offset"))  # a counted record's offset
         groups = (
             self.spark.read.format(SOURCE_NAME)
             .options(**options)
             .load()
-            .groupBy("partition", "key")  # records without a key: one group, for the stream time
+            .groupBy("partition", "key")  # records without a key: one group, for the last record
             .agg(
-                sf.count(sf.lit(1)).alias("n"),
-                sf.max("offset").alias("offset"),
-                sf.max_by(sf.unix_millis("timestamp"), "offset").alias("timestamp"),
+                sf.count("value").alias("n"),  # tombstones are not counted
+                sf.count(sf.lit(1)).alias("records"),
+                sf.max(counted).alias("offset"),
+                sf.max_by(sf.unix_millis("timestamp"), counted).alias("timestamp"),
+                sf.max("offset").alias("last_offset"),
+                sf.max_by(sf.unix_millis("timestamp"), "offset").alias("last_timestamp"),
                 sf.max(sf.unix_millis("timestamp")).alias("latest"),
             )
         )
@@ -251,10 +255,8 @@ class CountJob:
 
         def fold(rows: Iterable[Any]) -> Iterator[PartitionCount]:
             grouped: dict[int, list[_Group]] = {}
-            for partition, key, n, offset, ts, latest in rows:
-                grouped.setdefault(partition, []).append(
-                    (None if key is None else bytes(key), n, offset, ts, latest)
-                )
+            for partition, key, *rest in rows:
+                grouped.setdefault(partition, []).append((None if key is None else bytes(key), *rest))
             for p, found in grouped.items():
                 yield rule.fold(found, by_partition[p], repo, generation)
 
@@ -272,8 +274,9 @@ class CountJob:
         return out
 
 
-#: One group of the Spark count: (key, records, last offset, its timestamp, largest timestamp).
-_Group = tuple[bytes | None, int, int, int | None, int | None]
+#: One group of the Spark count: (key, records counted (not tombstones), records, the last counted
+#: record's offset and timestamp, the last record's offset and timestamp, the largest timestamp).
+_Group = tuple[bytes | None, int, int, int | None, int | None, int, int | None, int | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,12 +324,15 @@ class CountRule:
         counted: dict[bytes, tuple[int, int, int | None]] = {}
         records, latest = 0, -1
         last: tuple[int, int | None] = (-1, None)
-        for raw, count, newest_offset, newest_ts, newest in groups:
-            records += count
+        for raw, count, in_group, newest_offset, stamp, last_offset, last_ts, newest in groups:
+            records += in_group
+            newest_ts = None if stamp == -1 else stamp  # -1: the counter's "no timestamp"
+            if last_offset > last[0]:
+                last = (last_offset, last_ts)
+            if raw is None:  # records without a key count nothing and move no stream time
+                continue
             latest = max(latest, -1 if newest is None else newest)
-            if newest_offset > last[0]:
-                last = (newest_offset, newest_ts)
-            if raw is None:  # records without a key leave the count alone
+            if count == 0 or newest_offset is None:  # only tombstones: Kafka Streams counts none
                 continue
             key = self.stored_key(prefix, raw)
             seen = counted.get(key)
@@ -376,11 +382,11 @@ class CountRule:
         records = []
         for msgs in iter_range(opts, w.partition, w.start, end):
             handler.apply(w.partition, msgs, None)
-            records += [(m.key(), m.offset()) for m in msgs]
+            records += [(m.key(), m.value() is not None) for m in msgs]
         prefix = partition_prefix(self.store, w.partition)
         counts: dict[bytes, int] = {}
-        for raw, _offset in records:
-            if raw is not None:
+        for raw, has_value in records:
+            if raw is not None and has_value:
                 key = self.stored_key(prefix, raw)
                 counts[key] = counts.get(key, 0) + 1
         expected = {k: self.values.serialize(n) for k, n in counts.items()}
@@ -409,14 +415,15 @@ def _millis(column: Any) -> list[int | None]:
 _KEY, _OFFSET, _TIMESTAMP = Message.key, Message.offset, Message.timestamp
 #: Arrow's ``last`` keeps nulls: a key's last record without a timestamp has none in the handler.
 _LAST = pc.ScalarAggregateOptions(skip_nulls=False)
+#: The last counted record's timestamp: tombstones (null here) are skipped.
+_SKIP = pc.ScalarAggregateOptions(skip_nulls=True)
 #: Partial counts are folded together once this many rows piled up (memory ~ keys, not records).
 _FOLD_ROWS = 1_000_000
 
 
 class _Counter:
-    """A split's records as partial counts per key (``key, n, offset, timestamp, latest``: the
-    records, the last offset, its timestamp and the largest timestamp); records without a key
-    are one group too (they move stream time)."""
+    """A split's records as partial counts per key (the columns of :data:`_Group`); records
+    without a key are one group too (the partition's last record may be one)."""
 
     def __init__(self) -> None:
         self.records = 0
@@ -428,20 +435,45 @@ class _Counter:
         self.records += n
         pairs = np.fromiter(chain.from_iterable(map(_TIMESTAMP, msgs)), np.int64, 2 * n).reshape(n, 2)
         missing = pairs[:, 0] == 0  # TIMESTAMP_NOT_AVAILABLE
+        tombstone = np.fromiter((m.value() is None for m in msgs), np.bool_, n)
+        offsets = np.fromiter(map(_OFFSET, msgs), np.int64, n)
+        stamps = pairs[:, 1]
         batch = pa.table(
             {
                 "key": pa.array(list(map(_KEY, msgs)), pa.binary()),
-                "offset": pa.array(np.fromiter(map(_OFFSET, msgs), np.int64, n)),
-                "ts": pa.array(pairs[:, 1], pa.int64(), mask=missing if missing.any() else None),
+                "offset": pa.array(offsets),
+                "ts": pa.array(stamps, pa.int64(), mask=missing if missing.any() else None),
+                "counted": pa.array(offsets, pa.int64(), mask=tombstone if tombstone.any() else None),
+                # a counted record's timestamp; a missing one reads as -1 (None on the handler path)
+                "counted_ts": pa.array(
+                    np.where(missing, -1, stamps), pa.int64(), mask=tombstone if tombstone.any() else None
+                ),
             }
         )
         counted = batch.group_by("key", use_threads=False).aggregate(
-            [("offset", "count"), ("offset", "max"), ("ts", "last", _LAST), ("ts", "max")]
+            [
+                ("counted", "count"),
+                ("offset", "count"),
+                ("counted", "max"),
+                ("counted_ts", "last", _SKIP),
+                ("offset", "max"),
+                ("ts", "last", _LAST),
+                ("ts", "max"),
+            ]
         )
         self._parts.append(
-            counted.select(["key", "offset_count", "offset_max", "ts_last", "ts_max"]).rename_columns(
-                _COUNT_COLUMNS
-            )
+            counted.select(
+                [
+                    "key",
+                    "counted_count",
+                    "offset_count",
+                    "counted_max",
+                    "counted_ts_last",
+                    "offset_max",
+                    "ts_last",
+                    "ts_max",
+                ]
+            ).rename_columns(_COUNT_COLUMNS)
         )
         self._rows += counted.num_rows
         if self._rows >= _FOLD_ROWS and len(self._parts) > 1:
@@ -454,8 +486,8 @@ class _Counter:
         return _merge_counts(self._parts) if len(self._parts) > 1 else self._parts[0]
 
 
-_COUNT_COLUMNS = ["key", "n", "offset", "ts", "latest"]
-_COUNT_TYPES = [pa.binary(), pa.int64(), pa.int64(), pa.int64(), pa.int64()]
+_COUNT_COLUMNS = ["key", "n", "records", "offset", "ts", "last_offset", "last_ts", "latest"]
+_COUNT_TYPES = [pa.binary(), *[pa.int64()] * 7]
 
 
 def _merge_counts(parts: list[pa.Table]) -> pa.Table:
@@ -463,11 +495,30 @@ def _merge_counts(parts: list[pa.Table]) -> pa.Table:
     merged = (
         pa.concat_tables(parts)
         .group_by("key", use_threads=False)
-        .aggregate([("n", "sum"), ("offset", "max"), ("ts", "last", _LAST), ("latest", "max")])
+        .aggregate(
+            [
+                ("n", "sum"),
+                ("records", "sum"),
+                ("offset", "max"),
+                ("ts", "last", _SKIP),  # a part without a counted record has none
+                ("last_offset", "max"),
+                ("last_ts", "last", _LAST),
+                ("latest", "max"),
+            ]
+        )
     )
-    return merged.select(["key", "n_sum", "offset_max", "ts_last", "latest_max"]).rename_columns(
-        _COUNT_COLUMNS
-    )
+    return merged.select(
+        [
+            "key",
+            "n_sum",
+            "records_sum",
+            "offset_max",
+            "ts_last",
+            "last_offset_max",
+            "last_ts_last",
+            "latest_max",
+        ]
+    ).rename_columns(_COUNT_COLUMNS)
 
 
 def _groups_of(counts: pa.Table) -> list[_Group]:

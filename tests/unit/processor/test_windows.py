@@ -14,8 +14,16 @@ def test_tumbling_window_holds_each_timestamp_once() -> None:
     assert w.starts(0) == [0]
     assert w.starts(59_999) == [0]
     assert w.starts(60_000) == [60_000]
-    assert w.starts(-1) == [-60_000]
+    assert w.starts(-1) == []  # no window starts below the epoch (Kafka Streams' rule)
     assert w.retention_ms == 60_000
+
+
+def test_hopping_windows_near_the_epoch_start_at_zero() -> None:
+    """Kafka Streams clamps a hopping window's start at 0: a record at 3 s of a 10 s window
+    advancing by 5 s is in [0, 10 s) only, not also in [-5 s, 5 s)."""
+    w = Windows.hopping("10s", advance="5s")
+    assert w.starts(3_000) == [0]
+    assert w.starts(7_000) == [0, 5_000]
 
 
 def test_hopping_windows_overlap() -> None:
