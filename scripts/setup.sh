@@ -83,6 +83,23 @@ else
   fi
 fi
 
+# Kafka Streams itself, the oracle of statesnap's aggregations and windows
+# (tests/integration/apache/test_kafka_streams_oracle.py): built once into tests/oracle/kafka-streams/target.
+# Soft, as above: without it those tests build it themselves, or skip where Java or Maven is missing.
+oracle_dir=tests/oracle/kafka-streams
+if [ -f "$oracle_dir/target/classes/dev/statesnap/oracle/StreamsOracle.class" ] && [ -d "$oracle_dir/target/lib" ]; then
+  echo "setup: Kafka Streams oracle already built in $oracle_dir/target" >&2
+elif ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
+  echo "setup: java or mvn not found — the Kafka Streams oracle tests will be skipped" >&2
+else
+  started=$SECONDS
+  if (cd "$oracle_dir" && mvn -q -B -Dstyle.color=never package >/dev/null 2>&1); then
+    echo "setup: Kafka Streams oracle built in $oracle_dir/target ($((SECONDS - started))s)" >&2
+  else
+    echo "setup: Kafka Streams oracle not built — its tests will build it or skip" >&2
+  fi
+fi
+
 # The Spark driver's class archive (Java AppCDS): every Spark command then starts some 4 s sooner
 # (benchmarks/spark_startup.py). Made once per Java and Spark version under ~/.cache/statesnap; soft:
 # without it Spark starts as usual.
