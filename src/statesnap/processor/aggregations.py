@@ -18,23 +18,47 @@ Which records count — Kafka Streams' rules, proven against Kafka Streams itsel
   code); statesnap leaves the aggregate as it was.
 - In a window, so are records without a timestamp and late records (their windows closed: stream
   time passed end + grace); no window starts below 0 (the epoch).
+
+Results reach a topic with ``to=`` (:class:`Emit`): ``emit="changes"`` sends every update, as
+Kafka Streams' ``KTable.toStream().to(topic)`` with the record cache off; ``emit="final"`` sends
+one result per window once stream time passes its end plus grace, as
+``suppress(untilWindowCloses(...))`` (Quix: ``.final()``). An emitted record keeps the input's
+key (the output stays co-partitioned); its value is the aggregate, or for a window ``{"start": S,
+"end": E, "value": V}`` (milliseconds), encoded with the store's value serde (JSON unless
+``value_serde`` says otherwise). A change carries the input record's timestamp, a final result its
+window's last millisecond (``end - 1``). Delivery is the processor's: at least once, or exactly
+once with ``exactly_once=True``; which windows were emitted is checkpointed with the store, so a
+restore re-emits none a checkpoint covers, and a final result is never lost.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Any, TypeVar
 
+from statesnap.errors import ConfigError
 from statesnap.processor.context import ProcessorContext, Record
 from statesnap.processor.stores import StoreSpec
 from statesnap.processor.windows import Windows
 from statesnap.serde import Serde
 
-__all__ = ["Aggregations"]
+__all__ = ["Aggregations", "Emit"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 #: What an aggregation reads from a record: a function, or the name of a field of a dict value.
 ValueOf = Callable[[Record], Any] | str
+#: A stream-time punctuator period of 1 ms runs at every advance of stream time.
+EVERY_ADVANCE = "1ms"
+
+
+class Emit(StrEnum):
+    """What an aggregation sends to its ``to=`` topic."""
+
+    #: Every update of the aggregate (Kafka Streams ``toStream()``).
+    CHANGES = "changes"
+    #: One result per window when it closes (Kafka Streams ``suppress(untilWindowCloses)``).
+    FINAL = "final"
 
 
 def _value_of(value: ValueOf | None) -> Callable[[Record], Any]:
@@ -46,6 +70,26 @@ def _value_of(value: ValueOf | None) -> Callable[[Record], Any]:
     return value
 
 
+def _emission(store: str, window: Windows | None, emit: Emit | str | None, to: str | None) -> Emit | None:
+    """The checked emission of one aggregation (None: the store only)."""
+    if emit is None:
+        if to is None:
+            return None
+        return Emit.CHANGES
+    try:
+        how = Emit(emit)
+    except ValueError:
+        raise ConfigError(f"aggregation {store!r}: emit must be 'changes' or 'final', got {emit!r}") from None
+    if to is None:
+        raise ConfigError(f"aggregation {store!r}: emit={how.value!r} needs to=<topic>")
+    if how is Emit.FINAL and window is None:
+        raise ConfigError(
+            f"aggregation {store!r}: emit='final' needs a window (a result without one never closes); "
+            "use emit='changes'"
+        )
+    return how
+
+
 class Aggregations:
     """The aggregation steps of :class:`~statesnap.Processor` (mixed in)."""
 
@@ -55,12 +99,28 @@ class Aggregations:
     def handler(self, fn: F) -> F:
         raise NotImplementedError
 
+    def punctuate(self, every: str) -> Callable[[F], F]:
+        raise NotImplementedError
+
     def count(
-        self, store: str, *, window: Windows | None = None, value_serde: Serde | str | None = None
+        self,
+        store: str,
+        *,
+        window: Windows | None = None,
+        value_serde: Serde | str | None = None,
+        emit: Emit | str | None = None,
+        to: str | None = None,
     ) -> StoreSpec:
-        """Records per key (per key and window with *window*) into *store*."""
+        """Records per key (per key and window with *window*) into *store*; with *to*, results
+        go to that topic as *emit* says (see the module docstring)."""
         return self.aggregate(
-            store, lambda: 0, lambda count, _record: count + 1, window=window, value_serde=value_serde
+            store,
+            lambda: 0,
+            lambda count, _record: count + 1,
+            window=window,
+            value_serde=value_serde,
+            emit=emit,
+            to=to,
         )
 
     def sum(
@@ -70,11 +130,20 @@ class Aggregations:
         *,
         window: Windows | None = None,
         value_serde: Serde | str | None = None,
+        emit: Emit | str | None = None,
+        to: str | None = None,
     ) -> StoreSpec:
         """The sum per key of *value* (a function of the record, or a field of a dict value)."""
         of = _value_of(value)
         return self._fold(
-            store, lambda: 0, lambda total, record: total + of(record), window, value_serde, tombstones=False
+            store,
+            lambda: 0,
+            lambda total, record: total + of(record),
+            window,
+            value_serde,
+            _emission(store, window, emit, to),
+            to,
+            tombstones=False,
         )
 
     def reduce(
@@ -85,6 +154,8 @@ class Aggregations:
         value: ValueOf | None = None,
         window: Windows | None = None,
         value_serde: Serde | str | None = None,
+        emit: Emit | str | None = None,
+        to: str | None = None,
     ) -> StoreSpec:
         """``fn(aggregate, value)`` per key; a key's first value is its first aggregate."""
         of = _value_of(value)
@@ -93,7 +164,16 @@ class Aggregations:
         def step(current: Any, record: Record) -> Any:
             return of(record) if current is missing else fn(current, of(record))
 
-        return self._fold(store, lambda: missing, step, window, value_serde, tombstones=False)
+        return self._fold(
+            store,
+            lambda: missing,
+            step,
+            window,
+            value_serde,
+            _emission(store, window, emit, to),
+            to,
+            tombstones=False,
+        )
 
     def aggregate(
         self,
@@ -103,11 +183,14 @@ class Aggregations:
         *,
         window: Windows | None = None,
         value_serde: Serde | str | None = None,
+        emit: Emit | str | None = None,
+        to: str | None = None,
     ) -> StoreSpec:
         """``fn(aggregate, record)`` per key, starting from ``initializer()``: the general fold.
         Without a window a record with a null value is skipped; in a window *fn* gets it (as
         Kafka Streams' aggregator does)."""
-        return self._fold(store, initializer, fn, window, value_serde, tombstones=window is not None)
+        how = _emission(store, window, emit, to)
+        return self._fold(store, initializer, fn, window, value_serde, how, to, tombstones=window is not None)
 
     def _fold(
         self,
@@ -116,11 +199,15 @@ class Aggregations:
         fn: Callable[[Any, Record], Any],
         window: Windows | None,
         value_serde: Serde | str | None,
+        emit: Emit | None,
+        to: str | None,
         *,
         tombstones: bool,
     ) -> StoreSpec:
-        """Register the fold; *tombstones*: whether records with a null value reach *fn*."""
+        """Register the fold (and its emission); *tombstones*: whether records with a null value
+        reach *fn*."""
         spec = self.add_store(StoreSpec(store, value_serde=value_serde or "json", window=window))
+        changes = to if emit is Emit.CHANGES else None
         if window is None:
 
             def fold(record: Record, ctx: ProcessorContext) -> None:
@@ -128,9 +215,12 @@ class Aggregations:
                     return
                 values = ctx.stores[store]
                 current = values.get(record.key, _ABSENT)
-                values[record.key] = fn(initializer() if current is _ABSENT else current, record)
+                values[record.key] = result = fn(initializer() if current is _ABSENT else current, record)
+                if changes is not None:
+                    ctx.emit(changes, record.key, result, value_serde=values.value_serde)
 
         else:
+            size = window.size_ms
 
             def fold(record: Record, ctx: ProcessorContext) -> None:
                 if record.key is None or record.timestamp < 0 or (record.is_tombstone and not tombstones):
@@ -138,13 +228,41 @@ class Aggregations:
                 windows = ctx.window_stores[store]
                 for start in windows.windows_for(record.timestamp):
                     current = windows.get(record.key, start, _ABSENT)
-                    windows.put(
-                        record.key, start, fn(initializer() if current is _ABSENT else current, record)
-                    )
+                    result = fn(initializer() if current is _ABSENT else current, record)
+                    windows.put(record.key, start, result)
+                    if changes is not None:
+                        envelope = {"start": start, "end": start + size, "value": result}
+                        ctx.emit(changes, record.key, envelope, value_serde=windows.value_serde)
+
+            if emit is Emit.FINAL:
+                assert to is not None
+                self.punctuate(EVERY_ADVANCE)(_final_results(store, window, to))
 
         fold.__qualname__ = f"{type(self).__name__}.aggregate[{store}]"
         self.handler(fold)
         return spec
+
+
+def _final_results(store: str, window: Windows, to: str) -> Callable[[ProcessorContext], None]:
+    """The punctuator that emits the windows of *store* closed by stream time, once each: the
+    windows starting after the last emitted one, up to the newest closed one (a range scan of
+    the window store), then marks them emitted in the store itself."""
+    size, advance, closes_after = window.size_ms, window.advance_ms, window.size_ms + window.grace_ms
+
+    def emit_closed(ctx: ProcessorContext) -> None:
+        newest_closed = (ctx.stream_time - closes_after) // advance * advance  # a window's start
+        windows = ctx.window_stores[store]
+        done = windows.emitted_through()
+        if newest_closed <= done:
+            return
+        serde = windows.value_serde
+        for key, start, value in windows.fetch_all(done + 1, newest_closed, expired=True):
+            envelope = {"start": start, "end": start + size, "value": value}
+            ctx.emit(to, key, envelope, timestamp=start + size - 1, value_serde=serde)
+        windows.mark_emitted(newest_closed)
+
+    emit_closed.__qualname__ = f"final_results[{store}]"
+    return emit_closed
 
 
 _ABSENT: Any = object()

@@ -9,6 +9,7 @@ from typing import Any
 from statesnap.errors import StoreAccessError
 from statesnap.processor.outputs import Outputs
 from statesnap.processor.stores import Cursor, KeyValueStore, WindowStore
+from statesnap.serde import Serde
 
 __all__ = ["ProcessorContext", "Record"]
 
@@ -112,12 +113,14 @@ class ProcessorContext:
         *,
         headers: Mapping[str, bytes] | None = None,
         timestamp: int | None = None,
+        value_serde: Serde | None = None,
     ) -> None:
-        """Send a record to *topic* (serialized with the processor's output serdes; timestamp:
-        the input record's). Delivered at least once: after a crash, records emitted since the
-        last checkpoint are emitted again (``exactly_once=True`` avoids it). Only from the call's
-        own thread: an output belongs to the record in hand (dropped with it, committed with it),
-        so another thread's is :class:`~statesnap.errors.StoreAccessError`."""
+        """Send a record to *topic* (serialized with the processor's serdes, the value with
+        *value_serde* when given; timestamp: the input record's). Delivered at least once: after
+        a crash, records emitted since the last checkpoint are emitted again (``exactly_once=True``
+        avoids it). Only from the call's own thread: an output belongs to the record in hand
+        (dropped with it, committed with it), so another thread's is
+        :class:`~statesnap.errors.StoreAccessError`."""
         if self._cursor.thread != get_ident():
             raise StoreAccessError(
                 f"emit to {topic!r} outside a handler call or from another thread while one runs; "
@@ -129,4 +132,5 @@ class ProcessorContext:
             value,
             headers,
             self._cursor.timestamp if timestamp is None else timestamp,
+            value_serde,
         )

@@ -27,6 +27,7 @@ __all__ = [
     "PARTITION_BYTES",
     "WINDOW_BYTES",
     "check_store_name",
+    "emitted_key",
     "input_offset_key",
     "input_offset_of",
     "input_offset_value",
@@ -99,6 +100,12 @@ def stream_time_key(partition: int) -> bytes:
 
 def stream_time_value(stream_time: int) -> bytes:
     return _SIGNED64.pack(stream_time)
+
+
+def emitted_key(store: str, partition: int) -> bytes:
+    """Where a window store's final results are marked as emitted: the newest window start whose
+    results went out (in the keyspace, so a restore re-emits nothing a checkpoint covers)."""
+    return partition_prefix(META_STORE, partition) + b"emitted\x00" + store.encode()
 
 
 def stream_time_of(raw: bytes | None) -> int:

@@ -130,12 +130,14 @@ class Outputs:
         value: Any,
         headers: Mapping[str, bytes] | None,
         timestamp: int,
+        value_serde: Serde | None = None,
     ) -> None:
+        encode = (self.value_serde if value_serde is None else value_serde).serialize
         self.pending.append(
             (
                 topic,
                 None if key is None else self.key_serde.serialize(key),
-                None if value is None else self.value_serde.serialize(value),
+                None if value is None else encode(value),
                 list(headers.items()) if headers else None,
                 timestamp,
             )

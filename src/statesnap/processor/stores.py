@@ -25,9 +25,11 @@ from statesnap.processor.buffer import WriteBuffer
 from statesnap.processor.keyspace import (
     WINDOW_BYTES,
     check_store_name,
+    emitted_key,
     partition_prefix,
     stream_time_key,
     stream_time_of,
+    stream_time_value,
     window_bytes,
     window_start_of,
 )
@@ -329,6 +331,47 @@ class WindowStore(_View):
     def delete(self, key: Any, window_start: int) -> None:
         stored = self._key("delete", key, window_start)
         self.buffer.put(stored, None, self.cursor.offset, self.cursor.timestamp)
+
+    def fetch_all(self, time_from: int, time_to: int, *, expired: bool = False) -> list[tuple[Any, int, Any]]:
+        """(key, window start, value) of this partition's windows starting in [time_from,
+        time_to], across keys, by start then key bytes (Kafka Streams' ``fetchAll(from, to)``):
+        a range scan, since a window store's keys begin with the window start. *expired*: include
+        windows past retention the store still holds (a final result is read the moment its
+        window closes, which with the default retention is the moment it expires)."""
+        prefix = self._prefix("read")
+        low = prefix + window_bytes(max(time_from, 0))
+        high = prefix + window_bytes(time_to + 1)
+        found: dict[bytes, bytes | None] = {}
+        before = prefix + window_bytes(max(time_from, 0) - 1) + b"\xff" * 64  # scan from near low
+        for stored, held in self.buffer.store.scan(after=before, prefix=prefix):
+            if stored >= high:
+                break
+            if stored >= low:
+                found[stored] = held
+        for stored, (written, _offset, _ts) in self.buffer.batch.items():  # this batch's writes win
+            if low <= stored < high:
+                found[stored] = written
+        stream_time = self.cursor.stream_time
+        out = []
+        for stored in sorted(found):
+            raw = found[stored]
+            rest = stored[len(prefix) :]
+            start = window_start_of(rest)
+            if raw is None or (not expired and self.windows.expired(start, stream_time)):
+                continue
+            key = self.key_serde.deserialize(rest[WINDOW_BYTES:])
+            out.append((key, start, self.value_serde.deserialize(raw)))
+        return out
+
+    def emitted_through(self) -> int:
+        """The newest window start of this partition whose final results were emitted (-1: none)."""
+        return stream_time_of(self.buffer.get(emitted_key(self.name, self.cursor.partition)))
+
+    def mark_emitted(self, start: int) -> None:
+        """Final results of the windows up to *start* went out (checkpointed with the store)."""
+        cursor = self.cursor
+        stored = emitted_key(self.name, cursor.partition)
+        self.buffer.put(stored, stream_time_value(start), cursor.offset, cursor.timestamp)
 
     def fetch(self, key: Any, time_from: int, time_to: int) -> list[tuple[int, Any]]:
         """(window start, value) of *key*'s live windows starting in [time_from, time_to]."""

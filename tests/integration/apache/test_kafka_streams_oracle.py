@@ -119,18 +119,20 @@ def last_updates(kafka: KafkaTool, topic: str) -> dict[str, int]:
     return out
 
 
-def processor(bootstrap: str, topic: str, windows: dict[str, Windows]) -> Processor:
-    """The same operators, as a statesnap user writes them; windows keep every window for the
-    comparison (retention a day: nothing expires within the input)."""
+def processor(bootstrap: str, topic: str, windows: dict[str, Windows], out: str) -> Processor:
+    """The same operators, as a statesnap user writes them, each emitting its changes to
+    ``OUT-<operator>`` and the tumbling count's final results to ``OUT-tumbling-final``; windows
+    keep every window for the comparison (retention a day: nothing expires within the input)."""
     proc = Processor(
         f"oracle-{uuid.uuid4().hex[:8]}", [topic], bootstrap_servers=bootstrap, key_serde="string",
         value_serde="json",
     )  # fmt: skip
-    proc.count("count")
-    proc.sum("sum", "amount")
-    proc.reduce("max", max, value="amount")
+    proc.count("count", emit="changes", to=f"{out}-count")
+    proc.sum("sum", "amount", emit="changes", to=f"{out}-sum")
+    proc.reduce("max", max, value="amount", emit="changes", to=f"{out}-max")
     for name, window in windows.items():
-        proc.count(name, window=window)
+        proc.count(name, window=window, emit="changes", to=f"{out}-{name}")
+    proc.count("tumbling-final", window=windows["tumbling"], emit="final", to=f"{out}-tumbling-final")
     return proc
 
 
@@ -142,7 +144,7 @@ def statesnap_results(proc: Processor) -> dict[str, dict[str, int]]:
             items: Iterator[tuple[Any, Any]] = proc.store(name).items()
             if name in TABLES:
                 out[name] = {str(k): int(v) for k, v in items}
-            else:
+            elif name in WINDOWED:
                 out[name] = {f"{k}@{start}": int(v) for (k, start), v in items}
         return out
     finally:
@@ -174,6 +176,36 @@ def windows_of(w: Windowing, retention: str = "1d") -> dict[str, Windows]:
     }
 
 
+def updates(kafka: KafkaTool, topic: str, *, statesnap: bool) -> dict[str, list[int]]:
+    """Every result sent to *topic*, per key (per ``key@window start``), in the order sent.
+    statesnap keeps the input key and sends windows as ``{"start", "end", "value"}``; the oracle
+    puts the window in the key."""
+    out: dict[str, list[int]] = {}
+    for r in kafka.read_all(topic, range(PARTITIONS)):
+        assert r.key is not None, r
+        assert r.value is not None, r
+        value = json.loads(r.value)
+        if statesnap and isinstance(value, dict):
+            assert value["end"] - value["start"] == WINDOWING.size_ms, value
+            key, value = f"{r.key.decode()}@{value['start']}", value["value"]
+        else:
+            key = r.key.decode()
+        out.setdefault(key, []).append(int(value))
+    return out
+
+
+def compare_updates(kafka: KafkaTool, theirs: str, mine: str, names: tuple[str, ...]) -> None:
+    """What statesnap sent equals what Kafka Streams sent, update for update, per key."""
+    for name in names:
+        want = updates(kafka, f"{theirs}-{name}", statesnap=False)
+        got = updates(kafka, f"{mine}-{name}", statesnap=True)
+        differ = sorted(k for k in want.keys() | got.keys() if want.get(k) != got.get(k))
+        shown = ", ".join(f"{k}: statesnap {got.get(k)}, Kafka Streams {want.get(k)}" for k in differ[:3])
+        assert not differ, (
+            f"{name}: emitted results differ from Kafka Streams' for {len(differ)} keys: {shown}"
+        )
+
+
 def compare(kafka: KafkaTool, prefix: str, got: dict[str, dict[str, int]], names: tuple[str, ...]) -> None:
     for name in names:
         want = last_updates(kafka, f"{prefix}-{name}")
@@ -190,25 +222,27 @@ def test_aggregations_and_windows_equal_kafka_streams(
     with out-of-order, late, boundary, null-key and null-value records equal Kafka Streams'."""
     del classpath  # built (or skipped) by the fixture
     topic = kafka.create_topic(f"oracle-in-{uuid.uuid4().hex[:8]}", PARTITIONS)
-    prefix = f"o{uuid.uuid4().hex[:8]}"
+    prefix, out = f"o{uuid.uuid4().hex[:8]}", f"s{uuid.uuid4().hex[:8]}"
     for name in (*TABLES, *WINDOWED, "tumbling-final"):
         kafka.create_topic(f"{prefix}-{name}", PARTITIONS)
+        kafka.create_topic(f"{out}-{name}", PARTITIONS)
     events = generate(seed=33, n=4000, base=BASE_MS)
     produce(bootstrap, topic, events)
 
     assert run_oracle(bootstrap, topic, prefix, tmp_path / "streams", WINDOWING) == len(events)
-    got = statesnap_results(processor(bootstrap, topic, windows_of(WINDOWING)))
+    got = statesnap_results(processor(bootstrap, topic, windows_of(WINDOWING), out))
 
     truth = plain_loop(events)
     for name in TABLES:
         assert got[name] == truth[name], f"{name}: statesnap differs from the plain loop"
     compare(kafka, prefix, got, (*TABLES, *WINDOWED))
-    # The final results: every window closed by the end (stream time past end + grace), once.
-    finals = kafka.read_all(f"{prefix}-tumbling-final", range(PARTITIONS))
-    final = {r.key.decode(): int(r.value) for r in finals if r.key is not None and r.value is not None}
-    assert len(final) == len(finals), "a window's final result came twice"
+    # Every update emitted (emit="changes"), and the final results (emit="final"): one per
+    # window closed by the end (stream time past end + grace), none for a window still open.
+    compare_updates(kafka, prefix, out, (*TABLES, *WINDOWED, "tumbling-final"))
+    final = updates(kafka, f"{out}-tumbling-final", statesnap=True)
     assert final, "no window closed"
-    assert all(got["tumbling"].get(k) == v for k, v in final.items()), "a final result differs"
+    assert all(len(v) == 1 for v in final.values()), "a window's final result came twice"
+    assert all(got["tumbling"][k] == v[0] for k, v in final.items()), "a final result is not the count"
 
 
 def test_hopping_windows_near_the_epoch_start_at_zero(
@@ -218,13 +252,15 @@ def test_hopping_windows_near_the_epoch_start_at_zero(
     0 (Kafka Streams clamps a hopping window's start at 0); counts equal Kafka Streams'."""
     del classpath
     topic = kafka.create_topic(f"oracle-epoch-{uuid.uuid4().hex[:8]}", PARTITIONS)
-    prefix = f"o{uuid.uuid4().hex[:8]}"
+    prefix, out = f"o{uuid.uuid4().hex[:8]}", f"s{uuid.uuid4().hex[:8]}"
     for name in (*TABLES, *WINDOWED, "tumbling-final"):
         kafka.create_topic(f"{prefix}-{name}", PARTITIONS)
+        kafka.create_topic(f"{out}-{name}", PARTITIONS)
     events = generate(seed=7, n=600, base=0)
     produce(bootstrap, topic, events)
 
     assert run_oracle(bootstrap, topic, prefix, tmp_path / "streams", WINDOWING) == len(events)
-    got = statesnap_results(processor(bootstrap, topic, windows_of(WINDOWING)))
+    got = statesnap_results(processor(bootstrap, topic, windows_of(WINDOWING), out))
     assert all(int(k.rsplit("@", 1)[1]) >= 0 for k in got["hopping"]), "a window starts below 0"
     compare(kafka, prefix, got, WINDOWED)
+    compare_updates(kafka, prefix, out, (*WINDOWED, "tumbling-final"))
