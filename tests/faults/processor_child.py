@@ -12,9 +12,10 @@ grace and retention, and a punctuator on stream time counting its calls in a key
 :func:`window_model` is the plain-loop model of what its stores must hold. It emits nothing.
 
 Run as ``python processor_child.py BOOTSTRAP TOPIC OUTPUT URL follow|once STORE [group=ID]
-[windows] [exactly_once]``: ``follow`` prints ``started <generation>`` after the restore and processes until
-killed; ``once`` restores, catches up, checkpoints and exits 0; ``group=ID`` makes it a member of
-that consumer group, ``windows`` runs the windowed processor, ``exactly_once`` makes the tally's
+[windows|final] [exactly_once]``: ``follow`` prints ``started <generation>`` after the restore
+and processes until killed; ``once`` restores, catches up, checkpoints and exits 0; ``group=ID``
+makes it a member of that consumer group, ``windows`` runs the windowed processor, ``final`` the
+tumbling count that emits final window results (:func:`build_final`), ``exactly_once`` makes the
 outputs transactional. Blob-store credentials come from the
 environment (never argv).
 
@@ -67,6 +68,7 @@ STORES = ("balances", "payments")
 #: Seconds until a killed writer's snapshot in progress reads as FAILED.
 SNAPSHOT_TIMEOUT = 3.0
 WINDOWED = "windows"
+FINAL = "final"
 EXACTLY_ONCE = "exactly_once"
 TUMBLING = Windows.tumbling("1s", grace="300ms", retention="3s")
 HOPPING = Windows.hopping("2s", advance="1s", grace="0s", retention="4s")
@@ -164,6 +166,24 @@ def build_windowed(
     return proc
 
 
+def build_final(
+    bootstrap: str, topic: str, output: str, checkpoints: CheckpointOptions | None, *, exactly_once: bool
+) -> Processor:
+    """A tumbling count per key that emits each window's final result to *output* (JSON
+    ``{"start", "end", "value"}``, the input's key) when stream time closes it."""
+    proc = Processor(
+        FINAL,
+        inputs=[topic],
+        bootstrap_servers=bootstrap,
+        checkpoints=checkpoints,
+        value_serde="json",
+        exactly_once=exactly_once,
+        timeout=20.0,
+    )
+    proc.count("counts", window=TUMBLING, emit="final", to=output)
+    return proc
+
+
 @dataclass(frozen=True)
 class Event:
     """An input record of the windowed processor, as the model sees it."""
@@ -229,13 +249,13 @@ def main() -> None:
     bootstrap, topic, output, url, how, store = sys.argv[1:7]
     flags = sys.argv[7:]
     group = next((f.partition("=")[2] for f in flags if f.startswith("group=")), None)
-    proc = (
-        build_windowed(bootstrap, topic, tally_options(url), store)
-        if WINDOWED in flags
-        else build(
-            bootstrap, topic, output, tally_options(url), store, group, exactly_once=EXACTLY_ONCE in flags
-        )
-    )
+    exactly_once = EXACTLY_ONCE in flags
+    if FINAL in flags:
+        proc = build_final(bootstrap, topic, output, tally_options(url), exactly_once=exactly_once)
+    elif WINDOWED in flags:
+        proc = build_windowed(bootstrap, topic, tally_options(url), store)
+    else:
+        proc = build(bootstrap, topic, output, tally_options(url), store, group, exactly_once=exactly_once)
     if how == "once":
         proc.run(follow=False)
         print("done", proc.last_checkpoint and proc.last_checkpoint.generation, flush=True)

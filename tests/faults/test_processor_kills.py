@@ -57,9 +57,11 @@ from faults.harness import (
 from faults.ledger import CaseLedger
 from faults.processor_child import (
     EXACTLY_ONCE,
+    FINAL,
     NAME,
     SNAPSHOT_TIMEOUT,
     STORES,
+    TUMBLING,
     WINDOWED,
     Event,
     build,
@@ -560,11 +562,14 @@ def test_sigkill_group_members_one_at_a_time(
 
 class TimedPayments(threading.Thread):
     """Keeps producing amounts with event times a little ahead of each other, about one in seven
-    thrown back up to 1.5 s (within a window's grace, or late); partitions at random."""
+    thrown back up to 1.5 s (within a window's grace, or late); partitions at random, or with
+    *by_key* a key always to one partition (as a keyed producer sends)."""
 
-    def __init__(self, kafka: KafkaTool, topic: str, seed: int, pause: float = 0.02) -> None:
+    def __init__(
+        self, kafka: KafkaTool, topic: str, seed: int, pause: float = 0.02, *, by_key: bool = False
+    ) -> None:
         super().__init__(daemon=True)
-        self.kafka, self.topic, self.pause = kafka, topic, pause
+        self.kafka, self.topic, self.pause, self.by_key = kafka, topic, pause, by_key
         self.rng = random.Random(seed)
         self.clock = int(time.time() * 1000) - 60_000  # brokers refuse times far ahead of theirs
         self.stop = threading.Event()
@@ -577,8 +582,9 @@ class TimedPayments(threading.Thread):
             self.clock += self.rng.randrange(0, 10)
             ts = self.clock - self.rng.randrange(1, 1500) if self.rng.random() < 0.15 else self.clock
             value = json.dumps({"amount": self.rng.randrange(1, 10)}).encode()
-            key = b"k%02d" % self.rng.randrange(20)
-            producer.produce(self.topic, value, key, partition=self.rng.randrange(PARTITIONS), timestamp=ts)
+            n_key = self.rng.randrange(20)
+            partition = n_key % PARTITIONS if self.by_key else self.rng.randrange(PARTITIONS)
+            producer.produce(self.topic, value, b"k%02d" % n_key, partition=partition, timestamp=ts)
         assert producer.flush(30) == 0
         self.produced += n
 
@@ -690,3 +696,85 @@ def test_sigkill_windowed_processor_checkpoints_what_the_window_rules_say(
         rows == window_model([e for _, e in events]), "wrong_tables", f"after {rounds} kills on {kind}"
     )
     print(json.dumps({"kills": rounds, "mid_write": mid_write_kills, "records": len(events), "seed": seed}))
+
+
+def final_model(events: Sequence[tuple[int, Event]]) -> dict[tuple[bytes, int], int]:
+    """The final result of every tumbling window closed by the end of the input, by the window
+    rules (a plain loop, not statesnap): per partition, stream time is the largest timestamp so
+    far; a record counts in its window unless stream time has passed the window's end + grace; a
+    window is final once stream time reaches its end + grace."""
+    counts: dict[int, dict[tuple[bytes, int], int]] = {}
+    clock: dict[int, int] = {}
+    size, closes_after = TUMBLING.size_ms, TUMBLING.size_ms + TUMBLING.grace_ms
+    for _offset, e in events:
+        now = clock[e.partition] = max(clock.get(e.partition, -1), e.timestamp)
+        start = e.timestamp // size * size
+        if now < start + closes_after:
+            mine = counts.setdefault(e.partition, {})
+            mine[(e.key, start)] = mine.get((e.key, start), 0) + 1
+    return {
+        window: n
+        for p, mine in counts.items()
+        for window, n in mine.items()
+        if clock[p] >= window[1] + closes_after
+    }
+
+
+@pytest.mark.parametrize(
+    "output_mode", ["exactly_once", pytest.param("at_least_once", marks=pytest.mark.long)]
+)
+def test_sigkill_never_loses_a_final_window_result(
+    output_mode: str,
+    kafka: KafkaTool,
+    new_topic: Any,
+    new_location: Any,
+    ledger: CaseLedger,
+    long_mode: bool,
+    tmp_path: Path,
+) -> None:
+    """Apache Kafka (CreateTime timestamps, transactions, ``read_committed``). A tumbling count
+    with ``emit="final"`` in a child process, killed mid-processing and between a checkpoint's
+    files and its manifest while out-of-order and late records arrive, then run to the end: every
+    window closed by the end has its final result on the output topic with the plain loop's count
+    — exactly once with ``exactly_once=True``; at least once (repeats carry the same count)
+    otherwise — and no window has a result it should not."""
+    rounds = 4 if long_mode else 2
+    topic, output = new_topic(PARTITIONS, "final"), new_topic(PARTITIONS, "final-out")
+    loc: Location = new_location("file")
+    seed = int(uuid.uuid4().hex[:8], 16)
+    producer = TimedPayments(kafka, topic, seed, by_key=True)
+    producer.send(2000)
+    producer.start()
+    log = tmp_path / "processor.log"
+    extra = (FINAL, EXACTLY_ONCE) if output_mode == "exactly_once" else (FINAL,)
+
+    def final(how: str) -> subprocess.Popen[bytes]:
+        return _child(kafka.bootstrap, topic, output, loc, how, "auto", log, extra)
+
+    try:
+        _kill_rounds(ledger, loc, lambda: final("follow"), rounds, random.Random(seed), log)
+    finally:
+        produced = producer.finish()
+    assert final("once").wait(90) == 0, log.read_text()[-3000:]
+    events = _read_events(kafka.bootstrap, topic)
+    ledger.check(len(events) == produced, "data_lost", f"input holds {len(events)} of {produced}")
+    want = final_model(events)
+    assert want, "no window closed"
+
+    got: dict[tuple[bytes, int], list[int]] = {}
+    for r in kafka.read_all(output, range(PARTITIONS)):  # read_committed
+        assert r.key is not None
+        assert r.value is not None
+        result = json.loads(r.value)
+        assert result["end"] - result["start"] == TUMBLING.size_ms, result
+        got.setdefault((r.key, result["start"]), []).append(result["value"])
+    lost = [w for w in want if w not in got]
+    ledger.check(not lost, "data_lost", f"{len(lost)} of {len(want)} final results lost, e.g. {lost[:3]}")
+    wrong = [w for w, values in got.items() if set(values) != {want.get(w)}]
+    ledger.check(
+        not wrong, "wrong_tables", f"{len(wrong)} windows with a wrong or foreign result: {wrong[:3]}"
+    )
+    if output_mode == "exactly_once":
+        twice = [w for w, values in got.items() if len(values) > 1]
+        ledger.check(not twice, "wrong_tables", f"{len(twice)} final results emitted twice: {twice[:3]}")
+    print(json.dumps({"kills": rounds, "windows": len(want), "records": len(events), "seed": seed}))
