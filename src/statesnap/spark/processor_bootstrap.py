@@ -192,6 +192,11 @@ def bootstrap_processor(
         )
     if aggregation is not None:
         check_count(proc, aggregation)
+        if emit:
+            raise ConfigError(
+                f"processor {proc.name!r}: a Spark count by key folds counts, it sends no outputs; to "
+                "emit the history's results bootstrap with its handler (aggregation=None, emit=True)"
+            )
     writer = SparkTableWriter.open(
         bootstrap_servers=bootstrap_servers or options["bootstrap_servers"],
         topic=proc.inputs[0],

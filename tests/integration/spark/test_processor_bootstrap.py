@@ -458,3 +458,48 @@ def test_two_inputs_bootstrapped_on_spark_resume_in_python_and_back(
         assert contents(final) == recompute(kafka.bootstrap, topics)
     finally:
         final.close(checkpoint=False)
+
+
+def final_counts(name: str, topic: str, bootstrap: str, url: str | None, out: str) -> Processor:
+    """A one-minute tumbling count per key emitting each window's final result to *out*."""
+    proc = Processor(
+        name,
+        inputs=[topic],
+        bootstrap_servers=bootstrap,
+        checkpoints=None if url is None else CheckpointOptions(url, interval="1h"),
+        value_serde="json",
+    )
+    proc.count("per-minute", window=Windows.tumbling("1m", grace="10s"), emit="final", to=out)
+    return proc
+
+
+def test_a_spark_backfill_emits_final_window_results_as_python_does(
+    spark: Any, kafka: KafkaTool, topic_name: str, tmp_path: Path
+) -> None:
+    """``emit=True`` over a windowed count with ``emit="final"``: the Spark bootstrap sends the
+    final result of every window its history closed, the same records a Python run sends (the
+    handler path runs the same fold and its punctuator); the count-by-key route, which folds
+    counts and sends nothing, refuses ``emit=True`` in one line."""
+    topic = kafka.create_topic(topic_name, 3)
+    on_spark, in_python = kafka.create_topic(f"{topic}-spark", 3), kafka.create_topic(f"{topic}-python", 3)
+    produce(kafka.bootstrap, topic, payments(900, seed=12))
+    url = str(tmp_path / "ckpt")
+    result = bootstrap_processor(
+        spark, final_counts("finals", topic, kafka.bootstrap, url, on_spark), emit=True
+    )
+    run_python(final_counts("scratch", topic, kafka.bootstrap, None, in_python))
+
+    def sent(out: str) -> list[tuple[bytes | None, bytes | None]]:
+        return sorted((r.key, r.value) for r in kafka.read_all(out, range(3)))
+
+    python_finals = sent(in_python)
+    assert python_finals, "no window closed"
+    assert sent(on_spark) == python_finals
+    assert result.emitted == len(python_finals)
+    with pytest.raises(ConfigError, match="sends no outputs"):
+        bootstrap_processor(
+            spark,
+            counting("by-count", topic, kafka.bootstrap, url),
+            aggregation=CountPerKey("counts"),
+            emit=True,
+        )
