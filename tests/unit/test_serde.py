@@ -59,6 +59,14 @@ def test_json_round_trip(obj: object) -> None:
     assert s.deserialize(s.serialize(obj)) == obj
 
 
+def test_the_string_serde_does_not_turn_none_into_text() -> None:
+    """Kafka's null (no key, a tombstone) is no text: StringSerde made a null key the text key
+    "None", one store row for both. (JSON's ``null`` is a document, so JsonSerde keeps it.)"""
+    with pytest.raises(SerializationError, match="cannot encode None"):
+        StringSerde().serialize(None)
+    assert StringSerde().serialize("None") == b"None"
+
+
 def test_json_is_canonical() -> None:
     """Equal objects must give equal bytes, or two writers would produce different tables."""
     s = JsonSerde()

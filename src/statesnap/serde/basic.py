@@ -30,6 +30,13 @@ class Serde(Protocol):
     def deserialize(self, data: bytes) -> Any: ...
 
 
+#: Why no serde encodes None: Kafka's null (no key, a tombstone) is not a value of any type.
+_NONE = (
+    "cannot encode None: a null key or value has no bytes (records without a key are skipped, a "
+    "None value is a tombstone); give a real key or value"
+)
+
+
 class BytesSerde:
     """The default: keys and values are the raw Kafka bytes."""
 
@@ -51,6 +58,8 @@ class StringSerde:
         self.encoding = encoding
 
     def serialize(self, obj: Any) -> bytes:
+        if obj is None:  # str(None) would make a null key one row with the text key "None"
+            raise SerializationError(_NONE)
         return str(obj).encode(self.encoding)
 
     def deserialize(self, data: bytes) -> Any:
@@ -64,6 +73,7 @@ class StringSerde:
 
 class JsonSerde:
     """JSON documents; serialization is canonical (sorted keys) so equal objects give equal bytes.
+    ``None`` is the document ``null``, a value (a record whose bytes are ``null`` is no tombstone).
 
     Hot paths (processors read and write a store value per record): decoding goes through orjson
     (about 10x faster) and falls back to the standard library for what orjson refuses but JSON
