@@ -2,7 +2,7 @@
 
 The command finds the user's :class:`~statesnap.Processor` (as uvicorn finds an app), rebuilds it
 with whatever the command line overrides, and hands it to
-:func:`statesnap.processor.running.run_processor`; it only parses and prints.
+:func:`statesnap.run.run_processor`; it only parses and prints.
 """
 
 from __future__ import annotations
@@ -200,14 +200,8 @@ def run(
     """
     from statesnap.cli.progress import ConsoleProgress
     from statesnap.kafka.config import config_from_env, parse_properties
-    from statesnap.materialize import FollowOptions, SparkOptions
-    from statesnap.processor.running import (
-        CheckpointOverrides,
-        ProcessorOverrides,
-        load_processor,
-        run_processor,
-        with_overrides,
-    )
+    from statesnap.run import FollowOptions, SparkOptions, run_processor
+    from statesnap.run.loading import CheckpointOverrides, ProcessorOverrides, load_processor, with_overrides
     from statesnap.task.options import StoreOptions
 
     share = share_of(instance, instances, group, follow, generation, run="run")
