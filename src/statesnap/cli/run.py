@@ -146,7 +146,12 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 @snapshot_store_option
 @click.option("--min-count", type=int, default=None, help="Retention: keep at least this many checkpoints.")
 @click.option("--min-age", default=None, help="Retention: keep every checkpoint younger than this.")
-@click.option("--orphan-grace", default=None, help="Retention: keep unreferenced files younger than this.")
+@click.option(
+    "--orphan-grace",
+    default=None,
+    help="Retention: keep unreferenced files younger than this [default: the processor's; unset: 1h, or 2 × "
+    "the checkpoint interval when longer].",
+)
 @storage_options
 @kafka_config_options
 @click.option(

@@ -7,7 +7,6 @@ import logging
 import sys
 import threading
 from collections.abc import Callable
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -267,17 +266,17 @@ def _checkpoint_options(
     min_age: str,
     orphan_grace: str | None,
 ) -> CheckpointOptions:
-    """``materialize``'s checkpoint flags as the bundle; unreferenced files are kept at least an
-    hour, or twice the checkpoint interval when that is longer (a writer's files in flight)."""
+    """``materialize``'s checkpoint flags as the bundle; without ``--orphan-grace`` unreferenced
+    files are kept as the library keeps them for a writer (an hour, or twice the checkpoint
+    interval when that is longer: :func:`statesnap.checkpoint.retention.orphan_grace_for`)."""
     from statesnap.checkpoint import RetentionPolicy
     from statesnap.task.options import CheckpointOptions, SnapshotOptions
 
-    interval = parse_duration(checkpoint_interval)
-    grace = parse_duration(orphan_grace) if orphan_grace else max(timedelta(hours=1), 2 * interval)
+    grace = parse_duration(orphan_grace) if orphan_grace else None
     return CheckpointOptions(
         url,
         storage_options=pairs_to_dict(storage_pairs, "--storage-option"),
-        interval=interval,
+        interval=parse_duration(checkpoint_interval),
         commit_interval=parse_duration(commit_interval),
         retention=RetentionPolicy(min_count, parse_duration(min_age), grace),
         generation=generation,

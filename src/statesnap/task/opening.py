@@ -147,7 +147,8 @@ class OpenedTask:
             partitions=self.facts.all_partitions,
             settings=self.settings,
             snapshots=self.checkpoints.snapshots,
-            retention=self.checkpoints.retention,
+            # A writer's orphan grace follows its checkpoint interval (the one rule, in retention.py).
+            retention=self.checkpoints.retention.for_interval(self.checkpoints.interval),
             task_id=task_id,
             owned=owned,
             engine=engine,
