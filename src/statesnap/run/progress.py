@@ -1,18 +1,23 @@
-"""What a materialization tells whoever watches it: callbacks, never prints.
+"""What a run tells whoever watches it: callbacks, never prints.
 
 The library says what happens; the CLI (or a service's logging) decides how to show it. Every
-method of :class:`MaterializeProgress` does nothing, so a listener overrides only what it shows.
+method of :class:`MaterializeProgress` does nothing but :meth:`~MaterializeProgress.engine_chosen`,
+which logs the engine and its reason (a run says them once, to its listener: the CLI's prints
+the line instead of logging it), so a listener overrides only what it shows.
 Calls come from the thread that called :func:`~statesnap.run.materialize` (the Spark
 bootstrap's task counts from a reporting thread of its own).
 """
 
 from __future__ import annotations
 
+import logging
 from enum import StrEnum
 
 from statesnap.run.engine import EngineChoice
 
 __all__ = ["MaterializeProgress", "Stage"]
+
+log = logging.getLogger(__name__)
 
 
 class Stage(StrEnum):
@@ -33,10 +38,12 @@ class Stage(StrEnum):
 
 
 class MaterializeProgress:
-    """Listener for a materialization's progress; every method is a no-op here."""
+    """Listener for a run's progress (a table's or a processor's); every method but
+    :meth:`engine_chosen` (logged) is a no-op here."""
 
     def engine_chosen(self, choice: EngineChoice) -> None:
-        """The engine for this run, and why."""
+        """The engine for this run, and why: told once per run, logged here."""
+        log.info("engine %s: %s", choice.engine, choice.reason)
 
     def stage(self, stage: Stage) -> None:
         """The run entered *stage*."""

@@ -8,7 +8,6 @@ listener it is given.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,8 +21,6 @@ from statesnap.task.migration import StateVersion
 from statesnap.task.options import CheckpointOptions, GroupOptions, StaticShare, StoreName, StoreOptions
 
 __all__ = ["materialize"]
-
-log = logging.getLogger(__name__)
 
 
 def materialize(
@@ -90,8 +87,7 @@ def materialize(
         backlog=lambda: estimate_table_backlog(settings, topic, table, options),
         follow=following is not None,
     )
-    log.info("engine %s: %s", choice.engine, choice.reason)
-    listener.engine_chosen(choice)
+    listener.engine_chosen(choice)  # said once, to the listener (the default one logs it)
     if choice.engine is Engine.SPARK:
         from statesnap.run.on_spark import run_on_spark
 
