@@ -14,13 +14,11 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from statesnap.checkpoint import CheckpointManifest
 from statesnap.deadline import Deadline
 from statesnap.durations import format_duration
-from statesnap.processor.handler import ProcessorHandler
-from statesnap.processor.processor import Processor
 from statesnap.python.table import Table
 from statesnap.run.engine import EngineChoice
 from statesnap.run.options import FollowOptions
@@ -29,6 +27,9 @@ from statesnap.run.result import Followed, MaterializeResult, ProcessorRunResult
 from statesnap.task.migration import StateVersion
 from statesnap.task.options import CheckpointOptions, GroupOptions, StaticShare, StoreOptions
 from statesnap.task.restore import ProgressCallback, RestoreReport
+
+if TYPE_CHECKING:  # a table's run loads no processor package
+    from statesnap.processor.processor import Processor
 
 __all__ = [
     "Restorable",
@@ -238,6 +239,8 @@ def run_processor_in_python(
     the tail), follow when asked, write the (final) checkpoint, count, close. One task of several
     (a static share, following) writes no final checkpoint of its own: its peers report on their
     own."""
+    from statesnap.processor.handler import ProcessorHandler
+
     started = time.monotonic()
     run = TaskRun()
     try:
