@@ -10,8 +10,8 @@ import pytest
 
 from statesnap.errors import ConfigError, EngineOptionError
 from statesnap.run import Engine, choose_engine
-from statesnap.run.sharing import FLAGS, check_share, share_refusal
 from statesnap.task.options import GroupOptions, StaticShare
+from statesnap.task.sharing import FLAGS, check_share, share_refusal
 
 
 def test_one_engine_enum_chooses_and_is_recorded() -> None:

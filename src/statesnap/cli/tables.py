@@ -293,10 +293,10 @@ def share_of(
     run: str = "materialize",
 ) -> StaticShare | GroupOptions | None:
     """``--instance/--instances`` or ``--group`` as the bundle, refusing what cannot go together
-    (the run layer's sharing rules, :mod:`statesnap.run.sharing`, in the flags' own words: a usage
+    (the sharing rules, :mod:`statesnap.task.sharing`, in the flags' own words: a usage
     error)."""
-    from statesnap.run.sharing import FLAGS, share_refusal
     from statesnap.task.options import GroupOptions, StaticShare
+    from statesnap.task.sharing import FLAGS, share_refusal
 
     refusal = share_refusal(
         group=group is not None,

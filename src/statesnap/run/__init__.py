@@ -11,7 +11,7 @@ honour before any work, and return a result whose ``to_json()`` is the command's
     print(result.summary())
 
 - :mod:`~statesnap.run.engine`: the one engine choice and which options each engine honours;
-- :mod:`~statesnap.run.sharing`: the partition-sharing rules (static share, consumer group);
+- :mod:`~statesnap.task.sharing` (below, for the engines too): the partition-sharing rules;
 - :mod:`~statesnap.run.table` / :mod:`~statesnap.run.processor`: a table's run, a processor's;
 - :mod:`~statesnap.run.in_python` / :mod:`~statesnap.run.on_spark`: the runs on each engine;
 - :mod:`~statesnap.run.loading`: finding the processor ``statesnap run`` names, and its overrides;

@@ -6,7 +6,7 @@ table, with a processor's rules: the Spark engine runs a processor over its inpu
 (:func:`statesnap.spark.bootstrap_processor`), does not follow and emits nothing, so exactly-once
 outputs and a dead-letter topic are refused on it, ``auto`` runs processors in python, and an
 explicit Spark run warns that it produces no outputs), checks the partition share
-(:mod:`statesnap.run.sharing`), runs it (:mod:`statesnap.run.in_python` /
+(:mod:`statesnap.task.sharing`), runs it (:mod:`statesnap.run.in_python` /
 :mod:`statesnap.run.on_spark`) and returns a :class:`~statesnap.run.result.ProcessorRunResult`,
 whose ``to_json()`` has ``materialize --json``'s keys plus the processor's own (``processed``,
 ``emitted``, ``dead_lettered``, ``stores``).
@@ -24,8 +24,8 @@ from statesnap.run.engine import Engine, EngineChoice, choose_engine, estimate_t
 from statesnap.run.options import FollowOptions, SparkOptions
 from statesnap.run.progress import MaterializeProgress
 from statesnap.run.result import ProcessorRunResult
-from statesnap.run.sharing import check_share
 from statesnap.task.options import CheckpointOptions, StaticShare
+from statesnap.task.sharing import check_share
 
 if TYPE_CHECKING:  # a processor's module loads with the processor; a run over one needs no more
     from statesnap.processor.processor import Processor

@@ -16,9 +16,9 @@ from statesnap.run.engine import Engine, EngineChoice, choose_engine, estimate_t
 from statesnap.run.options import FollowOptions, SparkOptions
 from statesnap.run.progress import MaterializeProgress
 from statesnap.run.result import MaterializeResult
-from statesnap.run.sharing import check_share
 from statesnap.task.migration import StateVersion
 from statesnap.task.options import CheckpointOptions, GroupOptions, StaticShare, StoreName, StoreOptions
+from statesnap.task.sharing import check_share
 
 __all__ = ["materialize"]
 

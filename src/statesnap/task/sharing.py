@@ -1,12 +1,13 @@
-"""The partition-sharing rules of a run: what a static share or a consumer group cannot go with.
+"""The partition-sharing rules: what a static share or a consumer group cannot go with.
 
 Written once for every entry point — ``materialize()``, ``run_processor()`` and the commands over
 them — each naming the settings in its own words (:data:`LIBRARY`'s keywords, :data:`FLAGS`'
 options): a consumer group and a static share are two ways of sharing, not both; a group member
 holds only the partitions it is assigned, so a one-shot run (which checkpoints every partition)
 cannot be one; and a member restores each partition it gains from the newest checkpoint, so it
-cannot start from a generation. What a task itself refuses (a group with ``partitions=``, a
-read-only group member) the task says where it is built.
+cannot start from a generation. They live in the task layer, beside the share bundles
+(:mod:`statesnap.task.options`), so the engines below the run layer can use them too (the
+Python engine's own refusals, in ``python/membership.py``, still say them on their own).
 """
 
 from __future__ import annotations
