@@ -26,6 +26,7 @@ HEAVY = (
     "statesnap.kafka",
     "statesnap.checkpoint",
     "statesnap.materialize",
+    "statesnap.run",
     "statesnap.processor",
     "statesnap.python",
     "statesnap.snapshot",
@@ -58,8 +59,8 @@ def test_repeated_values_match_the_library() -> None:
     from statesnap.cli.interrupts import SHUTDOWN_TIMEOUT
     from statesnap.cli.options import ENGINES
     from statesnap.durations import format_duration
-    from statesnap.materialize import Engine
-    from statesnap.materialize.options import SHUTDOWN_TIMEOUT as LIBRARY_SHUTDOWN_TIMEOUT
+    from statesnap.run import Engine
+    from statesnap.run.options import SHUTDOWN_TIMEOUT as LIBRARY_SHUTDOWN_TIMEOUT
 
     assert tuple(e.value for e in Engine) == ENGINES
     assert format_duration(LIBRARY_SHUTDOWN_TIMEOUT) == SHUTDOWN_TIMEOUT

@@ -14,8 +14,8 @@ from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointRepository, RetentionPolicy, collect_garbage
 from statesnap.checkpoint.writer import PartitionUpdate, write_partition_files
 from statesnap.errors import BlobStoreError, SnapshotError, StaleGenerationError
+from statesnap.processor.diff import diff_snapshots
 from statesnap.snapshot.api import SnapshotApi
-from statesnap.snapshot.diff import diff_snapshots
 from statesnap.snapshot.model import CheckpointRef, Snapshot, SnapshotState, TaskSnapshot
 from statesnap.snapshot.orchestrator import LocalOrchestrator
 from statesnap.snapshot.store import BlobSnapshotStore

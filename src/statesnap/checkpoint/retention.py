@@ -18,9 +18,27 @@ from statesnap.checkpoint.repository import CheckpointRepository
 from statesnap.durations import parse_duration
 from statesnap.errors import ConfigError
 
-__all__ = ["CheckpointAge", "GcReport", "RetentionPolicy", "collect_garbage", "retained_generations"]
+__all__ = [
+    "MIN_ORPHAN_GRACE",
+    "CheckpointAge",
+    "GcReport",
+    "RetentionPolicy",
+    "collect_garbage",
+    "orphan_grace_for",
+    "retained_generations",
+]
 
 log = logging.getLogger(__name__)
+
+#: The least time files no manifest references yet survive GC (a write still uploading).
+MIN_ORPHAN_GRACE = timedelta(hours=1)
+
+
+def orphan_grace_for(interval: timedelta | None) -> timedelta:
+    """The orphan grace of a writer checkpointing every *interval*: an hour, or twice the interval
+    when that is longer, so the files of a checkpoint in flight outlive the next one's GC. The one
+    place the rule is written: the library, ``materialize`` and ``run`` apply it alike."""
+    return MIN_ORPHAN_GRACE if interval is None else max(MIN_ORPHAN_GRACE, 2 * interval)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,24 +46,43 @@ class RetentionPolicy:
     """Which checkpoints survive GC.
 
     A checkpoint survives if it is among the newest ``min_count``, or younger than ``min_age``, or
-    is the newest usable one. Files of unfinished writes survive ``orphan_grace``.
+    is the newest usable one. Files of unfinished writes survive ``orphan_grace``; None (the
+    default) means :func:`orphan_grace_for` the writer's checkpoint interval (see
+    :meth:`for_interval`), an hour where there is none (a GC of its own).
     """
 
     min_count: int = 10
     min_age: timedelta = timedelta(hours=12)
-    orphan_grace: timedelta = timedelta(hours=1)
+    orphan_grace: timedelta | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.min_count, int) or self.min_count < 1:
             raise ConfigError(f"min_count must be an integer >= 1, got {self.min_count!r}")
-        for name in ("min_age", "orphan_grace"):
-            object.__setattr__(self, name, parse_duration(getattr(self, name)))
+        object.__setattr__(self, "min_age", parse_duration(self.min_age))
+        if self.orphan_grace is not None:
+            object.__setattr__(self, "orphan_grace", parse_duration(self.orphan_grace))
 
     @classmethod
     def of(
-        cls, min_count: int = 10, min_age: str | timedelta = "12h", orphan_grace: str | timedelta = "1h"
+        cls,
+        min_count: int = 10,
+        min_age: str | timedelta = "12h",
+        orphan_grace: str | timedelta | None = None,
     ) -> RetentionPolicy:
-        return cls(min_count, parse_duration(min_age), parse_duration(orphan_grace))
+        grace = None if orphan_grace is None else parse_duration(orphan_grace)
+        return cls(min_count, parse_duration(min_age), grace)
+
+    @property
+    def grace(self) -> timedelta:
+        """The orphan grace GC applies: the one given, else :data:`MIN_ORPHAN_GRACE`."""
+        return self.orphan_grace if self.orphan_grace is not None else MIN_ORPHAN_GRACE
+
+    def for_interval(self, interval: timedelta | None) -> RetentionPolicy:
+        """This policy as a writer checkpointing every *interval* applies it: an orphan grace not
+        given becomes :func:`orphan_grace_for` the interval."""
+        if self.orphan_grace is not None:
+            return self
+        return RetentionPolicy(self.min_count, self.min_age, orphan_grace_for(interval))
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,14 +193,14 @@ def collect_garbage(
             continue
         if rel in doomed_refs:
             report.deleted_files.append(rel)
-        elif now - modified[rel] >= policy.orphan_grace:
+        elif now - modified[rel] >= policy.grace:
             report.orphans.append(rel)
 
     if not dry_run:
         repo.store.delete(repo.key(layout.manifest_key(g)) for g in report.deleted_generations)
         repo.store.delete(repo.key(rel) for rel in [*report.deleted_files, *report.orphans])
     report.aborted_uploads = repo.store.abort_stale_uploads(
-        repo.directory, now - policy.orphan_grace, dry_run=dry_run
+        repo.directory, now - policy.grace, dry_run=dry_run
     )
     if report.deleted_generations or report.orphans or report.deleted_files:
         log.info(

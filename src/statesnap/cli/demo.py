@@ -82,8 +82,8 @@ def demo(
     from statesnap.cli.spark_engine import spark_session
     from statesnap.devstack import EmbeddedBroker
     from statesnap.kafka.config import KafkaSettings
-    from statesnap.materialize import SparkOptions, materialize, spark_available
     from statesnap.python.table import Table
+    from statesnap.run import SparkOptions, choose_engine, materialize
     from statesnap.sample import SampleSpec
 
     quiet = as_json
@@ -107,8 +107,15 @@ def demo(
                 quiet,
             )
 
-            if engine == "auto":
-                engine = "spark" if spark_available() else "python"
+            # The one engine choice, with the demo's own auto: Spark whenever it can run here.
+            engine = choose_engine(
+                engine,
+                python_only={},
+                spark_only={},
+                backlog=None,
+                follow=False,
+                spark_when_available="the demo shows Spark writing the checkpoint",
+            ).engine
             started = time.monotonic()
             if engine == "spark":
                 say(f"materialize on Spark: read the history in parallel and checkpoint to {root}")

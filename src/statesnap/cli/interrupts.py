@@ -38,7 +38,7 @@ REPEAT_WINDOW_SECONDS = 1.0
 
 #: ``--shutdown-timeout``'s default (the library's): long enough for a final incremental
 #: checkpoint, short enough that an operator's Ctrl-C is answered even when the checkpoint store
-#: is not. statesnap.materialize.options.SHUTDOWN_TIMEOUT, repeated so that loading the CLI does not
+#: is not. statesnap.run.options.SHUTDOWN_TIMEOUT, repeated so that loading the CLI does not
 #: import the engines (~0.3 s on every `statesnap` command); a unit test keeps them equal.
 SHUTDOWN_TIMEOUT = format_duration(timedelta(seconds=20))
 

@@ -37,7 +37,7 @@ __all__ = [
 #: Seconds a command waits for the cluster's first answers before it calls the broker unreachable.
 DEFAULT_TIMEOUT = 15.0
 
-#: ``--engine``'s choices: statesnap.materialize.Engine's values, repeated so that loading the CLI
+#: ``--engine``'s choices: statesnap.run.Engine's values, repeated so that loading the CLI
 #: does not import the engines (~0.3 s on every `statesnap` command); a unit test keeps them equal.
 ENGINES = ("auto", "python", "spark")
 

@@ -29,8 +29,8 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from statesnap.materialize.engine import EngineChoice
-from statesnap.materialize.progress import MaterializeProgress, Stage
+from statesnap.run.engine import EngineChoice
+from statesnap.run.progress import MaterializeProgress, Stage
 
 __all__ = [
     "RATE_WINDOW_SECONDS",

@@ -2,7 +2,7 @@
 
 The command finds the user's :class:`~statesnap.Processor` (as uvicorn finds an app), rebuilds it
 with whatever the command line overrides, and hands it to
-:func:`statesnap.processor.running.run_processor`; it only parses and prints.
+:func:`statesnap.run.run_processor`; it only parses and prints.
 """
 
 from __future__ import annotations
@@ -146,7 +146,12 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
 @snapshot_store_option
 @click.option("--min-count", type=int, default=None, help="Retention: keep at least this many checkpoints.")
 @click.option("--min-age", default=None, help="Retention: keep every checkpoint younger than this.")
-@click.option("--orphan-grace", default=None, help="Retention: keep unreferenced files younger than this.")
+@click.option(
+    "--orphan-grace",
+    default=None,
+    help="Retention: keep unreferenced files younger than this [default: the processor's; unset: 1h, or 2 × "
+    "the checkpoint interval when longer].",
+)
 @storage_options
 @kafka_config_options
 @click.option(
@@ -200,14 +205,8 @@ def run(
     """
     from statesnap.cli.progress import ConsoleProgress
     from statesnap.kafka.config import config_from_env, parse_properties
-    from statesnap.materialize import FollowOptions, SparkOptions
-    from statesnap.processor.running import (
-        CheckpointOverrides,
-        ProcessorOverrides,
-        load_processor,
-        run_processor,
-        with_overrides,
-    )
+    from statesnap.run import FollowOptions, SparkOptions, run_processor
+    from statesnap.run.loading import CheckpointOverrides, ProcessorOverrides, load_processor, with_overrides
     from statesnap.task.options import StoreOptions
 
     share = share_of(instance, instances, group, follow, generation, run="run")

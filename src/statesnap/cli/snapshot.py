@@ -17,8 +17,8 @@ from statesnap.cli.options import (
 from statesnap.cli.output import Output
 
 if TYPE_CHECKING:  # imported where a command runs: the snapshot package loads pyarrow and Kafka's client
+    from statesnap.processor.diff import SnapshotDiff
     from statesnap.snapshot.api import SnapshotApi
-    from statesnap.snapshot.diff import SnapshotDiff
     from statesnap.snapshot.model import Snapshot
 
 __all__ = [
@@ -221,7 +221,7 @@ def diff(
     Of a processor, per store (its own bookkeeping never counted): a key is a store's key in one
     partition (a window store's with its window start), examples shown as STORE:KEY.
     """
-    from statesnap.snapshot.diff import diff_snapshots
+    from statesnap.processor.diff import diff_snapshots
 
     api = _api(url, table, storage_pairs)
     for generation in (old, new):

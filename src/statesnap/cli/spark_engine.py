@@ -20,9 +20,16 @@ from statesnap.cli.interrupts import (
 )
 from statesnap.cli.progress import activity_bar, stderr_as_it_is
 from statesnap.errors import ConfigError
+from statesnap.processor.diff import (
+    KINDS,
+    SnapshotDiff,
+    diff_stores,
+    identity_columns,
+    is_processor,
+    show_row,
+)
+from statesnap.processor.diff import SAMPLE as DIFF_SAMPLE
 from statesnap.processor.readback import processor_stores, spark_sql
-from statesnap.snapshot.diff import KINDS, SnapshotDiff, diff_stores, identity_columns, is_processor, show_row
-from statesnap.snapshot.diff import SAMPLE as DIFF_SAMPLE
 
 __all__ = ["POLL_SECONDS", "SESSION_START_TIMEOUT_SECONDS", "diff_on_spark", "interrupted", "spark_session"]
 
@@ -152,7 +159,7 @@ def diff_on_spark(
     spark: Any = None,
 ) -> SnapshotDiff:
     """The snapshot diff as a Spark join (for tables larger than one process's memory): the same
-    counts, stores and examples as :func:`statesnap.snapshot.diff.diff_snapshots`. On *spark*, a
+    counts, stores and examples as :func:`statesnap.processor.diff.diff_snapshots`. On *spark*, a
     session of the caller's, left running; by default on the CLI's own, stopped at the end.
 
     Each generation's checkpoint is read once and cached (a processor's stores are cut from it as

@@ -7,7 +7,6 @@ import logging
 import sys
 import threading
 from collections.abc import Callable
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -42,8 +41,8 @@ from statesnap.durations import parse_duration
 from statesnap.errors import ConfigError, StatesnapError
 
 if TYPE_CHECKING:  # the engines load when a command runs, not to register it
-    from statesnap.materialize import Stage
-    from statesnap.materialize.python_run import Restorable
+    from statesnap.run import Stage
+    from statesnap.run.in_python import Restorable
     from statesnap.task.options import CheckpointOptions, GroupOptions, StaticShare
     from statesnap.task.restore import RestoreReport
 
@@ -70,9 +69,9 @@ Examples:
 
 def start_with_progress(table: Restorable, quiet: bool) -> RestoreReport:
     """``table.start()`` with a bar: records replayed of an estimated total, rate and ETA, and
-    partitions at their end (see :func:`statesnap.materialize.python_run.restore_with_progress`)."""
+    partitions at their end (see :func:`statesnap.run.in_python.restore_with_progress`)."""
     from statesnap.cli.progress import ConsoleProgress
-    from statesnap.materialize.python_run import restore_with_progress
+    from statesnap.run.in_python import restore_with_progress
 
     with ConsoleProgress(quiet) as progress:
         return restore_with_progress(table, progress)
@@ -209,12 +208,12 @@ def materialize(
     Starts from the newest valid checkpoint (so running it again is incremental) and exits, or with
     --follow keeps consuming and checkpointing until interrupted (a final checkpoint on exit).
     Every option means the same on both engines or is refused, in one line, by the one that cannot
-    honour it; --json prints the same keys on both (see :func:`statesnap.materialize.materialize`).
+    honour it; --json prints the same keys on both (see :func:`statesnap.run.materialize`).
     """
     from statesnap.cli.progress import ConsoleProgress
     from statesnap.cli.spark_engine import interrupted as spark_jobs_cancelled
-    from statesnap.materialize import FollowOptions, SparkOptions, Stage
-    from statesnap.materialize import materialize as materialize_table
+    from statesnap.run import FollowOptions, SparkOptions, Stage
+    from statesnap.run import materialize as materialize_table
     from statesnap.task.migration import StateVersion
     from statesnap.task.options import StoreOptions
 
@@ -267,17 +266,17 @@ def _checkpoint_options(
     min_age: str,
     orphan_grace: str | None,
 ) -> CheckpointOptions:
-    """``materialize``'s checkpoint flags as the bundle; unreferenced files are kept at least an
-    hour, or twice the checkpoint interval when that is longer (a writer's files in flight)."""
+    """``materialize``'s checkpoint flags as the bundle; without ``--orphan-grace`` unreferenced
+    files are kept as the library keeps them for a writer (an hour, or twice the checkpoint
+    interval when that is longer: :func:`statesnap.checkpoint.retention.orphan_grace_for`)."""
     from statesnap.checkpoint import RetentionPolicy
     from statesnap.task.options import CheckpointOptions, SnapshotOptions
 
-    interval = parse_duration(checkpoint_interval)
-    grace = parse_duration(orphan_grace) if orphan_grace else max(timedelta(hours=1), 2 * interval)
+    grace = parse_duration(orphan_grace) if orphan_grace else None
     return CheckpointOptions(
         url,
         storage_options=pairs_to_dict(storage_pairs, "--storage-option"),
-        interval=interval,
+        interval=parse_duration(checkpoint_interval),
         commit_interval=parse_duration(commit_interval),
         retention=RetentionPolicy(min_count, parse_duration(min_age), grace),
         generation=generation,
@@ -294,22 +293,21 @@ def share_of(
     run: str = "materialize",
 ) -> StaticShare | GroupOptions | None:
     """``--instance/--instances`` or ``--group`` as the bundle, refusing what cannot go together
-    in the flags' own words (the library refuses the same in its own)."""
+    (the sharing rules, :mod:`statesnap.task.sharing`, in the flags' own words: a usage
+    error)."""
     from statesnap.task.options import GroupOptions, StaticShare
+    from statesnap.task.sharing import FLAGS, share_refusal
 
-    if group is not None and (instance is not None or instances is not None):
-        raise click.UsageError(
-            "--group and --instance/--instances are two ways of sharing partitions; pick one"
-        )
-    if group is not None and not follow:
-        raise click.UsageError(
-            "--group needs --follow: a group member holds only the partitions it is assigned, so a "
-            f"one-shot {run} could not checkpoint every partition"
-        )
-    if group is not None and generation is not None:
-        raise click.UsageError(
-            "--group restores each partition it gains from the newest checkpoint; not with --generation"
-        )
+    refusal = share_refusal(
+        group=group is not None,
+        static=instance is not None or instances is not None,
+        follow=follow,
+        generation=generation,
+        run=run,
+        words=FLAGS,
+    )
+    if refusal is not None:
+        raise click.UsageError(refusal)
     if group is not None:
         return GroupOptions(group)
     if (instance is None) != (instances is None):
@@ -332,7 +330,7 @@ class FollowSignals:
 
     def again(self) -> str:
         """What a second Ctrl-C interrupts, by the stage the run is in."""
-        from statesnap.materialize import Stage
+        from statesnap.run import Stage
 
         if self.stage is Stage.SESSION_STARTING:
             return "stopped again while the Spark session was starting"
@@ -341,7 +339,7 @@ class FollowSignals:
         return "stopped again before the final checkpoint finished"
 
     def on_stage(self, stage: Stage) -> None:
-        from statesnap.materialize import Stage
+        from statesnap.run import Stage
 
         self.stage = stage
         if not self.installed and stage in (Stage.SESSION_STARTING, Stage.FOLLOWING):

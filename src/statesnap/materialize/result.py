@@ -1,161 +1,17 @@
-"""What a materialization did, as one typed value both engines return.
-
-``to_json()`` gives the keys ``statesnap materialize --json`` has always printed, the same on
-both engines; ``summary()`` the sentence a person reads. Figures are this run's, measured: the
-checkpoint's own ``writer`` metadata may describe another run.
-"""
+"""Deprecated: re-exports :mod:`statesnap.run.result` for one release; import from there."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from types import MappingProxyType
-from typing import Any
+from statesnap.run.result import (
+    Followed,
+    MaterializeResult,
+    RestoreFigures,
+    records_between,
+)
 
-from statesnap.checkpoint import CheckpointManifest
-from statesnap.materialize.engine import EngineChoice
-from statesnap.task.restore import RestoreReport
-
-__all__ = ["Followed", "MaterializeResult", "RestoreFigures", "records_between"]
-
-
-@dataclass(frozen=True, slots=True)
-class RestoreFigures:
-    """How the run got to the topic's end: the checkpoint it resumed from (None: the start of
-    the topic), the records it read after it and the seconds that took."""
-
-    checkpoint: int | None
-    replayed_records: int
-    restore_seconds: float
-
-    @classmethod
-    def of(cls, report: RestoreReport) -> RestoreFigures:
-        return cls(report.checkpoint, report.replayed_records, report.restore_seconds)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "checkpoint": self.checkpoint,
-            "replayed_records": self.replayed_records,
-            "restore_seconds": round(self.restore_seconds, 3),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Followed:
-    """A follow run after its restore: records read and seconds followed, so neither the whole
-    run's time nor the final checkpoint's passes for it."""
-
-    records: int
-    seconds: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {"records": self.records, "seconds": round(self.seconds, 3)}
-
-
-@dataclass(frozen=True, slots=True)
-class MaterializeResult:
-    """One materialization, whichever engine ran it.
-
-    ``checkpoint`` is the generation the table now stands at (written by this run when
-    ``written``, else the newest before it; None when there is none), with its ``offsets``
-    (next offsets to consume), size in ``bytes`` and ``keys`` (the table's key count, not the
-    files' rows). ``checkpoint_seconds`` is the commit of this run's (final) checkpoint;
-    ``seconds`` the whole run.
-    """
-
-    table: str
-    topic: str
-    engine: EngineChoice
-    checkpoint: int | None
-    written: bool
-    keys: int
-    offsets: Mapping[int, int]
-    restore: RestoreFigures
-    checkpoint_seconds: float
-    seconds: float
-    bytes: int
-    url: str | None
-    followed: Followed | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "offsets", MappingProxyType(dict(self.offsets)))
-
-    @classmethod
-    def of(
-        cls,
-        manifest: CheckpointManifest | None,
-        *,
-        table: str,
-        topic: str,
-        engine: EngineChoice,
-        written: bool,
-        keys: int,
-        restore: RestoreReport,
-        checkpoint_seconds: float,
-        seconds: float,
-        url: str | None,
-        followed: Followed | None = None,
-    ) -> MaterializeResult:
-        """The result of a run that leaves the table at *manifest* (None: no checkpoint)."""
-        return cls(
-            table=table,
-            topic=topic,
-            engine=engine,
-            checkpoint=manifest.generation if manifest is not None else None,
-            written=written,
-            keys=keys,
-            offsets=manifest.offsets if manifest is not None else {},
-            restore=RestoreFigures.of(restore),
-            checkpoint_seconds=checkpoint_seconds,
-            seconds=seconds,
-            bytes=manifest.total_bytes if manifest is not None else 0,
-            url=url,
-            followed=followed,
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        """``statesnap materialize --json``: the same keys on both engines (``followed`` only
-        for a follow run)."""
-        return {
-            "table": self.table,
-            "topic": self.topic,
-            "engine": str(self.engine.engine),
-            "checkpoint": self.checkpoint,
-            "written": self.written,
-            "keys": self.keys,
-            "offsets": dict(self.offsets),
-            "restore": self.restore.to_json(),
-            "checkpoint_seconds": round(self.checkpoint_seconds, 3),
-            "seconds": round(self.seconds, 3),
-            "bytes": self.bytes,
-            "url": self.url,
-            **({"followed": self.followed.to_json()} if self.followed is not None else {}),
-            "engine_reason": self.engine.reason,
-        }
-
-    def summary(self) -> str:
-        """The sentence for a person. A one-shot run reads and writes in the time it gives; a
-        follow run says how long it followed and what it read in that time, and how long the
-        final checkpoint took, so neither number is the other's."""
-        if not self.written:
-            return f"no new records since checkpoint {self.checkpoint}; nothing written"
-        base = self.restore.checkpoint
-        since = f"after checkpoint {base}" if base is not None else "from the start of the topic"
-        head = f"checkpoint {self.checkpoint} of {self.table} by {self.engine.engine}: "
-        size = f"{self.keys:,} keys, {self.bytes:,} bytes"
-        if self.followed is None:
-            read = f"read {self.restore.replayed_records:,} records {since}"
-            return f"{head}{size} in {round(self.seconds, 3):.2f}s ({read}) → {self.url}"
-        records = self.restore.replayed_records + self.followed.records
-        return (
-            f"{head}{size}, written in {round(self.checkpoint_seconds, 3):.2f}s after following for "
-            f"{round(self.followed.seconds, 3):.2f}s (read {records:,} records {since}) → {self.url}"
-        )
-
-
-def records_between(start: Mapping[int, int], end: Mapping[int, int]) -> int:
-    """Records read from *start* to *end* (next offsets), over the partitions held at both ends (a
-    partition a group member gained meanwhile was restored, not read from *start*). Offsets count
-    records exactly on the dev broker; on Kafka, transaction markers and compacted gaps make it an
-    upper bound."""
-    return sum(max(0, end[p] - start[p]) for p in start.keys() & end.keys())
+__all__ = [
+    "Followed",
+    "MaterializeResult",
+    "RestoreFigures",
+    "records_between",
+]

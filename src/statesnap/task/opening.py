@@ -32,6 +32,7 @@ from statesnap.task.cluster import ClusterFacts, cluster_facts, log_ends
 from statesnap.task.options import CheckpointOptions, SnapshotOptions, StaticShare
 
 __all__ = [
+    "Engine",
     "OpenedTask",
     "TaskEngine",
     "check_table_name",
@@ -45,11 +46,19 @@ log = logging.getLogger(__name__)
 P = TypeVar("P", bound=Participant)
 
 
-class TaskEngine(StrEnum):
-    """Which engine runs a task; recorded in snapshots and manifests."""
+class Engine(StrEnum):
+    """Who runs a task: this process (``python``), a PySpark job (``spark``), or, asked of the run
+    layer (:func:`statesnap.run.engine.choose_engine`), whichever is expected to finish first
+    (``auto``). A task that runs is always ``python`` or ``spark``, as its snapshots and manifests
+    record it; the one enum of both, so a choice and its record cannot disagree."""
 
+    AUTO = "auto"
     PYTHON = "python"
     SPARK = "spark"
+
+
+#: The name this enum had while a second one chose engines; kept for one release.
+TaskEngine = Engine
 
 
 def check_table_name(name: str) -> str:
@@ -121,7 +130,7 @@ class OpenedTask:
         *,
         task_id: str,
         owned: tuple[int, ...],
-        engine: TaskEngine,
+        engine: Engine,
         previous: CheckpointManifest | None,
         refresh_interval: float = 0.5,
     ) -> P:
@@ -138,7 +147,8 @@ class OpenedTask:
             partitions=self.facts.all_partitions,
             settings=self.settings,
             snapshots=self.checkpoints.snapshots,
-            retention=self.checkpoints.retention,
+            # A writer's orphan grace follows its checkpoint interval (the one rule, in retention.py).
+            retention=self.checkpoints.retention.for_interval(self.checkpoints.interval),
             task_id=task_id,
             owned=owned,
             engine=engine,
@@ -190,7 +200,7 @@ def join_snapshots(
     retention: RetentionPolicy | None,
     task_id: str,
     owned: tuple[int, ...],
-    engine: TaskEngine,
+    engine: Engine,
     previous: CheckpointManifest | None,
     topic_id: str | None = None,
     refresh_interval: float = 0.5,
@@ -198,6 +208,8 @@ def join_snapshots(
     """Write or check the table's descriptor, open its snapshot API and make *participant* a task
     of its snapshots. The one place a participant is made; :meth:`OpenedTask.join_snapshots` is
     the usual way in, ``write_checkpoint`` (no cluster at hand) the other."""
+    if engine is Engine.AUTO:
+        raise ConfigError("a task runs on the python or the spark engine: choose one to join snapshots")
     spec = resolve_spec(snapshots.store, (repo.descriptor() or {}).get("snapshot_store"), table)
     repo.ensure_descriptor(table, topic, cluster_id, len(partitions), str(spec))
     api = SnapshotApi.for_repo(

@@ -17,7 +17,7 @@ from statesnap.checkpoint import CheckpointRepository
 from statesnap.checkpoint.manifest import CheckpointManifest
 from statesnap.checkpoint.writer import PartitionUpdate, write_partition_files
 from statesnap.errors import ConfigError
-from statesnap.snapshot.diff import diff_snapshots
+from statesnap.processor.diff import diff_snapshots
 
 
 def rows(pairs: dict[bytes, bytes]) -> pa.Table:

@@ -1,5 +1,9 @@
 """What changed between two snapshots: keys added, removed and changed.
 
+It lives beside :mod:`statesnap.processor.readback`, whose reading of a processor's stores it
+uses, above the task and snapshot layers (it was ``statesnap.snapshot.diff``: the snapshot
+package, which every task imports, then imported the processor package, a cycle).
+
 Runs on Arrow in this process (a hash join over the two checkpoints' merged rows); for tables
 larger than memory, ``snapshot diff --engine spark`` (:func:`statesnap.cli.spark_engine.diff_on_spark`)
 does the same join on Spark and answers the same JSON.
