@@ -42,7 +42,9 @@ def oracle_classpath() -> str:
             ) from e
         if built.returncode != 0:
             said = (built.stdout + built.stderr).strip().splitlines()
-            raise OracleUnavailableError(f"building the Kafka Streams oracle failed: {said[-1] if said else '?'}")
+            raise OracleUnavailableError(
+                f"building the Kafka Streams oracle failed: {said[-1] if said else '?'}"
+            )
     return f"{CLASSES}:{LIB}/*"
 
 

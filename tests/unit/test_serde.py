@@ -59,6 +59,14 @@ def test_json_round_trip(obj: object) -> None:
     assert s.deserialize(s.serialize(obj)) == obj
 
 
+@pytest.mark.parametrize("number", [-(2**63) - 1, 2**64, [2**70, {"n": -(2**65)}]])
+def test_json_integers_past_64_bits_stay_integers(number: object) -> None:
+    """orjson reads them as floats without a word (hypothesis found -9223372036854775809)."""
+    s = JsonSerde()
+    assert s.deserialize(s.serialize(number)) == number
+    assert repr(s.deserialize(s.serialize(number))) == repr(number)
+
+
 def test_the_string_serde_does_not_turn_none_into_text() -> None:
     """Kafka's null (no key, a tombstone) is no text: StringSerde made a null key the text key
     "None", one store row for both. (JSON's ``null`` is a document, so JsonSerde keeps it.)"""

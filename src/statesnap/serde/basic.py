@@ -8,6 +8,7 @@ messages never quote the value: it may hold personal data or secrets.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Protocol, runtime_checkable
 
 import orjson
@@ -29,6 +30,10 @@ class Serde(Protocol):
 
     def deserialize(self, data: bytes) -> Any: ...
 
+
+#: Digits of the shortest integer orjson may read as a float (2**63 has 19), and a run of them.
+_LONG_NUMBER = 19
+_DIGITS = re.compile(rb"[0-9]{19}")
 
 #: Why no serde encodes None: Kafka's null (no key, a tombstone) is not a value of any type.
 _NONE = (
@@ -90,10 +95,13 @@ class JsonSerde:
             raise SerializationError(f"cannot encode {type(obj).__name__} as JSON: {e}") from e
 
     def deserialize(self, data: bytes) -> Any:
-        try:
-            return orjson.loads(data)
-        except orjson.JSONDecodeError:
-            pass
+        # orjson turns an integer past 64 bits into a float without a word: 19+ digits in a row
+        # (only ever in such numbers, or in strings) go to the standard library, which is exact.
+        if len(data) < _LONG_NUMBER or _DIGITS.search(data) is None:
+            try:
+                return orjson.loads(data)
+            except orjson.JSONDecodeError:
+                pass
         try:
             return json.loads(data)
         except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
