@@ -56,6 +56,25 @@ def test_the_aggregations_block(kafka: KafkaTool, topic_name: str) -> None:
         proc.close(checkpoint=False)
 
 
+def test_the_emission_block(kafka: KafkaTool, topic_name: str) -> None:
+    """Final window results and every change reach their topics as the README says."""
+    topic = kafka.create_topic(topic_name, 1)
+    finals, changes = kafka.create_topic(f"{topic_name}-final", 1), kafka.create_topic(f"{topic_name}-sum", 1)
+    minute = 1_790_000_040_000
+    records = [(minute + 1_000, 5), (minute + 2_000, 9), (minute + 75_000, 2)]  # the last closes [0, 1m)
+    producer = kafka.producer
+    for ts, amount in records:
+        producer.produce(topic, json.dumps({"amount": amount}).encode(), b"k", partition=0, timestamp=ts)
+    assert producer.flush(30) == 0
+    source = blocks()[2].replace('"per-minute-out"', repr(finals)).replace('"spent-out"', repr(changes))
+    proc = Processor("readme-emission", inputs=[topic], bootstrap_servers=kafka.bootstrap, value_serde="json")
+    exec(compile(source, "README.md", "exec"), {"proc": proc})
+    proc.run(follow=False)
+    final = [json.loads(r.value) for r in kafka.read_all(finals, [0]) if r.value]
+    assert final == [{"start": minute, "end": minute + 60_000, "value": 2}]
+    assert [json.loads(r.value) for r in kafka.read_all(changes, [0]) if r.value] == [5, 14, 16]
+
+
 def test_the_tally_block_runs_on_what_produce_sample_events_writes(
     kafka: KafkaTool, topic_name: str, tmp_path: Path
 ) -> None:
