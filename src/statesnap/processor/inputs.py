@@ -72,9 +72,11 @@ class MergedReader:
     per partition the merged records of every input.
 
     ``max_idle``: once the task follows (``tailing``), how long a partition with records waiting
-    may wait for an input that neither delivers nor reports its end (a slow fetch) before it goes
-    on without that input (Kafka Streams' ``max.task.idle.ms``); while catching up it waits (a
-    lost cluster is reported by the inputs' own stall checks)."""
+    waits for an input with nothing buffered — at its end or not: a live input at its end is
+    about to deliver — before it goes on without that input, and goes on while that input stays
+    empty (Kafka Streams' ``max.task.idle.ms``; 0 waits only for an input that has not reached
+    its end). While catching up it waits for an input not at its end and never for one at its end
+    (the history is complete; a lost cluster is reported by the inputs' own stall checks)."""
 
     def __init__(
         self,
@@ -96,6 +98,7 @@ class MergedReader:
         }
         self._returned: dict[int, dict[int, int]] = {}
         self._blocked_since: dict[int, float] = {}
+        self._said_idle: set[int] = set()
         self._tailing = False
         self._deleted: RecordsDeletedError | None = None
 
@@ -203,6 +206,7 @@ class MergedReader:
                 self.applied_at[i].pop(p, None)
             self._returned.pop(p, None)
             self._blocked_since.pop(p, None)
+            self._said_idle.discard(p)
         for reader in self.readers[1:]:
             reader.reassign({}, partitions)
 
@@ -284,11 +288,20 @@ class MergedReader:
     def _merge(self, p: int) -> list[Any]:
         buffers = [self._buffers[(i, p)] for i in range(len(self.readers))]
         ended = [p in r.at_eof for r in self.readers]
+        # Following, an input at its end holds the merge too (up to max_idle): its next record
+        # may be older than the other inputs' heads (a live join's other side, a batch behind).
+        waits = [False] * len(buffers) if self._tailing and self.max_idle > 0 else ended
         out: list[Any] = []
         ends: dict[int, int] = {}
         heads: list[int | None] = [_timestamp(b[0]) if b else None for b in buffers]
+        if all(h is not None for h in heads):
+            # Every input delivered: any idle wait is over. Until then the clock runs on: past
+            # max_idle the task keeps processing while an input stays empty (a new wait starts
+            # once it has delivered), as Kafka Streams does past max.task.idle.ms.
+            self._blocked_since.pop(p, None)
+            self._said_idle.discard(p)
         while len(out) < BATCH_SIZE:
-            i = pick(heads, ended)
+            i = pick(heads, waits)
             if i is None:
                 i = self._after_idle(p, heads, ended)
                 if i is None:
@@ -297,8 +310,6 @@ class MergedReader:
             out.append(message)
             ends[i] = _next_offset(message)
             heads[i] = _timestamp(buffers[i][0]) if buffers[i] else None
-        if out or not any(buffers):
-            self._blocked_since.pop(p, None)
         if out:
             self._returned[p] = ends
         return out
@@ -311,8 +322,12 @@ class MergedReader:
         since = self._blocked_since.setdefault(p, now)
         if now - since < self.max_idle:
             return None
-        waiting = [self.topics[i] for i, h in enumerate(heads) if h is None and not ended[i]]
-        log.info("partition %d: no record of %s for %.1fs; going on without them", p, waiting, now - since)
+        if p not in self._said_idle:  # once per wait, not per batch
+            self._said_idle.add(p)
+            waiting = [self.topics[i] for i, h in enumerate(heads) if h is None]
+            log.info(
+                "partition %d: no record of %s for %.1fs; going on without them", p, waiting, now - since
+            )
         return pick(heads, [True] * len(heads))
 
     def applied(self, partition: int, next_offset: int) -> None:

@@ -165,3 +165,35 @@ def test_a_following_task_goes_on_without_a_silent_input_after_max_idle() -> Non
     time.sleep(0.06)
     (batch,) = merged.poll(0).values()
     assert [m.offset() for m in batch] == [0, 1]
+
+
+def test_a_following_task_waits_max_idle_for_an_input_at_its_end() -> None:
+    """Kafka Streams' ``max.task.idle.ms``: following, an input at its end with nothing
+    buffered holds the other input's records up to ``max_idle`` (its next record may be older:
+    the other side of a live join, a batch behind), then the task goes on — and keeps going on
+    while that input stays empty; once it delivers, the merge is by timestamp again. Catching
+    up, an input at its end holds nothing. (Before, an input at its end was never waited for.)"""
+    early: Any = FakeReader("t0", [10, 20], [])
+    late: Any = FakeReader("t1", [], [])
+    merged = MergedReader(early, [late], max_idle=0.1)
+    merged.tailing = True
+    assert merged.poll(0) == {}  # t1 reports its end on this poll; the idle time starts
+    assert merged.poll(0) == {}
+    late.messages.append(Message("t1", 0, 0, 5))  # t1's record arrives in time: it goes first
+    (batch,) = merged.poll(0).values()
+    assert [(m.topic(), m.ts) for m in batch] == [("t1", 5)]
+    assert merged.poll(0) == {}  # t1 delivered and is empty again: a new wait
+    time.sleep(0.12)
+    (batch,) = merged.poll(0).values()
+    assert [m.ts for m in batch] == [10, 20]
+    early.messages.append(Message("t0", 0, 2, 30))
+    (batch,) = merged.poll(0).values()  # t1 still empty: the task goes on, no new wait
+    assert [m.ts for m in batch] == [30]
+
+
+def test_max_idle_zero_never_waits_for_an_input_at_its_end() -> None:
+    early: Any = FakeReader("t0", [10, 20], [])
+    merged = MergedReader(early, [FakeReader("t1", [], [])], max_idle=0.0)  # type: ignore[list-item]
+    merged.tailing = True
+    (batch,) = merged.poll(0).values()
+    assert [m.ts for m in batch] == [10, 20]
