@@ -21,6 +21,7 @@ from statesnap.materialize.options import FollowOptions
 from statesnap.materialize.progress import MaterializeProgress, Stage
 from statesnap.materialize.result import Followed, MaterializeResult, records_between
 from statesnap.python.table import Table
+from statesnap.task.engine import Task
 from statesnap.task.migration import StateVersion
 from statesnap.task.options import CheckpointOptions, GroupOptions, StaticShare, StoreOptions
 from statesnap.task.restore import ProgressCallback, RestoreReport
@@ -106,7 +107,7 @@ class TaskRun:
 
     def finish(
         self,
-        task: Table[Any, Any],
+        task: Table[Any, Any] | Task,
         *,
         follow: FollowOptions | None,
         progress: MaterializeProgress,
