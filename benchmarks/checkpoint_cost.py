@@ -372,9 +372,10 @@ def follow_child(args: dict[str, Any]) -> dict[str, Any]:
     )
     table.start()
     assert table.snapshots is not None
-    assert table._thread is not None
+    thread = table.task.loop.thread
+    assert thread is not None
     meter = CheckpointMeter(table.snapshots)
-    consumer_clock = time.pthread_getcpuclockid(table._thread.ident or 0)
+    consumer_clock = time.pthread_getcpuclockid(thread.ident or 0)
     print(json.dumps({"ready": True, "checkpoint": table.report.checkpoint}), flush=True)
 
     def sample() -> tuple[float, float, float, int, tuple[float, float, float, int, float]]:
@@ -389,7 +390,8 @@ def follow_child(args: dict[str, Any]) -> dict[str, Any]:
     sys.stdin.readline()  # go
     # Start the checkpoint clock with the producer, so every checkpoint in the window covers a
     # full interval of traffic (the restores of the stores end at different times).
-    table._last_checkpoint_at = time.monotonic()
+    assert table.task.writer is not None
+    table.task.writer.restart_interval(time.monotonic())
     w0, p0, c0, o0, m0 = sample()
     sys.stdin.readline()  # stop
     w1, p1, c1, o1, m1 = sample()

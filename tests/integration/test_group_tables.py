@@ -88,7 +88,7 @@ def wait_until(predicate: object, timeout: float, what: str, tables: list[Table]
     while not predicate():
         if time.monotonic() >= deadline:
             held = [
-                (sorted(t.partitions), sorted(t._membership.reader.restoring))  # type: ignore[union-attr]
+                (sorted(t.partitions), sorted(t.task.membership.reader.restoring))  # type: ignore[union-attr]
                 for t in tables
             ]
             pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}; (owned, restoring): {held}")
@@ -104,7 +104,7 @@ def settled(tables: list[Table], *, covering: bool, stable_for: float = 1.5) -> 
         all(len(s) >= 2 for s in shares)
         and sum(map(len, shares)) == len(union)
         and (union == set(range(PARTITIONS)) if covering else len(union) < PARTITIONS)
-        and all(not t._membership.reader.restoring for t in tables)  # type: ignore[union-attr]
+        and all(not t.task.membership.reader.restoring for t in tables)  # type: ignore[union-attr]
     )
     key = tuple(tuple(sorted(s)) for s in shares)
     now = time.monotonic()

@@ -123,7 +123,7 @@ def test_no_checkpoint_after_the_background_consumer_failed_mid_batch(
     t.start()
     bad = produce(broker.bootstrap_servers, topic, [(b"bad", b"malformed"), (b"later", b"v")])
     deadline = time.monotonic() + 10
-    while t._thread_error is None:
+    while t.failure is None:
         assert time.monotonic() < deadline, "the background consumer did not fail"
         time.sleep(0.02)
     with contextlib.suppress(StatesnapError):  # refusing is fine
@@ -143,7 +143,7 @@ def test_offsets_never_claim_a_record_before_it_is_applied(
 
     def watched(partition: int, messages: Any) -> None:
         # What a reader on another thread sees at this instant (wait_for's condition, unlocked).
-        seen.append((t.offsets, t._reached({0: offset}, None)()))
+        seen.append((t.offsets, t._freshness.reached({0: offset}, None)()))
         apply(partition, messages)
 
     t.store.apply_messages = watched  # type: ignore[method-assign]

@@ -1,7 +1,8 @@
 """The processor's record handler: runs user code per record, with its stores and outputs.
 
-It is the :class:`~statesnap.python.consuming.RecordHandler` of a processor task, so a processor
-is consumed, committed, checkpointed, restored and rebalanced by exactly the loop a table is.
+It is the :class:`~statesnap.task.handler.RecordHandler` of a processor's task, so a processor
+is consumed, committed, checkpointed, restored and rebalanced by exactly the engine a table is
+(:class:`~statesnap.task.engine.Task`).
 Per record: deserialize, set the cursor (offset, timestamp, stream time), call every handler;
 on success the record's writes and outputs count, on failure they are dropped and the record
 goes to the dead-letter topic (or processing stops with :class:`HandlerError`). At the end of a

@@ -132,7 +132,7 @@ class MergedReader:
         """For partitions a group is about to give the task, at *offsets* of the first input
         restored into *store*: those that another input cannot continue, as :meth:`gain` would
         find them (the task then replays them from the beginning instead: see
-        :meth:`~statesnap.processor.task.ProcessorTask.restore_partitions`)."""
+        :meth:`~statesnap.processor.task.ProcessorTaskHandler.restored`)."""
         partitions = tuple(sorted(offsets))
         others = [restored_offsets(store, r.topic, partitions) for r in self.readers[1:]]
         return self._holes(offsets, others, self._log_starts(partitions, offsets, others))

@@ -52,21 +52,24 @@ from statesnap.blob import BlobStore
 from statesnap.checkpoint import CheckpointManifest
 from statesnap.durations import parse_duration
 from statesnap.errors import ConfigError, TableStateError
+from statesnap.kafka.config import KafkaSettings
 from statesnap.processor.aggregations import Aggregations
 from statesnap.processor.handler import Handler, ProcessorHandler, Punctuation
 from statesnap.processor.migrations import StoreMigration, row_migrations
 from statesnap.processor.outputs import Outputs
 from statesnap.processor.stores import StoreReader, StoreSpec
-from statesnap.processor.task import ProcessorTask
-from statesnap.processor.transactions import TransactionalOutputs, offsets_group_of, transactional_id_of
-from statesnap.python.consuming import TAIL_POLL, RecordHandler
+from statesnap.processor.task import ProcessorTaskHandler
 from statesnap.python.reads import SerdeName, SerdeOf
 from statesnap.serde import SchemaRegistry, Serde, resolve_serde
 from statesnap.stores import StateStore
 from statesnap.task.cluster import aborted_records_warning
+from statesnap.task.engine import Task
+from statesnap.task.loop import TAIL_POLL
 from statesnap.task.migration import StateVersion
+from statesnap.task.opening import check_table_name
 from statesnap.task.options import CheckpointOptions, GroupOptions, StaticShare, StoreName, StoreOptions
 from statesnap.task.restore import ProgressCallback, RestoreReport
+from statesnap.task.spec import TaskSpec, starting_from
 
 __all__ = ["Processor", "ProcessorSettings"]
 
@@ -181,7 +184,7 @@ class Processor(Aggregations):
         self.state_version = StateVersion(state_version).version
         self.migrations = dict(migrations or {})
         self.confirm = confirm
-        self._task: ProcessorTask | None = None
+        self._task: Task | None = None
         self._specs: dict[str, StoreSpec] = {}
         for spec in stores:
             self.add_store(spec)
@@ -327,58 +330,32 @@ class Processor(Aggregations):
             }
         }
 
-    def _open(self, *, background: bool) -> ProcessorTask:
+    def _open(self, *, background: bool) -> Task:
         if self._task is not None:
             raise TableStateError("start", "started", "new")
         if not self._handlers:
             raise ConfigError(f"processor {self.name!r} has no handler: register one with @proc.handler")
-        settings_source = {"name": self.name, **self._settings.table_options()}
-
-        def make_handler(task: ProcessorTask) -> RecordHandler:
-            if self._outputs is None:
-                self._outputs = (
-                    TransactionalOutputs(
-                        task.settings,
-                        self.key_serde,
-                        self.value_serde,
-                        topic=self.inputs[0],
-                        group_id=offsets_group_of(self.name) if task.group is None else task.group.group_id,
-                        others=self.inputs[1:],
-                    )
-                    if self.exactly_once
-                    else Outputs(task.settings, self.key_serde, self.value_serde)
-                )
-            if self.dead_letter_topic is not None and not self.exactly_once:  # else once open
-                self._outputs.require_topic(self.dead_letter_topic, "dead-letter")
-            return self.handler_for(task.store, self._outputs)
-
-        def fence(task: ProcessorTask) -> None:
-            """Before the restore: fence the previous incarnation, learn which outputs committed."""
-            assert isinstance(self._outputs, TransactionalOutputs)
-            # A static group member (group.instance.id) keeps its transactional.id across
-            # restarts, so a restart aborts what its crashed incarnation left open at once.
-            instance = task.settings.config.get("group.instance.id") if task.group is not None else None
-            self._outputs.open(
-                transactional_id_of(self.name, str(instance or task.task_id), task.wanted_partitions),
-                task.settings.timeout,
-                grouped=task.group is not None,
-            )
-            if self.dead_letter_topic is not None:
-                self._outputs.require_topic(self.dead_letter_topic, "dead-letter")
-
-        self._task = ProcessorTask(
-            self.inputs[0],
-            make_handler=make_handler,
-            describes=self.describe(),
-            on_start=fence if self.exactly_once else None,
-            others=self.inputs[1:],
-            max_idle=self.max_idle,
-            state_version=self.state_version,
-            migrations=row_migrations(self.name, self._specs, self.migrations),
-            background=background,
-            **settings_source,
-        )
+        engine = ProcessorTaskHandler(self)
+        try:
+            self._task = Task(self._spec(background=background), engine)
+        finally:
+            self._outputs = engine.outputs
         return self._task
+
+    def _spec(self, *, background: bool) -> TaskSpec:
+        """The processor's task as the engine takes it (the settings as a table's)."""
+        s = self._settings
+        return TaskSpec(
+            name=check_table_name(self.name),
+            topic=self.inputs[0],
+            settings=KafkaSettings(s.bootstrap_servers, dict(s.kafka_config or {}), s.timeout),
+            checkpoints=starting_from(CheckpointOptions.of(s.checkpoints), s.start_from),
+            state=StateVersion(self.state_version, row_migrations(self.name, self._specs, self.migrations)),
+            store=StoreOptions.of(s.store),
+            partitions=s.partitions,
+            group=GroupOptions.of(s.group),
+            background=background,
+        )
 
     def handler_for(self, store: StateStore, outputs: Outputs) -> ProcessorHandler:
         """The record handler running this processor's code over *store* (every engine's task
@@ -480,14 +457,14 @@ class Processor(Aggregations):
 
     # --- state -------------------------------------------------------------------------------
 
-    def _running(self, action: str) -> ProcessorTask:
+    def _running(self, action: str) -> Task:
         if self._task is None:
             raise TableStateError(action, "new", "running")
         return self._task
 
     @property
-    def task(self) -> ProcessorTask:
-        """The engine (a table task); for tools and tests."""
+    def task(self) -> Task:
+        """The engine running this processor's task; for tools and tests."""
         return self._running("inspect the task")
 
     @property

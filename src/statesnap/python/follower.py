@@ -71,14 +71,16 @@ STATES = tuple(TaskPhase)
 
 class ReadOnlyTable(Table[K, V]):
     """A table that never writes: no checkpoint, no snapshot, no GC — Kafka Streams'
-    ``ReadOnlyKeyValueStore`` as a type, not a flag. A :class:`Follower` runs one; tools that
-    read a table on their own thread (``statesnap dump``) use it with ``background=False``.
+    ``ReadOnlyKeyValueStore`` as a type, not a flag: its task is built without the component
+    that writes (:class:`~statesnap.task.writer.TaskWriter`), so no code path of it can write. A
+    :class:`Follower` runs one; tools that read a table on their own thread (``statesnap dump``)
+    use it with ``background=False``.
 
     Takes :class:`~statesnap.Table`'s options (not ``group``: a group member writes) and *tail*:
     False gives the table exactly as ``checkpoints.generation`` holds it, never moving.
     """
 
-    _writes = False
+    _writes = False  # read once: the task gets no writer
 
     def __init__(self, topic: str, *, tail: bool = True, **options: Any) -> None:
         super().__init__(topic, **options)

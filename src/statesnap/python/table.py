@@ -2,10 +2,10 @@
 
 Life cycle: ``Table(...)`` → ``start()`` (restore the newest valid checkpoint, replay the tail until
 every partition reports EOF) → reads while it keeps consuming → ``close()`` (final checkpoint).
-A table is the simplest task of the core (:mod:`statesnap.task`): opened by
-:func:`~statesnap.task.opening.open_task`, restored by
-:func:`~statesnap.task.restore.restore_into_store`, fed by the loop in
-:mod:`statesnap.python.consuming` through the upsert/tombstone handler.
+A table is the simplest task: a :class:`~statesnap.task.engine.Task` (the Python engine: open,
+restore, catch up, commit points, checkpoints, consumer groups, close) handed the upsert/tombstone
+handler (:mod:`statesnap.python.upsert`). ``Table`` is the façade over it: the options, the typed
+``Mapping`` reads, freshness and asyncio.
 
 By default a background thread keeps consuming after ``start()``; pass ``background=False`` and
 call :meth:`Table.poll` yourself to consume on your own thread. In asyncio code use
@@ -19,83 +19,51 @@ replayed) is ``Follower(..., checkpoints=CheckpointOptions(url, generation=G), t
 
 Consumer groups: ``Table(..., group="orders-svc")`` shares the topic's partitions among every
 instance started with that group, with Kafka's rebalancing; what happens at a rebalance, and
-which reads a member serves, is in :mod:`statesnap.python.membership`.
+which reads a member serves, is in :mod:`statesnap.task.group`.
 
 Commit points happen every ``commit_interval``: the store is flushed and, when the checkpoint
 ``interval`` has elapsed since the last checkpoint, one is written — so the real checkpoint
 interval is a multiple of the commit interval. Writing a checkpoint is, in order: export the
 store → write data files → write the manifest (write-once) → retention GC.
 
-Length: the public constructor's documented options and the life cycle; the loop, the group
-side, reads and freshness are mixins in their own modules.
+Length: mostly the public constructor's documented options and the one-line delegations of
+the façade; the engine is :mod:`statesnap.task.engine`, reads :mod:`statesnap.python.reads`,
+freshness :mod:`statesnap.python.freshness`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import os
-import socket
-import threading
-import time
-import uuid
 from collections.abc import Collection, Mapping
-from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, ClassVar, Generic
 
 from statesnap.blob import BlobStore
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository
-from statesnap.checkpoint.restore import SkippedCheckpoint
-from statesnap.checkpoint.selection import TopicState, resume_offsets
-from statesnap.deadline import Deadline
-from statesnap.durations import parse_duration
-from statesnap.errors import (
-    CheckpointTimeoutError,
-    ConfigError,
-    KafkaError,
-    OffsetOutOfRangeError,
-    TableStateError,
-)
-from statesnap.failure_log import FailureLog
+from statesnap.errors import TableStateError
 from statesnap.kafka.config import KafkaSettings
-from statesnap.kafka.partitioner import PartitionerSpec
-from statesnap.kafka.reader import ChangelogReader
-from statesnap.python.aio import AsyncWaiters
-from statesnap.python.consuming import CATCH_UP_POLL, TAIL_POLL, Consuming, RecordHandler, UpsertHandler
-from statesnap.python.freshness import TableFreshness
-from statesnap.python.hooks import (
-    CheckpointHook,
-    Hooks,
-    RestoreListener,
-    RestoreTracker,
-    UpdateHook,
-    call_safely,
-)
-from statesnap.python.membership import FIRST_ASSIGNMENT_TIMEOUT, GroupMember, GroupMembership, check_group
+from statesnap.python.freshness import Freshness
+from statesnap.python.hooks import CheckpointHook, Hooks, RestoreListener, UpdateHook, fire_updates
 from statesnap.python.reads import K, SerdeName, SerdeOf, TableReads, V
+from statesnap.python.upsert import UpsertTaskHandler
 from statesnap.serde import SchemaRegistry, Serde, resolve_serde
 from statesnap.snapshot.participant import SnapshotTask
-from statesnap.stores import StateStore, auto_store_kind, open_state_store
-from statesnap.task.lifecycle import TaskPhase, release_locals
+from statesnap.stores import StateStore
+from statesnap.task.engine import Task
+from statesnap.task.lifecycle import TaskPhase
+from statesnap.task.loop import CATCH_UP_POLL, TAIL_POLL
 from statesnap.task.migration import Migration, StateVersion
-from statesnap.task.opening import OpenedTask, TaskEngine, check_table_name, open_task
+from statesnap.task.opening import check_table_name
 from statesnap.task.options import CheckpointOptions, GroupOptions, StaticShare, StoreName, StoreOptions
-from statesnap.task.restore import ProgressCallback, RestoreReport, gc_paused, restore_into_store
+from statesnap.task.restore import ProgressCallback, RestoreReport
 from statesnap.task.rowfilter import RowFilter
+from statesnap.task.spec import TaskSpec, starting_from
 
 __all__ = ["CATCH_UP_POLL", "TAIL_POLL", "ProgressCallback", "RestoreReport", "Table"]
 
-log = logging.getLogger(__name__)
 
-
-#: Commit points while catching up come no closer than this, whatever the intervals: a
-#: checkpoint interval of 0 (tests, "every commit point") would write a checkpoint per polled
-#: batch and hold the catch-up back; a second keeps what a crash loses negligible.
-CATCH_UP_MIN_COMMIT_SECONDS = 1.0
-
-
-class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K, V]):
+class Table(TableReads[K, V], Generic[K, V]):
     """A keyed table over *topic*: all partitions, a static share (``StaticShare``), or the
     partitions a consumer group assigns (``group``; see the module docstring).
 
@@ -108,7 +76,8 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
             t.get(b"o-17")
     """
 
-    #: A table writes checkpoints; its read-only sibling (a follower's replica) does not.
+    #: Whether the task writes checkpoints (has a writer); read once, when the task is built. Its
+    #: read-only sibling (a follower's replica) builds a task without one.
     _writes: ClassVar[bool] = True
 
     def __init__(
@@ -175,388 +144,199 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
         self.topic = topic
         self.name = check_table_name(name or topic)
         self.settings = KafkaSettings(bootstrap_servers, dict(kafka_config or {}), timeout)
-        #: The state version of the rows this table writes, and how older ones are brought up.
-        self.state = StateVersion(state_version, migrations)
-        self.checkpoints = _starting_from(CheckpointOptions.of(checkpoints), start_from)
-        # Without checkpoints, commit points still happen (group offsets, store upkeep): the
-        # bundle's default intervals and clock apply.
-        options = self.checkpoints or CheckpointOptions(location="")
-        self._checkpoint_interval = options.interval
-        self._commit_interval = options.commit_every
-        if self.checkpoints is not None and options.commit_every < options.commit_interval:
-            log.info(
-                "table %s: commit points every %s, the checkpoint interval (checkpoints are taken at "
-                "commit points; the commit interval was %s)",
-                self.name,
-                options.commit_every,
-                options.commit_interval,
-            )
-        self._clock = options.clock
+        state = StateVersion(state_version, migrations)
+        self.checkpoints = starting_from(CheckpointOptions.of(checkpoints), start_from)
         self.group = GroupOptions.of(group)
-        self._share = partitions if isinstance(partitions, StaticShare) else None
-        self.wanted_partitions = (
-            None
-            if partitions is None or isinstance(partitions, StaticShare)
-            else tuple(sorted(set(partitions)))
-        )
-        self.tail = True
-        self.background = background
-        if self.group is not None:
-            check_group(self._share, self.wanted_partitions, self._writes, self.checkpoints)
         self.key_serde: Serde = resolve_serde(
             key_serde, schema_registry=schema_registry_url, topic=topic, is_key=True
         )
         self.value_serde: Serde = resolve_serde(value_serde, schema_registry=schema_registry_url, topic=topic)
         self.row_filter = row_filter
+        spec = TaskSpec(
+            name=self.name,
+            topic=topic,
+            settings=self.settings,
+            checkpoints=self.checkpoints,
+            state=state,
+            store=StoreOptions.of(store),
+            partitions=partitions,
+            group=self.group,
+            row_filter=row_filter,
+            background=background,
+            writes=self._writes,
+        )
+        self._task = Task(spec, UpsertTaskHandler(row_filter))
+        self._freshness = Freshness(self._task)
         hooks = hooks or Hooks()
-        #: Hooks (see :mod:`statesnap.python.hooks`); set them before start().
-        self.on_update: UpdateHook[Any, Any] | None = hooks.on_update
-        self.on_checkpoint: CheckpointHook | None = hooks.on_checkpoint
-        self.restore_listener: RestoreListener | None = hooks.restore_listener
-        self._tracker: RestoreTracker | None = None
-        self._waiters = AsyncWaiters()
-        self._newest_ts = -1
-        self._last_applied: float | None = None
-        self._restore_done = threading.Event()
-        self._applied = threading.Condition()
-        self._store_options = StoreOptions.of(store)
-        self.store: StateStore = open_state_store(
-            self._store_options.kind, path=self._store_options.path, name=self.name
-        )
-        self._handler = self._new_handler()
-        self.repo: CheckpointRepository | None = None
-        self.snapshots: SnapshotTask | None = None
-        snapshot_options = options.snapshots
-        share = self._share
-        self.task_id = snapshot_options.task_id or (
-            f"instance-{share.instance}" if share is not None else "main"
-        )
-        self._membership: GroupMembership | None = None
-        if self.group is not None:
-            self._membership = GroupMembership(self, self.group)
-            self.task_id = snapshot_options.task_id or (
-                f"{self.group.group_id}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-            )
-        self.report = RestoreReport()
-        self._restored: CheckpointManifest | None = None
-        self._reader: ChangelogReader | None = None
-        self._fixed_offsets: dict[int, int] = {}
-        self._state = TaskPhase.NEW
-        self._lock = threading.RLock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._thread_error: BaseException | None = None
-        self._checkpoint_failures = FailureLog(logging.getLogger("statesnap.python.consuming"))
-        #: Set once a caller met the thread's error (a read or raise_if_failed raised it): the
-        #: background thread then leaves saying it to that caller.
-        self._failure_met = threading.Event()
-        self._last_commit = time.monotonic()
-        self._last_checkpoint_at = time.monotonic()
-        self.cluster_id = ""
-        self.partitions: tuple[int, ...] = ()
-
-    def _new_handler(self) -> RecordHandler:
-        """What the task does with records: a table upserts (a processor runs its handlers)."""
-        return UpsertHandler(self.store, self.row_filter)
-
-    def _new_reader(self, offsets: dict[int, int]) -> ChangelogReader:
-        """The reader of the task's input from *offsets*, once the store is restored."""
-        return self._read_with(ChangelogReader(self.settings, self.topic, offsets))
-
-    def _read_with(self, reader: ChangelogReader) -> ChangelogReader:
-        """What the task consumes, given the reader of its topic (from offsets, or a consumer
-        group's): a table reads its topic; a processor with several inputs merges them all."""
-        return reader
+        self._on_update: UpdateHook[Any, Any] | None = None
+        self.on_update = hooks.on_update
+        self.on_checkpoint = hooks.on_checkpoint
+        self.restore_listener = hooks.restore_listener
 
     def __repr__(self) -> str:
         return f"Table(name={self.name!r}, topic={self.topic!r}, state={self.phase.value!r})"
+
+    # --- the task, and what it says of itself ---------------------------------------------------
+
+    @property
+    def task(self) -> Task:
+        """The engine this table is the façade of (for tools and tests)."""
+        return self._task
+
+    @property
+    def state(self) -> StateVersion:
+        """The state version of the rows this table writes, and how older ones are brought up."""
+        return self._task.state
+
+    @property
+    def store(self) -> StateStore:
+        return self._task.store
+
+    @property
+    def wanted_partitions(self) -> tuple[int, ...] | None:
+        """The partitions asked for by number (None: all, or a static share)."""
+        return self._task.wanted_partitions
+
+    @property
+    def repo(self) -> CheckpointRepository | None:
+        return self._task.repo
+
+    @property
+    def snapshots(self) -> SnapshotTask | None:
+        return self._task.snapshots
+
+    @property
+    def task_id(self) -> str:
+        return self._task.task_id
+
+    @property
+    def report(self) -> RestoreReport:
+        return self._task.report
+
+    @property
+    def cluster_id(self) -> str:
+        return self._task.cluster_id
+
+    @property
+    def partitions(self) -> tuple[int, ...]:
+        return self._task.partitions
+
+    @property
+    def tail(self) -> bool:
+        """False: a point-in-time view (restored, never consumed)."""
+        return self._task.tail
+
+    @tail.setter
+    def tail(self, tail: bool) -> None:
+        self._task.tail = tail
+
+    @property
+    def background(self) -> bool:
+        """Whether a background thread keeps consuming after start()."""
+        return self._task.background
+
+    @background.setter
+    def background(self, background: bool) -> None:
+        self._task.background = background
 
     @property
     def failure(self) -> BaseException | None:
         """The error that stopped the consumer, if any; looking does not count as meeting it
         (:meth:`raise_if_failed` does: the consuming thread then leaves saying it to the caller)."""
-        return self._thread_error
+        return self._task.failure
 
     @property
     def phase(self) -> TaskPhase:
         """Where the table is: ``new``, ``restoring``, ``running``, ``failed`` (its consumer
         stopped on an error, which reads and :meth:`raise_if_failed` raise) or ``closed``."""
-        if self._thread_error is not None and self._state is not TaskPhase.CLOSED:
-            return TaskPhase.FAILED
-        return self._state
+        return self._task.phase
 
     @property
     def read_only(self) -> bool:
         """Whether this table never writes checkpoints (a follower's replica)."""
-        return not self._writes
+        return self._task.read_only
 
     @property
     def commit_interval(self) -> timedelta:
-        return self._commit_interval
+        return self._task.commit_interval
 
     @property
     def checkpoint_interval(self) -> timedelta:
-        return self._checkpoint_interval
+        return self._task.checkpoint_interval
+
+    @property
+    def last_checkpoint(self) -> CheckpointManifest | None:
+        """The newest checkpoint this table's state is known to match (restored, written here, or
+        completed by the table's other tasks)."""
+        return self._task.last_checkpoint
+
+    # --- hooks (see statesnap.python.hooks) ------------------------------------------------------
+
+    @property
+    def on_update(self) -> UpdateHook[Any, Any] | None:
+        return self._on_update
+
+    @on_update.setter
+    def on_update(self, hook: UpdateHook[Any, Any] | None) -> None:
+        self._on_update = hook
+        self._task.on_changes = (
+            None if hook is None else partial(fire_updates, self.name, hook, self.key_serde, self.value_serde)
+        )
+
+    @property
+    def on_checkpoint(self) -> CheckpointHook | None:
+        return self._task.on_checkpoint
+
+    @on_checkpoint.setter
+    def on_checkpoint(self, hook: CheckpointHook | None) -> None:
+        self._task.on_checkpoint = hook
+
+    @property
+    def restore_listener(self) -> RestoreListener | None:
+        return self._task.restore_listener
+
+    @restore_listener.setter
+    def restore_listener(self, listener: RestoreListener | None) -> None:
+        self._task.restore_listener = listener
 
     # --- life cycle ----------------------------------------------------------------------------
 
     def start(self, *, progress: ProgressCallback | None = None) -> RestoreReport:
         """Restore from the newest valid checkpoint, then replay the tail until caught up. A start
         that fails closes what it opened (a group member leaves its group) and re-raises."""
-        if self._state is not TaskPhase.NEW:
-            raise TableStateError("start", self._state, "new")
-        try:
-            return self._start(progress)
-        except BaseException:
-            self._close_after_failed_start()
-            raise
+        return self._task.start(progress=progress)
 
-    def _close_after_failed_start(self) -> None:
-        """Close without a checkpoint; the start's own error is the one to see, so a second one
-        from closing is only logged."""
-        try:
-            self.close(checkpoint=False)
-        except Exception:
-            log.warning("table %s: closing after a failed start also failed", self.name, exc_info=True)
+    def poll(self, timeout: float = 0.5) -> int:
+        """Consume one batch and run a commit point if due; returns the records applied.
 
-    def _start(self, progress: ProgressCallback | None) -> RestoreReport:
-        wanted = self._share or self.wanted_partitions
-        task = open_task(
-            self.name,
-            self.topic,
-            self.settings,
-            self.checkpoints,
-            partitions=wanted,
-            writes=False,
-            offsets_later=self._membership is not None,  # each gained partition's, at its rebalance
-        )
-        self.repo, self.cluster_id = task.repo, task.cluster_id
-        if self._membership is not None:
-            return self._start_in_group(task, progress)
-        self.partitions = task.partitions
-        started = time.monotonic()
-        self._pick_store()
-        manifest = restore_into_store(
-            task,
-            task.state,
-            self.store,
-            self.row_filter,
-            self.report,
-            warn_if_empty=not self._writes,
-            versions=self._versions(),
-            partitioner=self._partitioner(),
-        )
-        self.report.load_seconds = time.monotonic() - started
-        self._restored = manifest
-        offsets = resume_offsets(manifest, self.partitions)
-        if self.restore_listener is not None:
-            self._tracker = RestoreTracker(self.restore_listener, self.name, offsets)
-        if not self.tail:
-            return self._freeze(offsets)
-        if self.repo is not None and self._writes:
-            self._join_snapshots(task, manifest)
-        self._reader = self._new_reader(offsets)
-        self._state = TaskPhase.RESTORING
-        started = time.monotonic()
-        try:
-            try:
-                self._catch_up(progress)
-            except OffsetOutOfRangeError as e:
-                options = self.checkpoints
-                if manifest is None or options is None or options.require or options.generation is not None:
-                    raise
-                self._replay_instead_of(task, manifest, e)
-                self._catch_up(progress)
-            if self._tracker is not None:
-                self._tracker.at_end(self.partitions)
-            self._tracker = None
-            self._state = TaskPhase.RUNNING
-        finally:
-            # close() from another thread waits for this before it closes the reader.
-            self._restore_done.set()
-        self.report.replay_seconds = time.monotonic() - started
-        return self._started()
+        Only for ``background=False`` tables; background tables poll on their own thread.
+        """
+        return self._task.poll(timeout)
 
-    def _versions(self) -> StateVersion | None:
-        """The state version restores check: a writer's (its code reads the rows), or a reader's
-        given migrations; a plain reader reads any version as it is."""
-        return self.state if self._writes or self.state.migrations else None
+    def commit(self) -> CheckpointManifest | None:
+        """A commit point: flush the store, take part in a pending snapshot, and start one when
+        the checkpoint interval has elapsed. Returns the checkpoint completed here, if any."""
+        return self._task.commit()
 
-    def _partitioner(self) -> PartitionerSpec:
-        return self.group.partitioner if self.group is not None else "murmur2_random"
-
-    def restore_partitions(
-        self, task: OpenedTask, state: TopicState, *, first: bool
+    def checkpoint(
+        self, *, full: bool = False, timeout: str | float | timedelta | None = None
     ) -> CheckpointManifest | None:
-        """A group member's gained partitions, restored (and migrated) like a start's."""
-        if task.repo is None:
-            return None
-        report = self.report if first else None
-        return restore_into_store(
-            task,
-            state,
-            self.store,
-            self.row_filter,
-            report,
-            versions=self._versions(),
-            partitioner=self._partitioner(),
-        )
+        """Write a checkpoint now (at a commit point): a snapshot in which this table's partitions
+        take part. Returns the committed manifest when the snapshot completed here (always, for a
+        table owning every partition), None when nothing changed since the last one or other
+        instances have yet to report. Changed partitions get a ``delta`` file of what changed
+        (a new ``base`` once deltas pile up); *full* writes a new ``base`` for every changed
+        partition now (compaction), so the checkpoint shares no file with older ones there.
 
-    def _catch_up(self, progress: ProgressCallback | None) -> None:
-        """Consume until every partition is at its end. A writer keeps its commit points (and so
-        its checkpoints, at the checkpoint interval) meanwhile: a task that crashes an hour into
-        a catch-up resumes from its last checkpoint, not from where it started (before, none was
-        written until the end, and a task killed more often than its catch-up lasted never got
-        further)."""
-        assert self._reader is not None
-        reader = self._reader
-        began = time.monotonic()
-        checkpointing = self.snapshots is not None
-        if self.snapshots is not None:
-            # Watch for snapshots from now, while the store answered the restore a moment ago:
-            # the watcher's first read is strict (a store that does not answer fails the start).
-            self.snapshots.start()
-            self._last_commit = self._last_checkpoint_at = began
-        with gc_paused():
-            while not reader.caught_up:
-                if self._stop.is_set():
-                    raise TableStateError("finish restoring", "closed", "restoring")
-                group = self._membership
-                if (
-                    group is not None
-                    and not group.assigned
-                    and time.monotonic() - began > FIRST_ASSIGNMENT_TIMEOUT
-                ):
-                    raise KafkaError(
-                        f"consumer group {group.group!r} assigned no partitions of {self.topic!r} within "
-                        f"{FIRST_ASSIGNMENT_TIMEOUT:.0f}s (is the broker's group coordinator reachable? "
-                        "the dev broker never assigns under group.protocol=consumer)"
-                    )
-                self.report.replayed_records += self._consume(CATCH_UP_POLL)
-                if checkpointing and time.monotonic() - self._last_commit >= CATCH_UP_MIN_COMMIT_SECONDS:
-                    self._maybe_commit()
-                if self._tracker is not None:
-                    self._tracker.at_end(reader.at_eof)
-                if progress is not None:
-                    progress(self.report.replayed_records, len(reader.at_eof), len(reader.positions))
+        *timeout* bounds the wait, for a commit in progress and for the checkpoint store (None:
+        as long as it takes); past it, :class:`CheckpointTimeoutError` — the previous checkpoint
+        stands. A checkpoint still waiting for a commit in progress then never starts; one that
+        was already writing may still commit later, whole and consistent, or not at all."""
+        return self._task.checkpoint(full=full, timeout=timeout)
 
-    def _replay_instead_of(
-        self, task: OpenedTask, manifest: CheckpointManifest, error: OffsetOutOfRangeError
-    ) -> None:
-        """The log moved under the restored checkpoint after it was judged usable: retention
-        deleted records it had yet to read (the race :class:`RecordsDeletedError` names), or the
-        topic changed incarnation between the end probe and the read. Forget it and replay the
-        topic from the beginning; the error's own message says which."""
-        reason = str(error)
-        log.warning("table %s: skipping checkpoint generation %d: %s", self.name, manifest.generation, reason)
-        self.report.skipped.append(SkippedCheckpoint(manifest.generation, reason))
-        self.report.checkpoint, self.report.restored_keys = None, 0
-        self._restored = None
-        assert self._reader is not None
-        self._reader.close()
-        self.store.clear()
-        if self.snapshots is not None:
-            self.snapshots.close()
-            self._join_snapshots(task, None)
-        offsets = dict.fromkeys(self.partitions, 0)
-        if self.restore_listener is not None:
-            self._tracker = RestoreTracker(self.restore_listener, self.name, offsets)
-        self._reader = self._new_reader(offsets)
-
-    def _pick_store(self) -> None:
-        """``store="auto"``: the kind that suits the size of the checkpoint to restore."""
-        if self._store_options.kind == "auto" and self.repo is not None:
-            latest = self.repo.latest()
-            kind = auto_store_kind(latest.total_rows if latest is not None else None)
-            if kind != "memory":
-                self.store.close()
-                self.store = open_state_store(kind, path=self._store_options.path, name=self.name)
-                self._handler = self._new_handler()
-            log.info("table %s: store auto → %s", self.name, kind)
-
-    def _start_in_group(self, task: OpenedTask, progress: ProgressCallback | None) -> RestoreReport:
-        """Join the consumer group; return once the first assignment is restored and caught up."""
-        assert self._membership is not None
-        self._pick_store()
-        if self.repo is not None:
-            self._join_snapshots(task, None)
-        started = time.monotonic()
-        self._reader = self._read_with(self._membership.join(task))
-        self._state = TaskPhase.RESTORING
-        try:
-            self._catch_up(progress)
-            self._state = TaskPhase.RUNNING
-        finally:
-            self._restore_done.set()
-        self.report.replay_seconds = time.monotonic() - started
-        return self._started()
-
-    def _started(self) -> RestoreReport:
-        """Restored and caught up: log it, start the snapshot watcher and the consuming thread."""
-        self._last_commit = self._last_checkpoint_at = time.monotonic()
-        if self._reader is not None:
-            self._reader.tailing = True  # an outage from now on is waited out, not fatal
-        log.info(
-            "table %s restored: checkpoint=%s (%d keys) + %d records replayed in %.2fs",
-            self.name,
-            self.report.checkpoint,
-            self.report.restored_keys,
-            self.report.replayed_records,
-            self.report.restore_seconds,
-        )
-        if self.snapshots is not None:
-            self.snapshots.start()
-        if self.background:
-            self._thread = threading.Thread(target=self._run, name=f"statesnap-{self.name}", daemon=True)
-            self._thread.start()
-        return self.report
-
-    def _join_snapshots(self, task: OpenedTask, manifest: CheckpointManifest | None) -> None:
-        """Become a task of the table's snapshots (writers only)."""
-        self.snapshots = task.join_snapshots(
-            SnapshotTask,
-            task_id=self.task_id,
-            owned=self.partitions,
-            engine=TaskEngine.PYTHON,
-            previous=manifest,
-            refresh_interval=min(1.0, max(0.05, self._commit_interval.total_seconds() / 2)),
-        )
-        self.snapshots.state_versions = self._state_versions()
-        hook = self.on_checkpoint
-        if hook is not None:
-            self.snapshots.on_checkpoint = lambda m: call_safely("on_checkpoint", self.name, hook, m)
-
-    def _state_versions(self) -> dict[str, int]:
-        """What every manifest this task writes records: a table is one store, its own name (a
-        processor names each of its stores)."""
-        return {self.name: self.state.version}
-
-    def _freeze(self, offsets: dict[int, int]) -> RestoreReport:
-        """``tail=False``: the restored checkpoint is the table; nothing is consumed."""
-        self._fixed_offsets = offsets
-        if self._tracker is not None:
-            self._tracker.at_end(self.partitions)
-            self._tracker = None
-        self._state = TaskPhase.RUNNING
-        self._restore_done.set()
-        log.info(
-            "table %s: generation %s as it is (%d keys), not tailing",
-            self.name,
-            self.report.checkpoint,
-            self.report.restored_keys,
-        )
-        return self.report
-
-    def _checkpoint_url(self) -> str:
-        return self.repo.url if self.repo is not None else "the checkpoint store"
-
-    @property
-    def last_checkpoint(self) -> CheckpointManifest | None:
-        """The newest checkpoint this table's state is known to match (restored, written here, or
-        completed by the table's other tasks)."""
-        if self.snapshots is not None:
-            return self.snapshots.last_checkpoint
-        return self._restored
+    def raise_if_failed(self) -> None:
+        """Re-raise, in the caller's thread, an error that stopped the background consumer."""
+        self._task.raise_if_failed()
 
     def close(self, *, checkpoint: bool = True, timeout: str | float | timedelta | None = "30s") -> None:
         """Stop consuming; on a clean shutdown write a final checkpoint first.
@@ -566,44 +346,10 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
         ends in :class:`CheckpointTimeoutError` (a warning when no final checkpoint was asked
         for): the table is closed all the same, the last committed checkpoint stands, and the
         thread still waiting keeps its clients until the process exits."""
-        if self._state == "closed":
-            return
-        deadline = Deadline(None if timeout is None else parse_duration(timeout).total_seconds())
-        self._stop.set()
-        if self._state == "restoring":
-            self._restore_done.wait(deadline.remaining())  # the restoring thread gives up the reader
-        busy: CheckpointTimeoutError | None = None
-        if self._thread is not None:
-            self._thread.join(deadline.remaining())
-            if self._thread.is_alive():
-                busy = self._timed_out("the background commit", deadline.seconds)
-        try:
-            final = checkpoint and self._state == "running" and self._thread_error is None
-            if busy is None and final and not self.read_only:
-                try:
-                    self.checkpoint(timeout=deadline.remaining())
-                except CheckpointTimeoutError as e:
-                    busy = e
-        finally:
-            if self._membership is not None:
-                self._membership.closing = True  # leaving the group: no hand-over, no drops
-            if busy is not None:
-                log.log(logging.ERROR if checkpoint else logging.WARNING, "%s; closing without waiting", busy)
-            else:  # nothing else uses them now
-                if self.snapshots is not None:
-                    self.snapshots.close()
-                if self._reader is not None:
-                    self._reader.close()
-                self.store.close()
-            self._state = TaskPhase.CLOSED
-            self._waiters.notify()
-            if self._thread_error is not None:
-                release_locals(self._thread_error)
-        if busy is not None and checkpoint:
-            raise busy  # the final checkpoint asked for was not written
+        self._task.close(checkpoint=checkpoint, timeout=timeout)
 
     def __enter__(self) -> Table[K, V]:
-        if self._state == "new":
+        if self.phase == "new":
             self.start()
         return self
 
@@ -621,7 +367,7 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
         try:
             return await asyncio.to_thread(self.start, progress=progress)
         except asyncio.CancelledError:
-            self._stop.set()
+            self._task.stop()
             raise
 
     async def aclose(
@@ -631,62 +377,106 @@ class Table(Consuming, GroupMember, TableReads[K, V], TableFreshness, Generic[K,
         await asyncio.to_thread(self.close, checkpoint=checkpoint, timeout=timeout)
 
     async def __aenter__(self) -> Table[K, V]:
-        if self._state == "new":
+        if self.phase == "new":
             await self.start_async()
         return self
 
     async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
         await self.aclose(checkpoint=exc_type is None)
 
-    # --- reads (the Mapping itself is in statesnap.python.reads) --------------------------------------
+    # --- freshness (statesnap.python.freshness) ---------------------------------------------------
 
-    def _require(self, action: str, *states: str) -> None:
-        if self._thread_error is not None:
-            self._failure_met.set()
-            raise TableStateError(action, f"failed ({self._thread_error})", "running") from self._thread_error
-        if self._state not in states:
-            raise TableStateError(action, self._state, " or ".join(states))
+    @property
+    def offsets(self) -> dict[int, int]:
+        """Next offset to consume per owned partition (everything below is applied)."""
+        return self._freshness.offsets
+
+    @property
+    def caught_up(self) -> bool:
+        """Whether every partition has reported end-of-partition since its last record (never, for
+        a point-in-time view)."""
+        return self._task.loop.caught_up
+
+    def lag(self) -> dict[int, int]:
+        """Records behind per partition: 0 at end-of-partition, else the broker's last reported
+        high watermark minus our position (no extra round trip; may under-estimate on brokers
+        that under-report watermarks, as the dev broker does)."""
+        return self._task.loop.lag()
+
+    def last_update_age(self) -> float | None:
+        """Seconds since a record was last applied (None if none was since start)."""
+        return self._task.loop.last_update_age()
+
+    def newest_record_age(self) -> float | None:
+        """Seconds since the timestamp of the newest record applied, or None if none was."""
+        return self._task.loop.newest_record_age()
+
+    def wait_for(
+        self,
+        offsets: Mapping[int, int] | None = None,
+        *,
+        timestamp: datetime | None = None,
+        timeout: float = 30.0,
+    ) -> bool:
+        """Block until the record at *offsets* (partition → offset of a record someone wrote) is
+        applied and, if given, a record at least as new as *timestamp* is; False on timeout.
+
+        The read-your-writes primitive: the writer passes the offset its produce() reported. A
+        point-in-time view (``tail=False``) never moves: it answers at once.
+        """
+        return self._freshness.wait_for(offsets, timestamp=timestamp, timeout=timeout)
+
+    async def wait_for_async(
+        self,
+        offsets: Mapping[int, int] | None = None,
+        *,
+        timestamp: datetime | None = None,
+        timeout: float = 30.0,
+    ) -> bool:
+        """:meth:`wait_for` for coroutines: woken by the consuming thread, never blocking the loop
+        (a ``background=False`` table polls on a worker thread)."""
+        return await self._freshness.wait_for_async(offsets, timestamp=timestamp, timeout=timeout)
+
+    # --- reads (the Mapping itself is in statesnap.python.reads) --------------------------------
 
     def _store_for(self, action: str | None) -> StateStore:
-        return self.readable_store(action)
+        return self._task.readable_store(action)
 
     def readable_store(self, action: str | None) -> StateStore:
         """The store, once *action* (a read; None: no check) may use it: the table is running
         and its consumer has not failed."""
-        if action is not None:
-            self._require(action, "running")
-        return self.store
+        return self._task.readable_store(action)
+
+    # In a consumer group a key lookup first checks this member serves the key's partition.
 
     def __getitem__(self, key: K) -> V:
-        if self._membership is not None and self._state == "running":
-            self._check_key(self.key_serde.serialize(key))
+        if self._task.membership is not None:
+            self._task.check_key(self.key_serde.serialize(key))
         return super().__getitem__(key)
 
     def __contains__(self, key: object) -> bool:
-        if self._membership is not None and self._state == "running":
-            self._check_key(self.key_serde.serialize(key))
+        if self._task.membership is not None:
+            self._task.check_key(self.key_serde.serialize(key))
         return super().__contains__(key)
 
     def get_raw(self, key: bytes) -> bytes | None:
-        if self._membership is not None and self._state == "running":
-            self._check_key(key)
+        if self._task.membership is not None:
+            self._task.check_key(key)
         return super().get_raw(key)
+
+    def partition_for(self, key: object) -> int:
+        """The partition *key* (an object for the key serde, or raw bytes) is produced to, by the
+        table's ``partitioner``: for routing a read to the group member that owns it."""
+        raw = bytes(key) if isinstance(key, bytes | bytearray | memoryview) else self.key_serde.serialize(key)
+        membership = self._task.membership
+        if membership is None:
+            raise TableStateError("tell a key's partition", "not in a consumer group", "Table(group=...)")
+        if not membership.partition_count:
+            raise TableStateError("tell a key's partition", self.phase, "started")
+        return membership.partition_for(raw)
 
     def _serdes(self) -> tuple[Serde, Serde]:
         return self.key_serde, self.value_serde
 
     def _table_name(self) -> str:
         return self.name
-
-
-def _starting_from(checkpoints: CheckpointOptions | None, start_from: int | None) -> CheckpointOptions | None:
-    """``start_from=G`` as the checkpoint options' exact generation (one way to say it inside)."""
-    if start_from is None:
-        return checkpoints
-    if checkpoints is None:
-        raise ConfigError(f"start_from={start_from} needs checkpoints to start from")
-    if checkpoints.generation is not None and checkpoints.generation != start_from:
-        raise ConfigError(
-            f"start_from={start_from} and CheckpointOptions(generation={checkpoints.generation}) disagree"
-        )
-    return replace(checkpoints, generation=start_from)

@@ -20,6 +20,7 @@ from statesnap.checkpoint import CheckpointManifest
 from statesnap.deadline import Deadline
 from statesnap.durations import format_duration
 from statesnap.python.table import Table
+from statesnap.task.engine import Task
 from statesnap.run.engine import EngineChoice
 from statesnap.run.options import FollowOptions
 from statesnap.run.progress import MaterializeProgress, Stage
@@ -119,7 +120,7 @@ class TaskRun:
 
     def finish(
         self,
-        task: Table[Any, Any],
+        task: Table[Any, Any] | Task,
         *,
         follow: FollowOptions | None,
         progress: MaterializeProgress,

@@ -38,10 +38,10 @@ from statesnap.kafka.config import KafkaSettings
 from statesnap.processor import transactions
 from statesnap.processor.outputs import Outputs
 from statesnap.processor.stores import StoreReader
-from statesnap.processor.task import ProcessorTask
 from statesnap.processor.transactions import TransactionalOutputs, offsets_group_of
 from statesnap.serde import resolve_serde
 from statesnap.stores import open_state_store
+from statesnap.task.engine import Task
 
 pytestmark = pytest.mark.integration
 
@@ -109,14 +109,14 @@ def child(arg: str) -> None:
     def die() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
-    hand_over = ProcessorTask.hand_over
+    hand_over = Task.hand_over
 
-    def hand_over_then_die(self: ProcessorTask, partitions: tuple[int, ...]) -> None:
+    def hand_over_then_die(self: Task, partitions: tuple[int, ...]) -> None:
         hand_over(self, partitions)
         if kill == "after_hand_over" and checkpointed:
             die()
 
-    ProcessorTask.hand_over = hand_over_then_die  # type: ignore[method-assign,assignment]
+    Task.hand_over = hand_over_then_die  # type: ignore[method-assign]
 
     original = TransactionalOutputs.commit
 
@@ -475,8 +475,8 @@ def test_a_restarted_instance_fences_its_zombie(kafka: KafkaTool, tmp_path: Path
     successor.start()
     try:
         payments(kafka, cfg["topic"], 50, 50)
-        KafkaTool.wait_for(lambda: zombie.task._thread_error is not None, what="the zombie to stop")
-        error = zombie.task._thread_error
+        KafkaTool.wait_for(lambda: zombie.task.failure is not None, what="the zombie to stop")
+        error = zombie.task.failure
         assert isinstance(error, OutputError), error
         assert "fenced" in str(error), error
         zombie.close()

@@ -278,7 +278,7 @@ def test_a_running_table_whose_unread_records_retention_deleted_continues_at_the
         t.start()
         # Falling behind, made deterministic: librdkafka prefetches whatever arrives, so its
         # fetcher for partition 0 is paused while records arrive and are deleted.
-        consumer = t._reader._consumer  # type: ignore[union-attr]
+        consumer = t.task.loop.reader._consumer  # type: ignore[union-attr]
         consumer.pause([TopicPartition(topic, 0)])
         produced += kafka.produce(topic, _batch("b", 100))
         cut = {0: 20 + 30}  # partition 0 holds offsets 0..69; the table has read up to 20
