@@ -211,3 +211,13 @@ def test_a_partition_past_offset_0_without_files_is_corrupt() -> None:
 def test_age_uses_the_injected_clock() -> None:
     m = make_manifest(created_at=T0)
     assert m.age_seconds(T0 + timedelta(minutes=2)) == 120
+
+
+def test_a_manifest_prints_as_one_short_line() -> None:
+    """``print(bootstrap_processor(...))`` printed a 3 KB manifest: every file of every partition."""
+    m = make_manifest(offsets=dict.fromkeys(range(12), 10))
+    shown = repr(m)
+    assert "\n" not in shown
+    assert len(shown) < 200, shown
+    assert f"generation={m.generation}" in shown
+    assert "partitions=12" in shown

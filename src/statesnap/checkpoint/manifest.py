@@ -378,6 +378,16 @@ class CheckpointManifest:
         """The bases' persisted key indexes (restores read them when present)."""
         return [f.index for f in self.files if f.index is not None]
 
+    def __repr__(self) -> str:
+        """One line: a manifest lists every file of every partition, and a result that holds
+        one (``print(bootstrap_processor(...))``) printed kilobytes of it."""
+        created = self.created_at.astimezone(UTC).isoformat(timespec="seconds")
+        return (
+            f"CheckpointManifest(table={self.table!r}, generation={self.generation}, "
+            f"partitions={len(self.partitions)}, files={len(self.all_files)}, keys={self.keys}, "
+            f"bytes={self.total_bytes}, created_at={created!r})"
+        )
+
     @property
     def all_files(self) -> list[DataFile]:
         """Every file the checkpoint references: what GC keeps, verify checks and clone copies."""

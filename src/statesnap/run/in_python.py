@@ -20,11 +20,11 @@ from statesnap.checkpoint import CheckpointManifest
 from statesnap.deadline import Deadline
 from statesnap.durations import format_duration
 from statesnap.python.table import Table
-from statesnap.task.engine import Task
 from statesnap.run.engine import EngineChoice
 from statesnap.run.options import FollowOptions
 from statesnap.run.progress import MaterializeProgress, Stage
 from statesnap.run.result import Followed, MaterializeResult, ProcessorRunResult, records_between
+from statesnap.task.engine import Task
 from statesnap.task.migration import StateVersion
 from statesnap.task.options import CheckpointOptions, GroupOptions, StaticShare, StoreOptions
 from statesnap.task.restore import ProgressCallback, RestoreReport
