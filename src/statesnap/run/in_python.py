@@ -253,7 +253,7 @@ def run_processor_in_python(
             follow=follow,
             progress=progress,
             instances=instances,
-            doing=f"processing {task.topic} with {proc.name}",
+            doing=f"processing {', '.join(proc.inputs)} with {proc.name}",  # every input, in order
         )
         keys = len(task.store)
         stores = {name: len(proc.store(name)) for name in proc.stores}
