@@ -255,8 +255,8 @@ def run_processor_in_python(
             instances=instances,
             doing=f"processing {', '.join(proc.inputs)} with {proc.name}",  # every input, in order
         )
-        keys = len(task.store)
         stores = {name: len(proc.store(name)) for name in proc.stores}
+        keys = sum(stores.values())  # the user's rows, not statesnap's bookkeeping (stream time)
         handler = task.handler
         processed = handler.processed if isinstance(handler, ProcessorHandler) else 0
         dead_lettered = handler.dead_lettered if isinstance(handler, ProcessorHandler) else 0

@@ -278,16 +278,18 @@ def run_processor_on_spark(
         progress.stage(Stage.COMMITTED)
     finally:
         session.stop()
+    # The user's stores only, as the Python run counts them: the bookkeeping store is statesnap's.
+    stores = {name: rows for name, rows in (done.stores or {}).items() if name in proc.stores}
     run = MaterializeResult.of(
         done.manifest,
         table=proc.name,
         topic=done.topic,
         engine=choice,
         written=done.written,
-        keys=done.keys,
+        keys=sum(stores.values()) if done.stores is not None else done.keys,
         restore=done.restore,
         checkpoint_seconds=done.checkpoint_seconds,
         seconds=time.monotonic() - started,
         url=done.url,
     )
-    return ProcessorRunResult(run, done.processed, done.emitted, done.dead_lettered, dict(done.stores or {}))
+    return ProcessorRunResult(run, done.processed, done.emitted, done.dead_lettered, stores)

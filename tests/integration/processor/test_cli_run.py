@@ -117,6 +117,7 @@ def test_run_restores_catches_up_and_checkpoints_as_materialize_does(
     assert first["emitted"] == 300
     assert first["dead_lettered"] == 0
     assert first["stores"] == {"balances": 13}
+    assert first["keys"] == 13  # the user's rows: statesnap's bookkeeping (stream time) is not counted
 
     payments(kafka, topic, 300, 120)
     second = ok(run_in(app, "run", "tally_app:proc", "--json"))
@@ -258,6 +259,8 @@ def test_spark_engine_runs_the_history_and_python_resumes(
     assert on_spark["engine"] == "spark"
     assert on_spark["checkpoint"] == 1
     assert on_spark["processed"] == 200
+    # The same keys as a Python run's: the user's stores, without statesnap's bookkeeping store.
+    assert (on_spark["stores"], on_spark["keys"]) == ({"balances": 13}, 13)
     assert dumped_balances(url) == recompute(kafka, topic)
     payments(kafka, topic, 200, 30)
     resumed = ok(run_in(app, "run", "tally_app:proc", "--engine", "python", "--json"))
