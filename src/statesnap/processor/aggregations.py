@@ -212,6 +212,7 @@ class Aggregations:
 
             def fold(record: Record, ctx: ProcessorContext) -> None:
                 if record.key is None or (record.is_tombstone and not tombstones):
+                    ctx.skip()
                     return
                 values = ctx.stores[store]
                 current = values.get(record.key, _ABSENT)
@@ -224,6 +225,7 @@ class Aggregations:
 
             def fold(record: Record, ctx: ProcessorContext) -> None:
                 if record.key is None or record.timestamp < 0 or (record.is_tombstone and not tombstones):
+                    ctx.skip()
                     return
                 windows = ctx.window_stores[store]
                 for start in windows.windows_for(record.timestamp):

@@ -105,6 +105,12 @@ class ProcessorContext:
         """The partition (task) of the record being processed."""
         return self._cursor.partition
 
+    def skip(self) -> None:
+        """Count the record in hand as skipped: a declared step had nothing to do with it (no
+        key, or a null value where none counts, as Kafka Streams' ``dropped-records``). A run
+        reports how many records were (``skipped``), each once however many steps skipped it."""
+        self._cursor.skipped = True
+
     def emit(
         self,
         topic: str,

@@ -137,6 +137,8 @@ class ProcessorHandler:
         self.context = ProcessorContext(self.cursor, views, window_views, outputs)
         self.processed = 0
         self.dead_lettered = 0
+        #: Records a declared step skipped (no key, a tombstone where none counts).
+        self.skipped = 0
         #: The input positions (next offsets) applied so far: what exactly-once outputs commit
         #: as the group's offsets. The task sets it; its reader owns them.
         self.positions: Callable[[], Mapping[int, int]] = dict
@@ -226,12 +228,16 @@ class ProcessorHandler:
                 buffer.reject()
                 outputs.reject()
                 cursor.thread = NO_CALL
+                cursor.skipped = False
                 self._failed(message, partition, e)
             else:
                 if undo:
                     undo.clear()
                 if emitted:
                     outputs.accept()
+                if cursor.skipped:
+                    self.skipped += 1
+                    cursor.skipped = False
                 if punctuations and stream_time > before >= 0:
                     self._punctuate(before, stream_time)
             finally:

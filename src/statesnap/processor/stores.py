@@ -118,6 +118,8 @@ class Cursor:
     timestamp: int = -1
     stream_time: int = -1
     thread: int = NO_CALL
+    #: A declared step skipped the record in hand (:meth:`ProcessorContext.skip`).
+    skipped: bool = False
 
     @property
     def active(self) -> bool:

@@ -260,6 +260,7 @@ def run_processor_in_python(
         handler = task.handler
         processed = handler.processed if isinstance(handler, ProcessorHandler) else 0
         dead_lettered = handler.dead_lettered if isinstance(handler, ProcessorHandler) else 0
+        skipped = handler.skipped if isinstance(handler, ProcessorHandler) else 0
     finally:
         proc.close(checkpoint=False, timeout=run.deadline.remaining())
     result = MaterializeResult.of(
@@ -275,4 +276,4 @@ def run_processor_in_python(
         url=task.repo.url if task.repo else None,
         followed=run.followed,
     )
-    return ProcessorRunResult(result, processed, proc.emitted, dead_lettered, stores)
+    return ProcessorRunResult(result, processed, proc.emitted, dead_lettered, stores, skipped)

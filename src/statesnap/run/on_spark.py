@@ -292,4 +292,4 @@ def run_processor_on_spark(
         seconds=time.monotonic() - started,
         url=done.url,
     )
-    return ProcessorRunResult(run, done.processed, done.emitted, done.dead_lettered, stores)
+    return ProcessorRunResult(run, done.processed, done.emitted, done.dead_lettered, stores, done.skipped)

@@ -158,13 +158,15 @@ class MaterializeResult:
 class ProcessorRunResult:
     """One run of a processor: the table-run figures (``materialize``'s, key for key), and what the
     processor's own code did in this run: records ``processed`` (the tail included), records
-    ``emitted`` and ``dead_lettered``, and rows per store at the end of the run (``stores``)."""
+    ``emitted`` and ``dead_lettered``, rows per store at the end of the run (``stores``), and
+    records a declared step skipped (``skipped``: no key, a tombstone where none counts)."""
 
     run: MaterializeResult
     processed: int
     emitted: int
     dead_lettered: int
     stores: Mapping[str, int]
+    skipped: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stores", MappingProxyType(dict(self.stores)))
@@ -175,6 +177,7 @@ class ProcessorRunResult:
             "processed": self.processed,
             "emitted": self.emitted,
             "dead_lettered": self.dead_lettered,
+            "skipped": self.skipped,
             "stores": dict(self.stores),
         }
 
@@ -182,7 +185,7 @@ class ProcessorRunResult:
         stores = ", ".join(f"{n} {k:,}" for n, k in self.stores.items()) or "no stores"
         return (
             f"{self.run.summary()}; processed {self.processed:,} records, emitted {self.emitted:,}, "
-            f"dead-lettered {self.dead_lettered:,}; rows per store: {stores}"
+            f"dead-lettered {self.dead_lettered:,}, skipped {self.skipped:,}; rows per store: {stores}"
         )
 
 

@@ -108,6 +108,7 @@ class ProcessorBootstrapResult:
     dead_lettered: int = 0
     emitted: int = 0
     stores: Mapping[str, int] | None = None
+    skipped: int = 0
 
     def __post_init__(self) -> None:
         if self.stores is not None:
@@ -142,6 +143,7 @@ class ProcessorBootstrapResult:
             "processed": self.processed,
             "emitted": self.emitted,
             "dead_lettered": self.dead_lettered,
+            "skipped": self.skipped,
             "stores": None if self.stores is None else dict(self.stores),
         }
 
@@ -405,6 +407,7 @@ class _Run:
             dead_lettered=sum(d.dead_lettered for d in done.values()),
             emitted=sum(d.emitted for d in done.values()),
             stores=stores,
+            skipped=sum(d.skipped for d in done.values()),
         )
 
     def _handler_job(self, work: list[Work], generation: int) -> dict[int, Done]:
@@ -437,7 +440,8 @@ class _Run:
         )
         counted = job.in_dataframe(work) if dataframe else job.in_tasks(work)
         return {
-            p: Done(p, (c.file,), c.rows, c.stores, c.records, seconds=c.seconds) for p, c in counted.items()
+            p: Done(p, (c.file,), c.rows, c.stores, c.records, seconds=c.seconds, skipped=c.skipped)
+            for p, c in counted.items()
         }
 
 

@@ -141,6 +141,8 @@ class PartitionCount:
     stores: dict[str, int]
     records: int
     seconds: dict[str, float]
+    #: Records the count skipped (no key, or a tombstone), as the handler path counts them.
+    skipped: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,10 +324,11 @@ class CountRule:
         loaded = time.perf_counter()
         prefix = partition_prefix(self.store, p)
         counted: dict[bytes, tuple[int, int, int | None]] = {}
-        records, latest = 0, -1
+        records, latest, skipped = 0, -1, 0
         last: tuple[int, int | None] = (-1, None)
         for raw, count, in_group, newest_offset, stamp, last_offset, last_ts, newest in groups:
             records += in_group
+            skipped += in_group if raw is None else in_group - count
             newest_ts = None if stamp == -1 else stamp  # -1: the counter's "no timestamp"
             if last_offset > last[0]:
                 last = (last_offset, last_ts)
@@ -365,7 +368,7 @@ class CountRule:
         seconds = {"load": loaded - mark, "process": folded - loaded, "write": time.perf_counter() - folded}
         names = [self.store, META_STORE]
         return PartitionCount(
-            p, written.to_json(), table.num_rows, rows_per_store(table, names), records, seconds
+            p, written.to_json(), table.num_rows, rows_per_store(table, names), records, seconds, skipped
         )
 
     def check_claim(self, proc: Processor, opts: KafkaSourceOptions, work: Sequence[CountWork]) -> None:

@@ -63,6 +63,7 @@ class Done:
     dead_lettered: int = 0
     emitted: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
+    skipped: int = 0
     #: A handler failed without a dead-letter topic: (message, offset).
     failed: tuple[str, int] | None = None
 
@@ -124,6 +125,7 @@ def partition_task(
             handler.dead_lettered,
             outputs.emitted,
             seconds,
+            skipped=handler.skipped,
         )
 
     return run

@@ -266,6 +266,9 @@ def test_a_spark_count_writes_the_handler_path_rows_byte_for_byte(
             assert by_count.path.value == "aggregation"
             assert by_count.manifest.writer["count_via"] == via
             assert by_count.processed == by_handler.processed
+            # Keyless records and tombstones, counted alike by the fold and by the handler path.
+            assert by_count.skipped == by_handler.skipped > 0
+            assert by_count.to_json()["skipped"] == by_count.skipped
             assert by_count.stores == by_handler.stores
             assert by_count.manifest.offsets == by_handler.manifest.offsets
             generation_of[via] = by_count.manifest.generation
