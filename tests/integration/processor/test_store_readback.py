@@ -59,7 +59,16 @@ def tally(topic: str, bootstrap: str, url: str, storage: dict[str, str] | None =
 def produce_payments(bootstrap: str, topic: str, start: int, n: int) -> None:
     """Payments ``start..start+n``: account ``i % 11``, its partition fixed by the account, the
     record's timestamp (also in the value) rising one second per record."""
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": False})
+    # One request in flight: a retried batch (a loaded machine) cannot overtake the next, so the
+    # timestamps of a partition rise as its offsets do (a window without grace drops a late one).
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 5,
+            "enable.idempotence": False,
+            "max.in.flight.requests.per.connection": 1,
+        }
+    )
     errors: list[str] = []
     for i in range(start, start + n):
         account = i % 11
