@@ -37,10 +37,9 @@ Kafka Streams 4.1:
 Buffers: ``<name>-left``/``<name>-right`` (window stores of buckets of about a quarter of ``before
 + after``; values ``[[timestamp, value], ...]``, JSON unless ``buffer_serde`` says otherwise),
 ``<name>-unmatched`` (left/outer: records waiting for their window to close) and ``<name>-clock``
-(stream time and the per-side times). Bucket retention is ``bucket + 2 × (before + after +
-grace)`` of the task's stream time: *difference* from Kafka Streams, whose retention follows each
-side's own newest record — they agree while neither input lags the other by more than ``bucket +
-before + after + grace``.
+(the join's stream time and each side's newest timestamp). A bucket leaves its store once every
+record in it is past retention behind its side's newest record, so a side holds at most
+``before + after + grace`` plus one bucket of records, however long the streams run.
 
 **Stream–table** (``join_table``): the table is an input topic (materialized in the store
 ``<name>``: a record sets its key's value, a tombstone deletes it, a null key is skipped, and no
@@ -132,10 +131,11 @@ class JoinWindows:
         return self.before_ms + self.after_ms + self.grace_ms
 
     def buckets(self) -> Windows:
-        """The windows of a side's buffer: buckets of a quarter of the join span, kept long
-        enough that a record Kafka Streams still finds is still there (see the module docstring)."""
+        """The windows of a side's buffer: buckets of a quarter of the join span. The join
+        deletes them itself at the side's retention (Kafka Streams' rule: behind the side's own
+        newest record, not the task's stream time), so the store's own retention never does."""
         size = max(1, -(-(self.before_ms + self.after_ms + 1) // 4))
-        return Windows(size, size, 0, size + 2 * self.retention_ms)
+        return Windows(size, size, 0, FOREVER_MS)
 
 
 def _how(name: str, how: How | str, allowed: tuple[How, ...]) -> How:
@@ -285,32 +285,43 @@ class StreamJoin:
         if ts < 0:
             return
         clocks = ctx.stores[self.stores.clock]
-        stream_time, min_time, left_seen, right_seen = clocks.get(CLOCK) or (-1, None, -1, -1)
-        stream_time = max(stream_time, ts)
+        # [stream time, min time, then per side (left, right): newest timestamp, buckets swept]
+        clock = clocks.get(CLOCK) or [-1, None, -1, -1, None, None]
+        stream_time = clock[0] = max(clock[0], ts)
         key = record.key
         try:
             if key is None:
                 if not record.is_tombstone and (self.left_outer if is_left else self.right_outer):
                     self._send(ctx, None, record.value, None, is_left, ts)
                 return
+            side = 2 if is_left else 3  # this side's newest timestamp; +2: its swept buckets
             if not record.is_tombstone:
                 if self.stores.unmatched is not None and ts == stream_time:
-                    min_time = self._emit_closed(ctx, stream_time, min_time, is_left)
-                min_time = self._join(
-                    ctx, record, is_left, stream_time, min_time, right_seen if is_left else left_seen
-                )
+                    clock[1] = self._emit_closed(ctx, stream_time, clock[1], is_left)
+                clock[1] = self._join(ctx, record, is_left, stream_time, clock[1], clock[5 - side])
             # The record's own side buffers it after the join (Kafka Streams' KStreamJoinWindow).
-            seen = max(left_seen if is_left else right_seen, ts)
-            if is_left:
-                left_seen = seen
-            else:
-                right_seen = seen
+            seen = clock[side] = max(clock[side], ts)
+            buffer = ctx.window_stores[self.stores.left if is_left else self.stores.right]
             if not record.is_tombstone and ts > seen - self.retention:
-                buffer = ctx.window_stores[self.stores.left if is_left else self.stores.right]
                 start = ts // self.bucket * self.bucket
                 buffer.put(key, start, [*buffer.get(key, start, []), [ts, record.value]])
+            clock[side + 2] = self._sweep(buffer, seen, clock[side + 2])
         finally:
-            clocks[CLOCK] = [stream_time, min_time, left_seen, right_seen]
+            clocks[CLOCK] = clock
+
+    def _sweep(self, buffer: WindowStore, seen: int, swept: int | None) -> int:
+        """Delete the side's buckets wholly past retention behind its newest record *seen*
+        (Kafka Streams' retention, per side); returns the newest bucket start deleted. One range
+        scan per bucket that leaves, across keys (a window store's keys begin with the start)."""
+        bucket = self.bucket
+        dead_through = (seen - self.retention + 1) // bucket * bucket - bucket
+        if swept is None:  # the side's first record: nothing buffered yet
+            return dead_through
+        if dead_through > swept:
+            for key, start, _entries in buffer.fetch_all(swept + 1, dead_through):
+                buffer.delete(key, start)
+            return dead_through
+        return swept
 
     def _send(self, ctx: ProcessorContext, key: Any, this: Any, other: Any, is_left: bool, ts: int) -> None:
         value = self.joiner(this, other) if is_left else self.joiner(other, this)
