@@ -52,7 +52,7 @@ sends it joined with None (KIP-962). Results carry the stream record's timestamp
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from enum import StrEnum
@@ -61,7 +61,7 @@ from typing import Any, TypeVar
 from statesnap.durations import parse_duration
 from statesnap.errors import ConfigError
 from statesnap.processor.context import ProcessorContext, Record
-from statesnap.processor.stores import StoreSpec, WindowStore
+from statesnap.processor.stores import StoreKind, StoreSpec, WindowStore
 from statesnap.processor.windows import Windows
 from statesnap.serde import Serde, resolve_serde
 
@@ -161,6 +161,10 @@ class Joins:
     def handler(self, fn: F) -> F:
         raise NotImplementedError
 
+    @property
+    def stores(self) -> Mapping[str, StoreSpec]:
+        raise NotImplementedError
+
     def _join_inputs(self, name: str, **topics: str) -> None:
         for role, topic in topics.items():
             if topic not in self.inputs:
@@ -224,6 +228,12 @@ class Joins:
             self.add_store(StoreSpec(name))
         else:
             self._join_inputs(name, stream=stream)
+            spec = self.stores.get(store or "")
+            if spec is None or spec.kind is not StoreKind.KEY_VALUE:
+                raise ConfigError(
+                    f"join {name!r}: store={store!r} is not a key-value store of the processor; "
+                    "declare it (add_store or an aggregation) before the join"
+                )
         step = TableJoin(stream, table, store or name, checked, joiner, to, value_serde)
         step.__qualname__ = f"{type(self).__name__}.join_table[{name}]"
         self.handler(step)
