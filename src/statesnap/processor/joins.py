@@ -8,7 +8,9 @@ with Kafka Streams' semantics (``KStream.join/leftJoin/outerJoin(KStream, JoinWi
               window=JoinWindows.of("10m", grace="1m"), how="left", to="clicks-joined")
     proc.join_table("orders-enriched", stream="orders", table="customers", how="left", to="orders-out")
 
-A joined value is ``joiner(left_value, right_value)``; the default joiner makes ``{"left": L,
+Durations read as everywhere (``"10s"``, ``"5m"``, a number of seconds). A join's handler sees
+only its own two inputs' records (a processor may read more). A joined value is
+``joiner(left_value, right_value)``; the default joiner makes ``{"left": L,
 "right": R}`` (None for a missing side). A result keeps the input's key (the output stays
 co-partitioned) and goes out through ``ctx.emit`` with the processor's guarantee: at least once,
 or exactly once with ``exactly_once=True``; every buffer is a store, checkpointed with the rest.
@@ -56,7 +58,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from statesnap.durations import parse_duration
 from statesnap.errors import ConfigError
@@ -194,7 +196,7 @@ class Joins:
         checked = _how(name, how, (How.INNER, How.LEFT, How.OUTER))
         self._join_inputs(name, left=left, right=right)
         buckets = window.buckets()
-        stores = StreamJoinStores(name, checked is not How.INNER)
+        stores = StreamJoinStores.of(name, outer=checked is not How.INNER)
         for side in (stores.left, stores.right):
             self.add_store(StoreSpec(side, value_serde=buffer_serde, window=buckets))
         self.add_store(StoreSpec(stores.clock, key_serde="json", value_serde="json"))
@@ -202,8 +204,7 @@ class Joins:
             forever = Windows(1, 1, 0, FOREVER_MS)
             self.add_store(StoreSpec(stores.unmatched, value_serde=buffer_serde, window=forever))
         step = StreamJoin(stores, left, right, window, checked, joiner, to, value_serde)
-        step.__qualname__ = f"{type(self).__name__}.join[{name}]"
-        self.handler(step)
+        self.handler(step.named(f"{type(self).__name__}.join[{name}]"))
 
     def join_table(
         self,
@@ -235,8 +236,7 @@ class Joins:
                     "declare it (add_store or an aggregation) before the join"
                 )
         step = TableJoin(stream, table, store or name, checked, joiner, to, value_serde)
-        step.__qualname__ = f"{type(self).__name__}.join_table[{name}]"
-        self.handler(step)
+        self.handler(step.named(f"{type(self).__name__}.join_table[{name}]"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,11 +248,10 @@ class StreamJoinStores:
     clock: str
     unmatched: str | None
 
-    def __init__(self, name: str, outer: bool) -> None:
-        object.__setattr__(self, "left", f"{name}-left")
-        object.__setattr__(self, "right", f"{name}-right")
-        object.__setattr__(self, "clock", f"{name}-clock")
-        object.__setattr__(self, "unmatched", f"{name}-unmatched" if outer else None)
+    @classmethod
+    def of(cls, name: str, *, outer: bool) -> StreamJoinStores:
+        """The stores of join *name*; *outer*: it keeps unmatched records (left and outer joins)."""
+        return cls(f"{name}-left", f"{name}-right", f"{name}-clock", f"{name}-unmatched" if outer else None)
 
 
 class StreamJoin:
@@ -281,7 +280,11 @@ class StreamJoin:
         self.joiner = joiner
         self.to = to
         self.value_serde = None if value_serde is None else resolve_serde(value_serde)
-        self.__qualname__ = "StreamJoin"
+
+    def named(self, qualname: str) -> Self:
+        """The step, with the name errors and logs give it (a handler's ``__qualname__``)."""
+        self.__qualname__ = qualname
+        return self
 
     def __call__(self, record: Record, ctx: ProcessorContext) -> None:
         topic = record.topic
@@ -292,7 +295,7 @@ class StreamJoin:
         else:
             return
         ts = record.timestamp
-        if ts < 0:
+        if ts < 0:  # no timestamp: in no window (Kafka Streams' extractors fail on it or skip it)
             return
         clocks = ctx.stores[self.stores.clock]
         # [stream time, min time, then per side (left, right): newest timestamp, buckets swept]
@@ -444,7 +447,11 @@ class TableJoin:
         self.joiner = joiner
         self.to = to
         self.value_serde = None if value_serde is None else resolve_serde(value_serde)
-        self.__qualname__ = "TableJoin"
+
+    def named(self, qualname: str) -> Self:
+        """The step, with the name errors and logs give it (a handler's ``__qualname__``)."""
+        self.__qualname__ = qualname
+        return self
 
     def __call__(self, record: Record, ctx: ProcessorContext) -> None:
         topic, key = record.topic, record.key
