@@ -15,7 +15,7 @@ from statesnap.version import __version__
 if TYPE_CHECKING:  # what type checkers and IDEs see: the names, eagerly
     from statesnap.checkpoint.retention import RetentionPolicy
     from statesnap.errors import StatesnapError
-    from statesnap.processor import Emit, Processor, ProcessorContext, Record, StoreSpec, Windows
+    from statesnap.processor import Emit, JoinWindows, Processor, ProcessorContext, Record, StoreSpec, Windows
     from statesnap.python.follower import Follower, FollowerStatus
     from statesnap.python.hooks import Hooks, RestoreListener
     from statesnap.python.table import Table
@@ -39,6 +39,7 @@ __all__ = [
     "FollowerStatus",
     "GroupOptions",
     "Hooks",
+    "JoinWindows",
     "JsonSerde",
     "Processor",
     "ProcessorContext",
@@ -65,6 +66,7 @@ _SOURCES: dict[str, str] = {
     "RetentionPolicy": "statesnap.checkpoint.retention",
     "StatesnapError": "statesnap.errors",
     "Emit": "statesnap.processor",
+    "JoinWindows": "statesnap.processor",
     "Processor": "statesnap.processor",
     "ProcessorContext": "statesnap.processor",
     "Record": "statesnap.processor",

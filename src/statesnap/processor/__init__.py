@@ -3,12 +3,14 @@ input offsets (no changelog topic). See :mod:`statesnap.processor.processor`."""
 
 from statesnap.processor.aggregations import Emit
 from statesnap.processor.context import ProcessorContext, Record
+from statesnap.processor.joins import JoinWindows
 from statesnap.processor.processor import Processor, ProcessorSettings
 from statesnap.processor.stores import KeyValueStore, StoreKind, StoreReader, StoreSpec, WindowStore
 from statesnap.processor.windows import Windows
 
 __all__ = [
     "Emit",
+    "JoinWindows",
     "KeyValueStore",
     "Processor",
     "ProcessorContext",

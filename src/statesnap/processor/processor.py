@@ -55,6 +55,7 @@ from statesnap.errors import ConfigError, TableStateError
 from statesnap.kafka.config import KafkaSettings
 from statesnap.processor.aggregations import Aggregations
 from statesnap.processor.handler import Handler, ProcessorHandler, Punctuation
+from statesnap.processor.joins import Joins
 from statesnap.processor.migrations import StoreMigration, row_migrations
 from statesnap.processor.outputs import Outputs
 from statesnap.processor.stores import StoreReader, StoreSpec
@@ -97,7 +98,7 @@ class ProcessorSettings:
         return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
 
 
-class Processor(Aggregations):
+class Processor(Aggregations, Joins):
     """A stateful processor over one input topic or several co-partitioned ones: handlers, named
     stores, outputs.
 

@@ -169,13 +169,13 @@ def test_windowed_stream_stream_join(kafka: KafkaTool, tmp_path: Path) -> None:
         (store, rest[WINDOW_BYTES:])
         for f in manifest.files
         for store, _, rest in map(split_key, repo.read_file(f).column("key").to_pylist())
-        if store == "impressions"
+        if store == "clicks-with-impressions-right"
     }
     assert 0 < len(ads) <= 4
     rows = sum(
         1
         for f in manifest.files
         for key in repo.read_file(f).column("key").to_pylist()
-        if split_key(key)[0] == "impressions"
+        if split_key(key)[0] == "clicks-with-impressions-right"
     )
     assert rows <= 4 * 14
