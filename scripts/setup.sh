@@ -87,7 +87,7 @@ fi
 # (tests/integration/apache/test_kafka_streams_oracle.py): built once into tests/oracle/kafka-streams/target.
 # Soft, as above: without it those tests build it themselves, or skip where Java or Maven is missing.
 oracle_dir=tests/oracle/kafka-streams
-if [ -f "$oracle_dir/target/classes/dev/statesnap/oracle/StreamsOracle.class" ] && [ -d "$oracle_dir/target/lib" ]; then
+if [ -f "$oracle_dir/target/classes/dev/statesnap/oracle/StreamsOracle.class" ] && [ -f "$oracle_dir/target/classes/dev/statesnap/oracle/JoinOracle.class" ] && [ -d "$oracle_dir/target/lib" ]; then
   echo "setup: Kafka Streams oracle already built in $oracle_dir/target" >&2
 elif ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
   echo "setup: java or mvn not found — the Kafka Streams oracle tests will be skipped" >&2

@@ -26,9 +26,19 @@ class OracleUnavailableError(Exception):
     """Java or Maven is missing, or the build failed: the oracle tests skip with this reason."""
 
 
+def _stale() -> bool:
+    """Whether a Java source has no class file, or one older than itself (an edited oracle)."""
+    sources = PROJECT / "src" / "main" / "java"
+    for java in sources.rglob("*.java"):
+        built = CLASSES / java.relative_to(sources).with_suffix(".class")
+        if not built.is_file() or built.stat().st_mtime < java.stat().st_mtime:
+            return True
+    return False
+
+
 def oracle_classpath() -> str:
     """The oracle's class path, built first if it is not there yet."""
-    if not (CLASSES / "dev/statesnap/oracle/StreamsOracle.class").is_file() or not LIB.is_dir():
+    if _stale() or not LIB.is_dir():
         if shutil.which("java") is None or shutil.which("mvn") is None:
             raise OracleUnavailableError("Kafka Streams oracle needs java and mvn on PATH")
         try:
