@@ -143,7 +143,9 @@ def test_sigkill_never_loses_or_repeats_a_join_result(
             os.kill(final.pid, signal.SIGKILL)
     got = results(kafka.bootstrap, output)
     lost, twice = want - got, got - want
-    assert committed[-1] < want.total(), f"the last kill came after the catch-up: {committed}"
+    # The first kill lands mid-catch-up; on a fast machine a later one may come once it is done
+    # (a restart of a caught-up join: fine, and still judged below).
+    assert committed[1] < want.total(), f"the first kill came after the catch-up: {committed}"
     assert not lost, (
         f"{lost.total()} of {want.total()} join results lost (seed {seed}), e.g. {list(lost)[:3]}"
     )
