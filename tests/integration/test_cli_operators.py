@@ -346,7 +346,11 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.parametrize(
-    "spark", [False, pytest.param(True, marks=pytest.mark.spark)], ids=["tansu+moto", "spark"]
+    # Spark is long (suite budget): the same orphan guard (devstack/orphans.py) is proven by default
+    # for the broker and moto processes.
+    "spark",
+    [False, pytest.param(True, marks=[pytest.mark.spark, pytest.mark.long])],
+    ids=["tansu+moto", "spark"],
 )
 def test_services_die_with_a_killed_test_run(tmp_path: Path, spark: bool) -> None:
     """A test run killed by a timeout (SIGKILL: no fixture teardown, no atexit) takes its broker,
