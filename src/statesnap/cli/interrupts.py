@@ -9,6 +9,7 @@ used to end a Spark ``--follow`` with "Aborted", exit 130, in the middle of its 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -95,14 +96,21 @@ def wait_on_signals(interrupted: threading.Event, again: str) -> None:
     _on_signals(interrupted, again)
 
 
-def cancel_spark_jobs_on_signals(spark: Any, interrupted: threading.Event) -> None:
+def cancel_spark_jobs_on_signals(spark: Any, interrupted: threading.Event, *, verbose: bool) -> None:
     """A batch run on Spark: the first SIGINT/SIGTERM cancels the running jobs and every job
     started after it, so the blocking call returns with a cancelled job (PySpark's own handler
     raises KeyboardInterrupt inside a py4j call instead, which prints pages of py4j tracebacks);
     the second ends the process. Cancelling runs on a thread of its own: the main thread is
-    inside a py4j call. *interrupted* is set by the first signal."""
+    inside a py4j call. *interrupted* is set by the first signal.
+
+    Unless *verbose*, Spark's own logging goes off at the first signal: tearing down a cancelled
+    job, its scheduler logs ERROR lines (a task result rejected by a pool already shut down) that
+    describe the cancel the CLI reports in its one line, not a failure."""
 
     def keep_cancelling() -> None:
+        if not verbose:
+            with contextlib.suppress(Exception):  # the session stopped: nothing left to log
+                spark.sparkContext.setLogLevel("OFF")
         while True:  # a daemon thread: it ends with the process, or with the session
             try:
                 spark.sparkContext.cancelAllJobs()

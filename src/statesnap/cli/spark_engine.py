@@ -135,7 +135,7 @@ def spark_session(
         spark.stop()
         raise Interrupted("stopped while the Spark session was starting")
     if stop is None:  # from now on a signal has jobs to cancel
-        cancel_spark_jobs_on_signals(spark, _interrupted)
+        cancel_spark_jobs_on_signals(spark, _interrupted, verbose=verbose)
     if not quiet:
         click.echo(
             f"spark: {spark.version}, master {spark.sparkContext.master} (started in {seconds:.1f}s)",
