@@ -15,7 +15,16 @@ from statesnap.version import __version__
 if TYPE_CHECKING:  # what type checkers and IDEs see: the names, eagerly
     from statesnap.checkpoint.retention import RetentionPolicy
     from statesnap.errors import StatesnapError
-    from statesnap.processor import Emit, JoinWindows, Processor, ProcessorContext, Record, StoreSpec, Windows
+    from statesnap.processor import (
+        Emit,
+        JoinWindows,
+        ProcessingOptions,
+        Processor,
+        ProcessorContext,
+        Record,
+        StoreSpec,
+        Windows,
+    )
     from statesnap.python.follower import Follower, FollowerStatus
     from statesnap.python.hooks import Hooks, RestoreListener
     from statesnap.python.table import Table
@@ -41,6 +50,7 @@ __all__ = [
     "Hooks",
     "JoinWindows",
     "JsonSerde",
+    "ProcessingOptions",
     "Processor",
     "ProcessorContext",
     "Record",
@@ -67,6 +77,7 @@ _SOURCES: dict[str, str] = {
     "StatesnapError": "statesnap.errors",
     "Emit": "statesnap.processor",
     "JoinWindows": "statesnap.processor",
+    "ProcessingOptions": "statesnap.processor",
     "Processor": "statesnap.processor",
     "ProcessorContext": "statesnap.processor",
     "Record": "statesnap.processor",

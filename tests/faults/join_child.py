@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from datetime import timedelta
 
-from statesnap import CheckpointOptions, JoinWindows, Processor, RetentionPolicy
+from statesnap import CheckpointOptions, JoinWindows, ProcessingOptions, Processor, RetentionPolicy
 
 __all__ = ["NAME", "WINDOW", "build"]
 
@@ -33,7 +33,7 @@ def build(
 ) -> Processor:
     proc = Processor(
         NAME, inputs=[left, right], bootstrap_servers=bootstrap, checkpoints=checkpoints, key_serde="string",
-        value_serde="json", exactly_once=exactly_once, timeout=20.0,
+        value_serde="json", processing=ProcessingOptions(exactly_once=exactly_once), timeout=20.0,
     )  # fmt: skip
     proc.join("pairs", left=left, right=right, window=WINDOW, how="outer", to=output)
     return proc

@@ -36,6 +36,7 @@ from datetime import timedelta
 
 from statesnap import (
     CheckpointOptions,
+    ProcessingOptions,
     Processor,
     ProcessorContext,
     Record,
@@ -120,7 +121,7 @@ def build(
         stores=STORES,
         store=StoreOptions(store),
         group=group,
-        exactly_once=exactly_once,
+        processing=ProcessingOptions(exactly_once=exactly_once),
         timeout=20.0,
     )
 
@@ -177,7 +178,7 @@ def build_final(
         bootstrap_servers=bootstrap,
         checkpoints=checkpoints,
         value_serde="json",
-        exactly_once=exactly_once,
+        processing=ProcessingOptions(exactly_once=exactly_once),
         timeout=20.0,
     )
     proc.count("counts", window=TUMBLING, emit="final", to=output)

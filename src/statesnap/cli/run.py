@@ -234,15 +234,17 @@ def run(
         store=StoreOptions.of(store) if store is not None else None,
         share=share,
     )
-    proc = with_overrides(load_processor(app), overrides)
-    if exactly_once:
-        proc = proc.replace(exactly_once=True)
-    if generation is not None and proc.exactly_once and not yes:
-        raise ConfigError(
-            f"--from-generation {generation} re-processes the input from that snapshot's offsets: this "
-            "processor's exactly-once outputs after it will be emitted again (consumers see them twice); "
-            "add --yes to go ahead"
-        )
+    proc = load_processor(app)
+    processing = proc.processing.with_exactly_once() if exactly_once else proc.processing
+    if generation is not None and processing.exactly_once:
+        if not yes:
+            raise ConfigError(
+                f"--from-generation {generation} re-processes the input from that snapshot's offsets: "
+                "this processor's exactly-once outputs after it will be emitted again (consumers see "
+                "them twice); add --yes to go ahead"
+            )
+        processing = processing.with_reemit_confirmed()
+    proc = with_overrides(proc.replace(processing=processing), overrides)
     out = Output(as_json, quiet)
     stop = threading.Event()
     signals = FollowSignals(stop) if follow else None

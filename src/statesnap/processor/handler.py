@@ -286,7 +286,7 @@ class ProcessorHandler:
         if self.dead_letter_topic is None:
             raise HandlerError(
                 f"processor {self.name!r}: handler failed on {where}: {reason[:300]} (pass "
-                "dead_letter_topic= to set such records aside and go on)",
+                "ProcessingOptions(dead_letter_topic=...) to set such records aside and go on)",
                 topic=topic,
                 partition=partition,
                 offset=message.offset(),

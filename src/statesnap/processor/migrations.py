@@ -1,4 +1,4 @@
-"""A processor's migrations, per store: ``migrations={1: {"balances": fn}}``.
+"""A processor's migrations, per store: ``state=StateVersion(2, {1: {"balances": fn}})``.
 
 Every store of a task lives in one keyspace (:mod:`statesnap.processor.keyspace`), and a restore
 migrates the task's stored rows (:mod:`statesnap.task.migration`). A user writes a step for one
@@ -27,7 +27,7 @@ StoreMigration = Callable[[bytes, bytes], tuple[bytes, bytes] | None]
 def row_migrations(
     processor: str,
     specs: Mapping[str, StoreSpec],
-    migrations: Mapping[int, Mapping[str, StoreMigration]] | None,
+    migrations: Mapping[int, Migration | Mapping[str, Migration]] | None,
 ) -> dict[int, Migration]:
     """The row-level steps of *migrations* (version → store → step); a store that is not declared
     is a :class:`ConfigError` naming it."""
@@ -53,7 +53,7 @@ def row_migrations(
     return out
 
 
-def _row_step(steps: dict[str, StoreMigration], windowed: Mapping[str, bool]) -> Migration:
+def _row_step(steps: dict[str, Migration], windowed: Mapping[str, bool]) -> Migration:
     def step(key: bytes, value: bytes) -> MigratedRow:
         try:
             store, partition, rest = split_key(key)

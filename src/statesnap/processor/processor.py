@@ -56,8 +56,9 @@ from statesnap.kafka.config import KafkaSettings
 from statesnap.processor.aggregations import Aggregations
 from statesnap.processor.handler import Handler, ProcessorHandler, Punctuation
 from statesnap.processor.joins import Joins
-from statesnap.processor.migrations import StoreMigration, row_migrations
+from statesnap.processor.migrations import row_migrations
 from statesnap.processor.outputs import Outputs
+from statesnap.processor.processing import ProcessingOptions
 from statesnap.processor.stores import StoreReader, StoreSpec
 from statesnap.processor.task import ProcessorTaskHandler
 from statesnap.python.reads import SerdeName, SerdeOf
@@ -70,7 +71,7 @@ from statesnap.task.migration import StateVersion
 from statesnap.task.opening import check_table_name
 from statesnap.task.options import CheckpointOptions, GroupOptions, StaticShare, StoreName, StoreOptions
 from statesnap.task.restore import ProgressCallback, RestoreReport
-from statesnap.task.spec import TaskSpec, starting_from
+from statesnap.task.spec import TaskSpec
 
 __all__ = ["Processor", "ProcessorSettings"]
 
@@ -91,7 +92,11 @@ class ProcessorSettings:
     timeout: float = 15.0
     partitions: Collection[int] | StaticShare | None = None
     group: str | GroupOptions | None = None
-    start_from: int | None = None
+
+    @property
+    def checkpoints_generation(self) -> int | None:
+        """The exact generation to restore (``CheckpointOptions(generation=G)``), if one is set."""
+        return self.checkpoints.generation if isinstance(self.checkpoints, CheckpointOptions) else None
 
     def table_options(self) -> dict[str, Any]:
         """The settings as the engine's table task takes them."""
@@ -122,13 +127,8 @@ class Processor(Aggregations, Joins):
         store: StoreName | StoreOptions = "auto",
         partitions: Collection[int] | StaticShare | None = None,
         group: str | GroupOptions | None = None,
-        dead_letter_topic: str | None = None,
-        exactly_once: bool = False,
-        max_idle: str | float | timedelta = "500ms",
-        state_version: int = 1,
-        migrations: Mapping[int, Mapping[str, StoreMigration]] | None = None,
-        start_from: int | None = None,
-        confirm: bool = False,
+        processing: ProcessingOptions | None = None,
+        state: int | StateVersion = 1,
     ) -> None:
         """
         Args:
@@ -148,43 +148,28 @@ class Processor(Aggregations, Joins):
             store: the local store kind holding every named store (``auto``, ``memory``,
                 ``columnar``, ``rocksdb``).
             partitions, group: which input partitions this instance processes.
-            dead_letter_topic: where records a handler fails on go (with ``statesnap.error`` and
-                origin headers) instead of stopping the processor; their store writes and emitted
-                records are dropped.
-            exactly_once: emitted records and the input offsets commit in one Kafka transaction
-                per commit point (a stable ``transactional.id`` per task; offsets of the group
-                ``statesnap-<name>``); a restart re-processes the records between the checkpoint
-                and those offsets for their state only. Readers use ``read_committed``; the
-                broker must implement transactions. With ``group`` the offsets are the member's
-                own group's, sent with its group metadata, so the coordinator fences a member a
-                rebalance replaced (KIP-447); a partition's transaction commits before it leaves.
-            max_idle: with several inputs, once caught up, how long a task with records waiting
-                waits for an input that has neither delivered its next record nor reported its
-                end before it goes on without it (Kafka Streams' ``max.task.idle.ms``).
-            state_version: the version of what the stores hold (bump it when a change to the
-                code changes what is stored); recorded in every checkpoint. A checkpoint of
-                another version is refused unless *migrations* bring it up.
-            migrations: per version and store, ``{1: {"balances": fn}}``: ``fn(key, value) ->
-                (key, value) | None`` on the store's key and value bytes as stored (the key
-                without the keyspace prefix, a window store's without its window start), turning
-                version-1 rows into version 2; run while restoring
-                (:mod:`statesnap.processor.migrations`).
-            start_from: restore exactly snapshot generation G, then continue from its offsets.
-            confirm: with ``exactly_once=True`` and *start_from*, say that outputs of the
-                records after G are produced again (they were committed once already).
+            processing: the delivery guarantee (``exactly_once``), dead letters
+                (``dead_letter_topic``) and the merge wait of several inputs (``max_idle``), as
+                :class:`ProcessingOptions`; default at least once, failures stop the processor.
+            state: the version of what the stores hold (bump it when a change to the code changes
+                what is stored), recorded in every checkpoint: an int, or
+                ``StateVersion(2, {1: {"balances": fn}})`` with per-store migrations —
+                ``fn(key, value) -> (key, value) | None`` on the store's key and value bytes as
+                stored (the key without the keyspace prefix, a window store's without its window
+                start), turning version-1 rows into version 2, run while restoring
+                (:mod:`statesnap.processor.migrations`). A checkpoint of another version is
+                refused unless the migrations bring it up.
+
+        To restore an exact snapshot generation and continue from its offsets, pass
+        ``checkpoints=CheckpointOptions(url, generation=G)``.
         """
         topics = [inputs] if isinstance(inputs, str) else list(inputs)
         if not topics or len(set(topics)) != len(topics):
             raise ConfigError(f"processor {name!r}: give one or more distinct input topics (got {topics!r})")
         self.name = name
         self.inputs = tuple(topics)
-        self.max_idle = parse_duration(max_idle).total_seconds()
-        if self.max_idle < 0:
-            raise ConfigError(f"processor {name!r}: max_idle must not be negative, got {max_idle!r}")
-        _check_start_from(name, start_from, exactly_once=exactly_once, confirm=confirm)
-        self.state_version = StateVersion(state_version).version
-        self.migrations = dict(migrations or {})
-        self.confirm = confirm
+        self.processing = processing if processing is not None else ProcessingOptions()
+        self.state = StateVersion.of(state)
         self._task: Task | None = None
         self._specs: dict[str, StoreSpec] = {}
         for spec in stores:
@@ -196,8 +181,6 @@ class Processor(Aggregations, Joins):
             value_serde, schema_registry=schema_registry_url, topic=topics[0]
         )
         self._schema_registry = schema_registry_url
-        self.dead_letter_topic = dead_letter_topic
-        self.exactly_once = exactly_once
         self._handlers: list[Handler] = []
         self._punctuations: list[Punctuation] = []
         self._settings = ProcessorSettings(
@@ -208,8 +191,8 @@ class Processor(Aggregations, Joins):
             timeout=timeout,
             partitions=partitions,
             group=group,
-            start_from=start_from,
         )
+        self.processing.check_rewind(name, self._settings.checkpoints_generation)
         self._outputs: Outputs | None = None
         self._stopping = threading.Event()
         self._broker_checked = False
@@ -232,17 +215,15 @@ class Processor(Aggregations, Joins):
 
     def replace(self, **changes: Any) -> Processor:
         """A copy with the same stores, handlers, punctuators and serdes and *changes* to its
-        :class:`ProcessorSettings` or to ``exactly_once`` (what ``statesnap run``'s options
+        :class:`ProcessorSettings`, or ``processing=`` (what ``statesnap run``'s options
         override). Only a processor not yet started can be copied."""
         if self._task is not None:
             raise TableStateError("copy the processor", "started", "new")
         copied = copy.copy(self)
-        if "exactly_once" in changes:
-            copied.exactly_once = bool(changes.pop("exactly_once"))
+        if "processing" in changes:
+            copied.processing = changes.pop("processing")
         copied._settings = dataclasses.replace(self._settings, **changes)
-        _check_start_from(
-            self.name, copied._settings.start_from, exactly_once=copied.exactly_once, confirm=copied.confirm
-        )
+        copied.processing.check_rewind(self.name, copied._settings.checkpoints_generation)
         copied._stopping = threading.Event()
         return copied
 
@@ -350,8 +331,10 @@ class Processor(Aggregations, Joins):
             name=check_table_name(self.name),
             topic=self.inputs[0],
             settings=KafkaSettings(s.bootstrap_servers, dict(s.kafka_config or {}), s.timeout),
-            checkpoints=starting_from(CheckpointOptions.of(s.checkpoints), s.start_from),
-            state=StateVersion(self.state_version, row_migrations(self.name, self._specs, self.migrations)),
+            checkpoints=CheckpointOptions.of(s.checkpoints),
+            state=StateVersion(
+                self.state.version, row_migrations(self.name, self._specs, self.state.migrations)
+            ),
             store=StoreOptions.of(s.store),
             partitions=s.partitions,
             group=GroupOptions.of(s.group),
@@ -373,7 +356,7 @@ class Processor(Aggregations, Joins):
             key_serde=self.key_serde,
             value_serde=self.value_serde,
             outputs=outputs,
-            dead_letter_topic=self.dead_letter_topic,
+            dead_letter_topic=self.processing.dead_letter_topic,
             inputs=self.inputs,
         )
 
@@ -416,7 +399,7 @@ class Processor(Aggregations, Joins):
         may then see a record twice. Called once the task knows its cluster; ``statesnap run``
         calls it at the first restore progress report, to say it before a long catch-up."""
         task = self._task
-        if self._broker_checked or not self.exactly_once or task is None or not task.cluster_id:
+        if self._broker_checked or not self.processing.exactly_once or task is None or not task.cluster_id:
             return
         self._broker_checked = True
         warning = aborted_records_warning(f"processor {self.name}", task.cluster_id)
@@ -490,12 +473,3 @@ class Processor(Aggregations, Joins):
         task = self._running("read a store")
         ks, vs = self._serdes(spec)
         return StoreReader(spec, ks, vs, task.readable_store("read a store"), task.partitions)
-
-
-def _check_start_from(name: str, start_from: int | None, *, exactly_once: bool, confirm: bool) -> None:
-    if start_from is not None and exactly_once and not confirm:
-        raise ConfigError(
-            f"processor {name!r}: start_from={start_from} with exactly_once=True produces the outputs of "
-            f"the records after generation {start_from} again (they were committed once); pass "
-            "confirm=True to go on"
-        )

@@ -62,11 +62,13 @@ class ProcessorTaskHandler:
                     group_id=offsets_group_of(proc.name) if task.group is None else task.group.group_id,
                     others=self.others,
                 )
-                if proc.exactly_once
+                if proc.processing.exactly_once
                 else Outputs(task.settings, proc.key_serde, proc.value_serde)
             )
-        if proc.dead_letter_topic is not None and not proc.exactly_once:  # else once open
-            self.outputs.require_topic(proc.dead_letter_topic, "dead-letter")
+        if (
+            proc.processing.dead_letter_topic is not None and not proc.processing.exactly_once
+        ):  # else once open
+            self.outputs.require_topic(proc.processing.dead_letter_topic, "dead-letter")
         return self.outputs
 
     def records(self, task: Task) -> ProcessorHandler:
@@ -97,8 +99,8 @@ class ProcessorTaskHandler:
             task.settings.timeout,
             grouped=task.group is not None,
         )
-        if proc.dead_letter_topic is not None:
-            outputs.require_topic(proc.dead_letter_topic, "dead-letter")
+        if proc.processing.dead_letter_topic is not None:
+            outputs.require_topic(proc.processing.dead_letter_topic, "dead-letter")
 
     def reading(self, reader: ChangelogReader, store: StateStore) -> ChangelogReader:
         """The first input's reader, continued by a merged reader of every input at the offsets
@@ -113,7 +115,9 @@ class ProcessorTaskHandler:
         if self.others:
             reader = cast(
                 ChangelogReader,
-                MergedReader.continuing(reader, self.others, store, max_idle=self.proc.max_idle),
+                MergedReader.continuing(
+                    reader, self.others, store, max_idle=self.proc.processing.max_idle.total_seconds()
+                ),
             )
         self._reader = reader
         return reader

@@ -53,12 +53,12 @@ from statesnap.stores import StateStore
 from statesnap.task.engine import Task
 from statesnap.task.lifecycle import TaskPhase
 from statesnap.task.loop import CATCH_UP_POLL, TAIL_POLL
-from statesnap.task.migration import Migration, StateVersion
+from statesnap.task.migration import StateVersion
 from statesnap.task.opening import check_table_name
 from statesnap.task.options import CheckpointOptions, GroupOptions, StaticShare, StoreName, StoreOptions
 from statesnap.task.restore import ProgressCallback, RestoreReport
 from statesnap.task.rowfilter import RowFilter
-from statesnap.task.spec import TaskSpec, starting_from
+from statesnap.task.spec import TaskSpec
 
 __all__ = ["CATCH_UP_POLL", "TAIL_POLL", "ProgressCallback", "RestoreReport", "Table"]
 
@@ -98,9 +98,7 @@ class Table(TableReads[K, V], Generic[K, V]):
         background: bool = True,
         row_filter: RowFilter | None = None,
         hooks: Hooks | None = None,
-        state_version: int = 1,
-        migrations: Mapping[int, Migration] | None = None,
-        start_from: int | None = None,
+        state: int | StateVersion = 1,
     ) -> None:
         """
         Args:
@@ -130,22 +128,24 @@ class Table(TableReads[K, V], Generic[K, V]):
             hooks: ``on_update``, ``on_checkpoint``, ``restore_listener`` (see
                 :mod:`statesnap.python.hooks` for when and on which thread each runs; also
                 settable as attributes before start()).
-            state_version: the version of the stored rows' format (bump it when a change to
-                *row_filter*, a serde or a handler changes what is stored); recorded in every
-                checkpoint. A checkpoint of another version is refused unless *migrations* bring
-                it up (see :mod:`statesnap.task.migration`).
-            migrations: ``{v: fn}``, ``fn(key, value) -> (key, value) | (key, value, partition)
-                | None`` on stored bytes, turning version ``v`` rows into ``v + 1``; run while
-                restoring, after which the next checkpoint is written at *state_version*.
-            start_from: restore exactly this snapshot generation, then continue from its offsets
-                (the same as ``CheckpointOptions(generation=...)``); later generations stay, new
-                ones are numbered above them.
+            state: the version of the stored rows' format (bump it when a change to
+                *row_filter*, a serde or a handler changes what is stored), recorded in every
+                checkpoint: an int, or ``StateVersion(2, {1: fn})`` with the migrations that
+                bring older checkpoints up — ``fn(key, value) -> (key, value) | (key, value,
+                partition) | None`` on stored bytes, turning version ``v`` rows into ``v + 1``,
+                run while restoring (see :mod:`statesnap.task.migration`). A checkpoint of another
+                version is refused unless the migrations bring it up.
+
+        To restore an exact snapshot generation and continue from its offsets, pass
+        ``checkpoints=CheckpointOptions(url, generation=G)``: later generations stay, new ones
+        are numbered above them.
         """
         self.topic = topic
         self.name = check_table_name(name or topic)
         self.settings = KafkaSettings(bootstrap_servers, dict(kafka_config or {}), timeout)
-        state = StateVersion(state_version, migrations)
-        self.checkpoints = starting_from(CheckpointOptions.of(checkpoints), start_from)
+        state = StateVersion.of(state)
+        state.row_steps(f"table {self.name!r}")  # a processor's per-store form is refused here
+        self.checkpoints = CheckpointOptions.of(checkpoints)
         self.group = GroupOptions.of(group)
         self.key_serde: Serde = resolve_serde(
             key_serde, schema_registry=schema_registry_url, topic=topic, is_key=True

@@ -155,8 +155,8 @@ WHY_PYTHON = {
 }
 #: How a refusal names an option where its flag is not ``--`` + the key (library and CLI alike).
 OPTION_NAMES = {
-    "exactly_once": "--exactly-once (exactly_once=True)",
-    "dead_letter_topic": "dead_letter_topic=",
+    "exactly_once": "--exactly-once (ProcessingOptions(exactly_once=True))",
+    "dead_letter_topic": "ProcessingOptions(dead_letter_topic=)",
 }
 SPARK_ONLY = {
     "spark_checkpoint_location": "only the Spark engine keeps a streaming checkpoint",

@@ -71,8 +71,7 @@ def open_table(
         partitions=share if isinstance(share, StaticShare) else None,
         group=share if isinstance(share, GroupOptions) else None,
         background=background,
-        state_version=state.version,
-        migrations=state.migrations,
+        state=state,
     )
 
 

@@ -155,7 +155,7 @@ def _follow(
         checkpoint_location=location,
         kafka_config=settings.config,
         timeout=settings.timeout,
-        state_version=(state or StateVersion()).version,
+        state=state or StateVersion(),
     )
     progress.stage(Stage.FOLLOWING)
     following = time.monotonic()

@@ -122,8 +122,8 @@ def _choose(
         engine,
         python_only={
             # What a Spark run of a processor cannot honour: it emits nothing (see PYTHON_ONLY).
-            "exactly_once": proc.exactly_once,
-            "dead_letter_topic": proc.dead_letter_topic is not None,
+            "exactly_once": proc.processing.exactly_once,
+            "dead_letter_topic": proc.processing.dead_letter_topic is not None,
             "instances": isinstance(options.get("partitions"), StaticShare),
             "group": options.get("group") is not None,
         },

@@ -132,7 +132,7 @@ def bootstrap(
     kafka_config: Mapping[str, Any] | None = None,
     min_partitions: int | None = None,
     timeout: float = 15.0,
-    state_version: int = 1,
+    state: int | StateVersion = 1,
 ) -> CheckpointManifest:
     """Write a checkpoint of *topic*'s table as of now, using the whole Spark cluster.
 
@@ -142,7 +142,9 @@ def bootstrap(
     With a usable checkpoint of *table* (or ``checkpoints.generation``) only the records after
     its offsets are read; without one, the whole history (or, with ``checkpoints.require``, a
     ``NoUsableCheckpointError``). Returns the committed manifest (the previous one if nothing
-    was appended and no snapshot waits). See :class:`BootstrapSpec` for the other settings.
+    was appended and no snapshot waits). *state*: the version the rows are written at, an int
+    or a :class:`StateVersion` whose migrations bring an older checkpoint's rows up as the tasks
+    read them. See :class:`BootstrapSpec` for the other settings.
     """
     spec = BootstrapSpec(
         bootstrap_servers,
@@ -152,7 +154,7 @@ def bootstrap(
         kafka_config or {},
         min_partitions,
         timeout,
-        StateVersion(state_version),
+        StateVersion.of(state),
     )
     return run_bootstrap(spark, spec).manifest
 

@@ -531,7 +531,7 @@ def materialize_stream(
     query_name: str | None = None,
     observer: Observer | None = None,
     timeout: float = 15.0,
-    state_version: int = 1,
+    state: int | StateVersion = 1,
 ) -> StreamMaterializer:
     """Start materializing *topic* into checkpoints of *table*; returns the running handle.
 
@@ -547,7 +547,7 @@ def materialize_stream(
     than ``compact_after`` delta files (or more delta than base bytes) get a new base.
     ``available_now`` processes what exists and stops. Stop with
     :meth:`StreamMaterializer.stop` (which commits a final checkpoint). ``observer`` sees each
-    step of a batch; ``timeout`` bounds waits for the cluster's metadata. ``state_version``: the
+    step of a batch; ``timeout`` bounds waits for the cluster's metadata. ``state``: the
     version the checkpoints are written at (one of another version is refused: no migrations here).
     """
     options = stream_checkpoints(checkpoints)
@@ -564,7 +564,7 @@ def materialize_stream(
         observer=observer,
         timer_interval=max(0.2, min(trigger_seconds, 1.0)),
         timeout=timeout,
-        state=StateVersion(state_version),
+        state=StateVersion.of(state),
     )
     if available_now:
         trigger: dict[str, Any] = {"availableNow": True}

@@ -187,7 +187,7 @@ def bootstrap_processor(
             "checkpoint (pass checkpoints=URL)"
         )
     ckpt = chosen if isinstance(chosen, CheckpointOptions) else CheckpointOptions(chosen)
-    if emit and proc.exactly_once:
+    if emit and proc.processing.exactly_once:
         raise ConfigError(
             f"processor {proc.name!r} is exactly-once, and a Spark bootstrap's outputs are sent at "
             "least once (a retried task sends its partition's again): bootstrap with emit=False"
@@ -210,12 +210,12 @@ def bootstrap_processor(
         remote_executors=not is_local(spark),
     )
     writer.participant.describes = proc.describe()
-    writer.participant.state_versions = {proc.name: proc.state_version}
+    writer.participant.state_versions = {proc.name: proc.state.version}
     previous = writer.previous
-    if previous is not None and previous.state_version(proc.name) != proc.state_version:
+    if previous is not None and previous.state_version(proc.name) != proc.state.version:
         writer.close()
         raise ConfigError(
-            f"processor {proc.name!r} is state version {proc.state_version} and checkpoint generation "
+            f"processor {proc.name!r} is state version {proc.state.version} and checkpoint generation "
             f"{previous.generation} holds version {previous.state_version(proc.name)}; a Spark bootstrap "
             "does not migrate (yet): restore it once in Python (proc.run(follow=False)), then bootstrap"
         )

@@ -1,8 +1,8 @@
 """State versions and migrations: the code that restores a store must read its rows' format.
 
-A table (or a processor's store) declares ``state_version`` (default 1); every manifest records
+A table (or a processor's store) declares its state version (``state=2``; default 1); every manifest records
 the version of each store's rows. A checkpoint of another version is refused in one line naming
-both, unless ``migrations={1: fn, 2: fn2}`` chain it up to the code's version: each
+both, unless ``state=StateVersion(3, {1: fn, 2: fn2})`` chains it up to the code's version: each
 ``fn(key, value)`` gets a STORED row and returns the row of the next version, ``None`` to drop it,
 or ``(key, value, partition)`` to say which partition the new key belongs to. A migration runs
 while a checkpoint is loaded (:func:`statesnap.task.restore.restore_into_store`, the Spark
@@ -61,26 +61,46 @@ class StateVersion:
     """
 
     version: int
-    migrations: Mapping[int, Migration]
+    migrations: Mapping[int, Migration | Mapping[str, Migration]]
 
-    def __init__(self, version: int = 1, migrations: Mapping[int, Migration] | None = None) -> None:
+    def __init__(
+        self, version: int = 1, migrations: Mapping[int, Migration | Mapping[str, Migration]] | None = None
+    ) -> None:
         if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= _MAX_VERSION:
-            raise ConfigError(f"state_version must be an integer >= 1, got {version!r}")
+            raise ConfigError(f"a state version must be an integer >= 1, got {version!r}")
         steps = dict(migrations or {})
         for v, fn in steps.items():
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v < version:
                 raise ConfigError(
                     f"migrations[{v!r}]: a migration is keyed by the version it reads, 1 to "
-                    f"{version - 1} for state_version {version}"
+                    f"{version - 1} for state version {version}"
                 )
-            if not callable(fn):
-                raise ConfigError(f"migrations[{v}] is not callable (fn(key, value) -> (key, value) | None)")
+            per_store = isinstance(fn, Mapping) and all(callable(f) for f in fn.values())
+            if not callable(fn) and not per_store:
+                raise ConfigError(
+                    f"migrations[{v}] is not callable (fn(key, value) -> (key, value) | None), nor a "
+                    'processor\'s {"store": fn}'
+                )
         object.__setattr__(self, "version", version)
         object.__setattr__(self, "migrations", MappingProxyType(steps))
 
     @classmethod
-    def of(cls, state_version: int = 1, migrations: Mapping[int, Migration] | None = None) -> StateVersion:
-        return cls(state_version, migrations)
+    def of(cls, state: int | StateVersion) -> StateVersion:
+        """``state=2`` as ``StateVersion(2)``; a StateVersion as it is."""
+        return state if isinstance(state, StateVersion) else cls(state)
+
+    def row_steps(self, owner: str) -> Mapping[int, Migration]:
+        """The steps as a table runs them, on its rows: a processor's per-store form
+        (``{1: {"balances": fn}}``) is refused in one line naming *owner*."""
+        steps: dict[int, Migration] = {}
+        for v, fn in self.migrations.items():
+            if isinstance(fn, Mapping):
+                raise ConfigError(
+                    f"{owner}: migrations[{v}] maps store names to steps, a Processor's form; a "
+                    "table's step is fn(key, value)"
+                )
+            steps[v] = fn
+        return steps
 
     def steps(self, found: int, *, store: str, generation: int | None = None) -> tuple[Migration, ...]:
         """The migrations that bring version-*found* rows of *store* to this version (empty when
@@ -99,10 +119,11 @@ class StateVersion:
             raise StateVersionError(
                 f"{store}: {where} holds state version {found} but this code is version "
                 f"{self.version}; register migrations for {', '.join(f'{v}→{v + 1}' for v in missing)} "
-                "(migrations={...}) or start from a generation of version "
+                "(StateVersion(version, migrations={...})) or start from a generation of version "
                 f"{self.version}; refusing to mix formats"
             )
-        return tuple(self.migrations[v] for v in range(found, self.version))
+        rows = self.row_steps(store)
+        return tuple(rows[v] for v in range(found, self.version))
 
     def migrator(
         self,

@@ -8,15 +8,14 @@ import os
 import socket
 import uuid
 from collections.abc import Collection
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from statesnap.errors import ConfigError
 from statesnap.kafka.config import KafkaSettings
 from statesnap.task.migration import StateVersion
 from statesnap.task.options import CheckpointOptions, GroupOptions, StaticShare, StoreOptions
 from statesnap.task.rowfilter import RowFilter
 
-__all__ = ["TaskSpec", "starting_from"]
+__all__ = ["TaskSpec"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,16 +62,3 @@ class TaskSpec:
             return f"{self.group.group_id}-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         share = self.share
         return f"instance-{share.instance}" if share is not None else "main"
-
-
-def starting_from(checkpoints: CheckpointOptions | None, start_from: int | None) -> CheckpointOptions | None:
-    """``start_from=G`` as the checkpoint options' exact generation (one way to say it inside)."""
-    if start_from is None:
-        return checkpoints
-    if checkpoints is None:
-        raise ConfigError(f"start_from={start_from} needs checkpoints to start from")
-    if checkpoints.generation is not None and checkpoints.generation != start_from:
-        raise ConfigError(
-            f"start_from={start_from} and CheckpointOptions(generation={checkpoints.generation}) disagree"
-        )
-    return replace(checkpoints, generation=start_from)

@@ -41,12 +41,13 @@ def _app(where: Path, *, topic: str, out: str, bootstrap: str, url: str, dlq: st
     (where / "tally_app.py").write_text(
         textwrap.dedent(
             f"""
-            from statesnap import CheckpointOptions, Processor
+            from statesnap import CheckpointOptions, ProcessingOptions, Processor
 
             proc = Processor("tally", inputs=[{topic!r}], bootstrap_servers={bootstrap!r},
                              checkpoints=CheckpointOptions({url!r}, commit_interval="200ms"),
                              stores=["balances"], value_serde="json", timeout=10,
-                             partitions=range({PARTITIONS}), dead_letter_topic={dlq!r})
+                             partitions=range({PARTITIONS}),
+                             processing=ProcessingOptions(dead_letter_topic={dlq!r}))
 
             @proc.handler
             def on_payment(record, ctx):

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from integration.conftest import KafkaTool
-from statesnap import CheckpointOptions, Processor
+from statesnap import CheckpointOptions, ProcessingOptions, Processor
 from statesnap.errors import TopicNotFoundError
 from statesnap.processor.context import ProcessorContext, Record
 from statesnap.task.lifecycle import TaskPhase
@@ -69,7 +69,9 @@ def test_a_missing_dead_letter_topic_is_refused_naming_it(
     line says the record was sent (before the fix: "sent to no-such-dlq", then a failure 30 s on)."""
     _input(kafka, topic_name, bad_at=7)
     dlq = f"no-such-dlq-{uuid.uuid4().hex[:6]}"
-    proc = _processor(kafka, tmp_path, topic_name, None, dead_letter_topic=dlq, timeout=10)
+    proc = _processor(
+        kafka, tmp_path, topic_name, None, processing=ProcessingOptions(dead_letter_topic=dlq), timeout=10
+    )
     started = time.monotonic()
     with caplog.at_level(logging.INFO, logger="statesnap"), pytest.raises(TopicNotFoundError) as refused:
         proc.run(follow=False)
@@ -89,7 +91,9 @@ def test_a_missing_dead_letter_topic_is_refused_at_start(
     (before, a run with no failing record never noticed, and the first failure stopped it)."""
     _input(kafka, topic_name)  # no bad record: the topic would never be written
     dlq = f"no-such-dlq-{uuid.uuid4().hex[:6]}"
-    proc = _processor(kafka, tmp_path, topic_name, None, dead_letter_topic=dlq, timeout=10)
+    proc = _processor(
+        kafka, tmp_path, topic_name, None, processing=ProcessingOptions(dead_letter_topic=dlq), timeout=10
+    )
     with pytest.raises(TopicNotFoundError, match=f"dead-letter topic {dlq!r} does not exist"):
         proc.start()
     assert not list(tmp_path.glob("cp/*/snapshots/*.json"))
@@ -122,7 +126,13 @@ def test_a_failed_exactly_once_commit_is_said_once(
 
     def instance() -> Processor:
         return _processor(
-            kafka, tmp_path, topic_name, out, name, partitions=range(PARTITIONS), exactly_once=True
+            kafka,
+            tmp_path,
+            topic_name,
+            out,
+            name,
+            partitions=range(PARTITIONS),
+            processing=ProcessingOptions(exactly_once=True),
         )
 
     zombie = instance()

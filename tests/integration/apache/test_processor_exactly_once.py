@@ -32,7 +32,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, ConsumerGroupTopicPartit
 from confluent_kafka import KafkaError as RdKafkaError
 
 from integration.conftest import KafkaTool, frames_of
-from statesnap import CheckpointOptions, Processor, ProcessorContext, Record
+from statesnap import CheckpointOptions, ProcessingOptions, Processor, ProcessorContext, Record
 from statesnap.errors import HandlerError, OutputError
 from statesnap.kafka.config import KafkaSettings
 from statesnap.processor import transactions
@@ -72,8 +72,7 @@ def tally(cfg: dict[str, Any]) -> Processor:
         value_serde="json",
         **({"group": cfg["group"]} if cfg.get("group") else {"partitions": range(PARTITIONS)}),
         kafka_config=cfg.get("kafka_config"),
-        exactly_once=True,
-        dead_letter_topic=cfg.get("dlq"),
+        processing=ProcessingOptions(exactly_once=True, dead_letter_topic=cfg.get("dlq")),
     )
     fail_at = cfg.get("fail_at")
     refuses = cfg.get("dlq") is not None
@@ -604,7 +603,7 @@ def test_records_below_the_committed_offsets_change_state_and_emit_nothing() -> 
         bootstrap_servers="127.0.0.1:1",
         stores=["balances"],
         value_serde="json",
-        dead_letter_topic="dlq",
+        processing=ProcessingOptions(dead_letter_topic="dlq"),
     )
 
     @proc.handler

@@ -149,10 +149,11 @@ def test_run_from_generation_with_exactly_once_needs_yes(kafka: KafkaTool, tmp_p
     (tmp_path / "eo_app.py").write_text(
         textwrap.dedent(
             f"""
-            from statesnap import Processor
+            from statesnap import ProcessingOptions, Processor
 
             proc = Processor("eo", inputs=["in"], bootstrap_servers={kafka.bootstrap!r},
-                             checkpoints={str(tmp_path / "ckpt")!r}, stores=["s"], exactly_once=True)
+                             checkpoints={str(tmp_path / "ckpt")!r}, stores=["s"],
+                             processing=ProcessingOptions(exactly_once=True))
 
             @proc.handler
             def handle(record, ctx):

@@ -20,7 +20,7 @@ from faults.ledger import CaseLedger
 from integration.apache.test_processor_exactly_once import read_values
 from integration.cluster.conftest import ClusterTool
 from integration.conftest import KafkaTool, Rec
-from statesnap import CheckpointOptions, Processor, ProcessorContext, Record, Table
+from statesnap import CheckpointOptions, ProcessingOptions, Processor, ProcessorContext, Record, Table
 from statesnap.devstack.cluster import ApacheKafkaCluster
 from statesnap.processor.transactions import offsets_group_of
 
@@ -132,7 +132,7 @@ def tally(name: str, topic: str, out: str, bootstrap: str, url: str) -> Processo
         checkpoints=CheckpointOptions(url, interval="2s", commit_interval="200ms"),
         stores=["totals"],
         partitions=range(PARTITIONS),
-        exactly_once=True,
+        processing=ProcessingOptions(exactly_once=True),
     )
 
     @proc.handler

@@ -44,8 +44,8 @@ def test_run_on_spark_refuses_exactly_once_in_one_line(tmp_path: Path) -> None:
     assert result.stdout == ""
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith(
-        "Error: EngineOptionError: --exactly-once (exactly_once=True) cannot be used with --engine spark: "
-        "a Spark run of a processor emits nothing"
+        "Error: EngineOptionError: --exactly-once (ProcessingOptions(exactly_once=True)) cannot be "
+        "used with --engine spark: a Spark run of a processor emits nothing"
     )
     assert line.endswith("use --engine python")
     assert not (tmp_path / "ckpt").exists()  # nothing was read or written

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from integration.conftest import KafkaTool
-from statesnap import Processor, ProcessorContext, Record
+from statesnap import ProcessingOptions, Processor, ProcessorContext, Record
 from statesnap.devstack import EmbeddedBroker
 from statesnap.devstack.apache import new_cluster_id
 from statesnap.kafka.admin import KafkaAdmin
@@ -44,7 +44,7 @@ def tally(topic: str, bootstrap: str, url: Path, *, exactly_once: bool) -> Proce
         checkpoints=str(url),
         stores=["balances"],
         value_serde="json",
-        exactly_once=exactly_once,
+        processing=ProcessingOptions(exactly_once=exactly_once),
         timeout=10,
     )
 

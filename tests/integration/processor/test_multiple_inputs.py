@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from integration.conftest import KafkaTool
-from statesnap import CheckpointOptions, Processor, ProcessorContext, Record
+from statesnap import CheckpointOptions, ProcessingOptions, Processor, ProcessorContext, Record
 from statesnap.errors import ConfigError
 from statesnap.processor.keyspace import input_offset_key, input_offset_of
 
@@ -62,7 +62,7 @@ def per_input_counter(
         bootstrap_servers=bootstrap,
         checkpoints=checkpoints,
         stores=["counts"],
-        max_idle="50ms",
+        processing=ProcessingOptions(max_idle="50ms"),
         **options,
     )
 

@@ -27,7 +27,7 @@ from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka.admin import AdminClient
 
 from integration.conftest import KafkaTool
-from statesnap import CheckpointOptions, Processor, ProcessorContext, Record
+from statesnap import CheckpointOptions, ProcessingOptions, Processor, ProcessorContext, Record
 from statesnap.devstack import ApacheKafkaBroker
 from statesnap.errors import RecordsDeletedError
 
@@ -119,11 +119,13 @@ def test_exactly_once_outputs_over_two_inputs(apache: KafkaTool, tmp_path: Path)
     url, name = str(tmp_path / "ckpt"), f"eos2-{tag}"
     for t in topics:
         produce(apache, t, 0, 40)
-    echo(name, topics, out, apache.bootstrap, url, exactly_once=True).run(follow=False)
+    echo(name, topics, out, apache.bootstrap, url, processing=ProcessingOptions(exactly_once=True)).run(
+        follow=False
+    )
     for t in topics:
         produce(apache, t, 40, 30)
     # A run that commits its outputs (and every input's offsets) but stops before a checkpoint.
-    stopped = echo(name, topics, out, apache.bootstrap, url, exactly_once=True)
+    stopped = echo(name, topics, out, apache.bootstrap, url, processing=ProcessingOptions(exactly_once=True))
     stopped.start()
     deadline = time.monotonic() + 60
     while len(committed_outputs(apache.bootstrap, out)) < 140:
@@ -132,7 +134,7 @@ def test_exactly_once_outputs_over_two_inputs(apache: KafkaTool, tmp_path: Path)
     stopped.close(checkpoint=False)
     for t in topics:
         produce(apache, t, 70, 10)
-    resumed = echo(name, topics, out, apache.bootstrap, url, exactly_once=True)
+    resumed = echo(name, topics, out, apache.bootstrap, url, processing=ProcessingOptions(exactly_once=True))
     report = resumed.run(follow=False)
     assert report.replayed_records == 80  # both inputs' records after the checkpoint, re-processed
     got = Counter(committed_outputs(apache.bootstrap, out))
@@ -150,7 +152,10 @@ def test_exactly_once_outputs_over_two_inputs_in_a_consumer_group(apache: KafkaT
     topics = two_inputs(apache, "eos2g", tag)
     out = apache.create_topic(f"eos2g-out-{tag}", PARTITIONS)
     url, name = str(tmp_path / "ckpt"), f"eos2g-{tag}"
-    options: dict[str, Any] = {"exactly_once": True, "group": f"eos2g-group-{tag}", "max_idle": "50ms"}
+    options: dict[str, Any] = {
+        "processing": ProcessingOptions(exactly_once=True, max_idle="50ms"),
+        "group": f"eos2g-group-{tag}",
+    }
 
     def produced(start: int, n: int) -> None:
         for t in topics:
@@ -267,7 +272,16 @@ def test_a_group_member_replays_a_partition_whose_second_input_lost_records(
         f.result(15)
 
     def member(group: str, **ckpt: Any) -> Processor:
-        return echo(name, topics, None, apache.bootstrap, url, ckpt=ckpt, group=group, max_idle="50ms")
+        return echo(
+            name,
+            topics,
+            None,
+            apache.bootstrap,
+            url,
+            ckpt=ckpt,
+            group=group,
+            processing=ProcessingOptions(max_idle="50ms"),
+        )
 
     strict_group = f"del2g-strict-{tag}"
     strict = member(strict_group, require=True)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from integration.conftest import KafkaTool
-from statesnap import CheckpointOptions, Processor, ProcessorContext, Record
+from statesnap import CheckpointOptions, ProcessingOptions, Processor, ProcessorContext, Record
 from statesnap.errors import ConfigError, HandlerError, StoreAccessError
 
 
@@ -109,7 +109,9 @@ def test_failing_handler_stops_with_its_record_or_goes_to_the_dead_letter_topic(
     with pytest.raises(HandlerError, match=rf"{topic}\[0\]@1"):
         stopping.run(follow=False)
 
-    lenient = tally("lenient", topic, kafka.bootstrap, None, dead_letter_topic=dlq)
+    lenient = tally(
+        "lenient", topic, kafka.bootstrap, None, processing=ProcessingOptions(dead_letter_topic=dlq)
+    )
     lenient.start()
     try:
         assert dict(lenient.store("balances").items()) == {b"a": 3}

@@ -1,34 +1,45 @@
 """A processor's side of issue #20: a store's format changed between versions (a per-store
 migration while restoring equals processing everything with the new code), a checkpoint of an old
-version refused without one, ``start_from=G`` restores exactly G and continues, and exactly-once
-with ``start_from`` needs ``confirm=True``.
+version refused without one, ``CheckpointOptions(generation=G)`` restores exactly G and continues,
+and exactly-once with an exact generation needs ``ProcessingOptions(reemit_confirmed=True)``.
 
 Proven on Apache Kafka (the suite's broker) and on Tansu (the dev broker): ordered partitions and EOF only."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from integration.conftest import KafkaTool
-from statesnap import CheckpointOptions, Processor, ProcessorContext, Record
+from statesnap import CheckpointOptions, ProcessingOptions, Processor, ProcessorContext, Record, StateVersion
 from statesnap.errors import CheckpointMismatchError, ConfigError
+from statesnap.task.migration import Migration
 
 
-def tally(version: int, topic: str, bootstrap: str, url: str | None, **options: Any) -> Processor:
+def tally(
+    version: int,
+    topic: str,
+    bootstrap: str,
+    url: str | None,
+    *,
+    migrations: Mapping[int, Mapping[str, Migration]] | None = None,
+    generation: int | None = None,
+    processing: ProcessingOptions | None = None,
+) -> Processor:
     """Version 1 stores a balance as a number, version 2 as {"total": n}."""
     proc = Processor(
         "tally" if url is not None else "scratch",
         inputs=[topic],
         bootstrap_servers=bootstrap,
-        checkpoints=None if url is None else CheckpointOptions(url, interval="1h"),
+        checkpoints=None if url is None else CheckpointOptions(url, interval="1h", generation=generation),
         stores=["balances"],
         value_serde="json",
-        state_version=version,
-        **options,
+        state=StateVersion(version, migrations),
+        processing=processing,
     )
 
     @proc.handler
@@ -94,9 +105,9 @@ def test_store_migration_restart_and_start_from(kafka: KafkaTool, topic_name: st
     finally:
         migrated.close(checkpoint=False)
 
-    # start_from: exactly the first (version 1) generation again, migrated, then the whole tail.
+    # An exact generation: the first (version 1) again, migrated, then the whole tail.
     again = tally(
-        2, topic, kafka.bootstrap, url, migrations={1: {"balances": to_v2}}, start_from=first.generation
+        2, topic, kafka.bootstrap, url, migrations={1: {"balances": to_v2}}, generation=first.generation
     )
     again.start()
     try:
@@ -107,12 +118,26 @@ def test_store_migration_restart_and_start_from(kafka: KafkaTool, topic_name: st
         again.close(checkpoint=False)
 
 
-def test_exactly_once_start_from_needs_confirm() -> None:
+def test_exactly_once_from_an_exact_generation_needs_confirming() -> None:
+    once = ProcessingOptions(exactly_once=True)
     with pytest.raises(
-        ConfigError, match=r"start_from=3 with exactly_once=True produces the outputs .* confirm=True"
+        ConfigError,
+        match=r"generation 3 with exactly_once=True produces the outputs .* reemit_confirmed=True",
     ):
-        tally(1, "t", "127.0.0.1:1", "/nonexistent", exactly_once=True, start_from=3)
-    confirmed = tally(1, "t", "127.0.0.1:1", "/nonexistent", exactly_once=True, start_from=3, confirm=True)
-    assert confirmed.settings.start_from == 3
-    with pytest.raises(ConfigError, match="confirm=True"):
-        tally(1, "t", "127.0.0.1:1", "/nonexistent", start_from=3).replace(exactly_once=True)
+        tally(1, "t", "127.0.0.1:1", "/nonexistent", generation=3, processing=once)
+    confirmed = tally(
+        1, "t", "127.0.0.1:1", "/nonexistent", generation=3, processing=once.with_reemit_confirmed()
+    )
+    assert confirmed.settings.checkpoints_generation == 3
+    with pytest.raises(ConfigError, match="reemit_confirmed=True"):
+        tally(1, "t", "127.0.0.1:1", "/nonexistent", generation=3).replace(processing=once)
+
+
+def test_a_tables_migration_is_a_function_and_a_processors_is_per_store() -> None:
+    """The one state bundle, two owners: a processor's per-store form is refused by a table."""
+    from statesnap import Table
+
+    with pytest.raises(ConfigError, match=r"migrations\[1\] maps store names to steps"):
+        Table("t", bootstrap_servers="127.0.0.1:1", state=StateVersion(2, {1: {"balances": to_v2}}))
+    with pytest.raises(ConfigError, match=r"must map store names to fn\(key, value\)"):
+        tally(2, "t", "127.0.0.1:1", None, migrations={1: to_v2})  # type: ignore[dict-item]

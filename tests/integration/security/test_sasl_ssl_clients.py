@@ -25,7 +25,7 @@ from confluent_kafka import KafkaError as RdKafkaError
 
 from integration.conftest import KafkaTool
 from integration.security.conftest import assert_no_secret
-from statesnap import CheckpointOptions, Processor, ProcessorContext, Record, Table
+from statesnap import CheckpointOptions, ProcessingOptions, Processor, ProcessorContext, Record, Table
 from statesnap.devstack.security import SaslSslListener
 
 pytestmark = pytest.mark.integration
@@ -82,7 +82,7 @@ def tally(name: str, topic: str, out: str, url: str, listener: SaslSslListener) 
         stores=["totals"],
         value_serde="json",
         partitions=range(PARTITIONS),
-        exactly_once=True,
+        processing=ProcessingOptions(exactly_once=True),
     )
 
     @proc.handler

@@ -95,7 +95,7 @@ def test_offline_migration_on_spark_equals_the_python_engine_and_a_refusal_fails
 
     # Code of version 2 restores it as it is (nothing to migrate, nothing to replay).
     again: Table[bytes, bytes] = Table(
-        topic_name, bootstrap_servers=bootstrap, checkpoints=url, background=False, state_version=2
+        topic_name, bootstrap_servers=bootstrap, checkpoints=url, background=False, state=2
     )
     report = again.start()
     try:

@@ -19,7 +19,15 @@ import pytest
 from confluent_kafka import Producer
 
 from integration.conftest import KafkaTool
-from statesnap import CheckpointOptions, Processor, ProcessorContext, Record, StoreSpec, Windows
+from statesnap import (
+    CheckpointOptions,
+    ProcessingOptions,
+    Processor,
+    ProcessorContext,
+    Record,
+    StoreSpec,
+    Windows,
+)
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository
 from statesnap.errors import ConfigError, HandlerError
@@ -371,7 +379,11 @@ def test_emit_true_sends_the_outputs_of_the_history(
     assert len(kafka.read_all(f"{topic}-out", [0])) == keyed
     with pytest.raises(ConfigError, match="exactly-once"):
         bootstrap_processor(
-            spark, tally("eos", topic, kafka.bootstrap, str(tmp_path), exactly_once=True), emit=True
+            spark,
+            tally(
+                "eos", topic, kafka.bootstrap, str(tmp_path), processing=ProcessingOptions(exactly_once=True)
+            ),
+            emit=True,
         )
 
 

@@ -53,7 +53,7 @@ def test_spark_bootstrap_checks_migrates_and_records_the_state_version(
 
     common: dict[str, Any] = {"bootstrap_servers": bootstrap, "topic": topic_name, "table": topic_name}
     with pytest.raises(CheckpointMismatchError, match="register migrations for 1→2"):
-        spark_bootstrap(spark, checkpoints=url, state_version=2, **common)
+        spark_bootstrap(spark, checkpoints=url, state=2, **common)
     run = run_bootstrap(
         spark, BootstrapSpec(checkpoints=CheckpointOptions(url), state=StateVersion(2, {1: upper}), **common)
     )
@@ -69,7 +69,7 @@ def test_spark_bootstrap_checks_migrates_and_records_the_state_version(
     expected = {k: v.upper() for k, v in replay(history).items()}
     expected.update({r.key: r.value for r in tail})
     again: Table[bytes, bytes] = Table(
-        topic_name, bootstrap_servers=bootstrap, checkpoints=url, background=False, state_version=2
+        topic_name, bootstrap_servers=bootstrap, checkpoints=url, background=False, state=2
     )
     report = again.start()
     try:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from integration.cli_runner import STATESNAP, ok
-from statesnap import CheckpointOptions, Follower, Table
+from statesnap import CheckpointOptions, Follower, StateVersion, Table
 from statesnap.blob import open_blob_store
 from statesnap.checkpoint.discovery import locate_table
 from statesnap.checkpoint.manifest import FileKind
@@ -121,7 +121,7 @@ def test_projection_change_is_refused_without_a_migration_and_equals_full_replay
 ) -> None:
     topic, url = version_1["topic"], version_1["url"]
     tail = version_1["tail"]()
-    new_code = table(kafka, topic, url, V2, state_version=2)
+    new_code = table(kafka, topic, url, V2, state=2)
     with pytest.raises(CheckpointMismatchError) as e:
         new_code.start()
     new_code.close(checkpoint=False)
@@ -129,7 +129,7 @@ def test_projection_change_is_refused_without_a_migration_and_equals_full_replay
     assert "version 2" in str(e.value)
     assert "\n" not in str(e.value)
 
-    migrated = table(kafka, topic, url, V2, state_version=2, migrations={1: v1_to_v2})
+    migrated = table(kafka, topic, url, V2, state=StateVersion(2, {1: v1_to_v2}))
     report = migrated.start()
     try:
         assert report.checkpoint == 1
@@ -146,7 +146,7 @@ def test_projection_change_is_refused_without_a_migration_and_equals_full_replay
         migrated.close(checkpoint=False)
 
     # The new code restarts from its own generation without migrating; the old code is refused.
-    again = table(kafka, topic, url, V2, state_version=2)
+    again = table(kafka, topic, url, V2, state=2)
     report = again.start()
     try:
         assert (report.checkpoint, report.migrated_from) == (2, None)
@@ -194,7 +194,7 @@ def test_offline_migration_equals_the_lazy_one_and_pins_its_source(
 
     # The lazy one: version-2 code restoring generation 1 (nothing past its offsets to consume)
     # writes its first checkpoint at version 2 even though no offset moved.
-    lazy = table(kafka, topic, url, V2, state_version=2, migrations={1: v1_to_v2}, start_from=1)
+    lazy = table(kafka, topic, CheckpointOptions(url, generation=1), V2, state=StateVersion(2, {1: v1_to_v2}))
     report = lazy.start()
     try:
         assert (report.checkpoint, report.migrated_from, report.replayed_records) == (1, 1, 0)
@@ -207,7 +207,7 @@ def test_offline_migration_equals_the_lazy_one_and_pins_its_source(
     assert generation_rows(repo, 2) == generation_rows(repo, 3) == full_replay(kafka, topic, V2)
 
     # And a table of version 2 restores the newest (the lazy one's) as it is.
-    after = table(kafka, topic, url, V2, state_version=2)
+    after = table(kafka, topic, url, V2, state=2)
     report = after.start()
     try:
         assert (report.checkpoint, report.migrated_from) == (3, None)
@@ -216,7 +216,9 @@ def test_offline_migration_equals_the_lazy_one_and_pins_its_source(
         after.close(checkpoint=False)
 
 
-def test_start_from_equals_reprocessing_up_to_its_offsets_plus_the_rest(kafka: Any, tmp_path: Path) -> None:
+def test_an_exact_generation_equals_reprocessing_up_to_its_offsets_plus_the_rest(
+    kafka: Any, tmp_path: Path
+) -> None:
     rng = random.Random(21)
     topic = kafka.create_topic(f"from-{uuid.uuid4().hex[:12]}", PARTITIONS)
     url = (tmp_path / "cp").as_uri()
@@ -257,15 +259,11 @@ def test_start_from_equals_reprocessing_up_to_its_offsets_plus_the_rest(kafka: A
         else:
             expected[r.key] = r.value
 
-    with pytest.raises(ConfigError, match="disagree"):
-        Table(
-            topic,
-            bootstrap_servers=kafka.bootstrap,
-            checkpoints=CheckpointOptions(url, generation=2),
-            start_from=1,
-        )
     t: Table[bytes, bytes] = Table(
-        topic, bootstrap_servers=kafka.bootstrap, checkpoints=url, background=False, start_from=1
+        topic,
+        bootstrap_servers=kafka.bootstrap,
+        checkpoints=CheckpointOptions(url, generation=1),
+        background=False,
     )
     report = t.start()
     try:
@@ -388,8 +386,7 @@ def test_a_group_member_migrates_the_partitions_it_gains(kafka: Any, version_1: 
         checkpoints=CheckpointOptions(url, commit_interval="1s"),
         group=f"g-{uuid.uuid4().hex[:8]}",
         row_filter=RowFilter(value_projection=V2),
-        state_version=2,
-        migrations={1: v1_to_v2},
+        state=StateVersion(2, {1: v1_to_v2}),
     )
     report = member.start()
     try:
@@ -440,7 +437,7 @@ def test_offline_migration_on_s3_with_a_topic_snapshot_store(kafka: Any, s3_loca
         assert api.get(2).state.value == "COMPLETED"
     finally:
         api.close()
-    after = table(kafka, topic, options, V2, state_version=2)
+    after = table(kafka, topic, options, V2, state=2)
     report = after.start()
     try:
         assert (report.checkpoint, report.migrated_from) == (2, None)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from statesnap import Processor
+from statesnap import ProcessingOptions, Processor
 from statesnap.errors import ConfigError, EngineOptionError
 from statesnap.materialize import Engine, SparkOptions
 from statesnap.materialize.engine import MASTER_ENV
@@ -36,21 +36,33 @@ def test_auto_runs_a_processor_in_python_and_says_why(tmp_path: Path) -> None:
     at_least_once = choose_processor_engine(processor(tmp_path))
     assert at_least_once.engine is Engine.PYTHON
     assert "a Spark run over history emits nothing" in at_least_once.reason
-    exactly_once = choose_processor_engine(processor(tmp_path, exactly_once=True))
+    exactly_once = choose_processor_engine(
+        processor(tmp_path, processing=ProcessingOptions(exactly_once=True))
+    )
     assert exactly_once.engine is Engine.PYTHON
     assert exactly_once.reason.startswith("exactly-once outputs need the python engine")
-    dead_letters = choose_processor_engine(processor(tmp_path, dead_letter_topic="dlq"))
+    dead_letters = choose_processor_engine(
+        processor(tmp_path, processing=ProcessingOptions(dead_letter_topic="dlq"))
+    )
     assert dead_letters.engine is Engine.PYTHON
     assert dead_letters.reason.startswith("a dead-letter topic needs the python engine")
 
 
 def test_spark_refuses_exactly_once_and_dead_letters_in_one_typed_line(tmp_path: Path) -> None:
     for options, named in (
-        ({"exactly_once": True}, "--exactly-once (exactly_once=True) cannot be used with --engine spark"),
-        ({"dead_letter_topic": "dlq"}, "dead_letter_topic= cannot be used with --engine spark"),
+        (
+            {"exactly_once": True},
+            "--exactly-once (ProcessingOptions(exactly_once=True)) cannot be used with --engine spark",
+        ),
+        (
+            {"dead_letter_topic": "dlq"},
+            "ProcessingOptions(dead_letter_topic=) cannot be used with --engine spark",
+        ),
     ):
         with pytest.raises(EngineOptionError) as refused:
-            choose_processor_engine(processor(tmp_path, **options), Engine.SPARK)
+            choose_processor_engine(
+                processor(tmp_path, processing=ProcessingOptions(**options)), Engine.SPARK
+            )
         message = str(refused.value)
         assert isinstance(refused.value, ConfigError)
         assert message.startswith(named)
@@ -61,7 +73,8 @@ def test_spark_refuses_exactly_once_and_dead_letters_in_one_typed_line(tmp_path:
 def test_a_spark_setting_with_exactly_once_needs_two_engines(tmp_path: Path) -> None:
     with pytest.raises(EngineOptionError, match=r"--exactly-once .* and --spark-conf need different engines"):
         choose_processor_engine(
-            processor(tmp_path, exactly_once=True), spark=SparkOptions({"spark.executor.memory": "1g"})
+            processor(tmp_path, processing=ProcessingOptions(exactly_once=True)),
+            spark=SparkOptions({"spark.executor.memory": "1g"}),
         )
 
 
@@ -76,6 +89,8 @@ def test_the_library_refuses_before_a_spark_session_starts(tmp_path: Path) -> No
 
     with pytest.raises(EngineOptionError, match="use --engine python"):
         run_processor(
-            processor(tmp_path, exactly_once=True), engine="spark", spark=SparkOptions(session=session)
+            processor(tmp_path, processing=ProcessingOptions(exactly_once=True)),
+            engine="spark",
+            spark=SparkOptions(session=session),
         )
     assert not asked

@@ -43,4 +43,4 @@ def test_a_migration_naming_no_store_of_the_processor_is_refused() -> None:
     with pytest.raises(ConfigError, match="names store 'nope', which it does not have"):
         row_migrations("p", SPECS, {1: {"nope": lambda k, v: (k, v)}})
     with pytest.raises(ConfigError, match=r"must map store names to fn\(key, value\)"):
-        row_migrations("p", SPECS, {1: lambda k, v: (k, v)})  # type: ignore[dict-item]
+        row_migrations("p", SPECS, {1: lambda k, v: (k, v)})
