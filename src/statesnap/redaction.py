@@ -63,6 +63,7 @@ SECRET_MARKERS = (
     "oauthbearer.config",
     "signature",
     "authorization",
+    "user.info",  # the schema registry's basic.auth.user.info is "user:password"
     "access_key",
     "accesskey",
     "api_key",

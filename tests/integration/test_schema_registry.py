@@ -300,7 +300,8 @@ def test_a_table_reads_avro_keys_and_values_framed_by_the_registry(
         checkpoints=None,
         background=False,
         key_serde=AvroSerde(registry.url, topic=topic, is_key=True, schema=KEY_AVRO),
-        value_serde=resolve_serde("avro", schema_registry=registry.url, topic=topic),
+        value_serde="avro",  # the registry from the client properties, as Kafka Streams takes it
+        kafka_config={"schema.registry.url": registry.url},
     )
     try:
         table.start()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from statesnap.kafka.config import (
     parse_properties,
     redact,
 )
+from statesnap.redaction import scrub
 
 SECRET = "hunter2-S3CR3T"
 
@@ -352,3 +354,43 @@ def test_the_sasl_hint_speaks_the_callers_option_names() -> None:
 
     with pytest.raises(KafkaConfigError, match=r"set kafka\.sasl\.mechanism \(e\.g\. SCRAM-SHA-512"):
         check_sasl_mechanism({"security.protocol": "SASL_SSL"}, prefix="kafka.")
+
+
+def test_schema_registry_properties_are_taken_out_of_the_client_config() -> None:
+    """``schema.registry.*`` sits in the same properties as the client's, as Kafka Streams takes
+    it; librdkafka refuses names it does not know, so they never reach it, and a credential in
+    them is masked like any client secret."""
+    settings = KafkaSettings(
+        "k:9092",
+        {
+            "security.protocol": "SSL",
+            "schema.registry.url": "http://registry:8081",
+            "schema.registry.basic.auth.user.info": "reg-user:reg-Secret-41",
+        },
+    )
+    assert settings.schema_registry == {
+        "url": "http://registry:8081",
+        "basic.auth.user.info": "reg-user:reg-Secret-41",
+    }
+    client = settings.client_config()
+    assert not [key for key in client if key.startswith("schema.registry")]
+    assert client["security.protocol"] == "SSL"
+    assert KafkaSettings("k:9092", {"acks": "all"}).schema_registry is None
+    assert "reg-Secret-41" not in scrub("registry said: reg-user:reg-Secret-41")
+
+
+def test_a_table_and_a_processor_take_their_registry_from_kafka_config() -> None:
+    """The registry serdes resolve with the registry of ``kafka_config``; without one, one line
+    says where it goes."""
+    from statesnap import Processor, Table
+    from statesnap.serde import AvroSerde
+
+    config = {"schema.registry.url": "http://registry:8081"}
+    table: Table[Any, Any] = Table(
+        "orders", bootstrap_servers="k:9092", value_serde="avro", kafka_config=config
+    )
+    assert isinstance(table.value_serde, AvroSerde)
+    proc = Processor("p", "orders", bootstrap_servers="k:9092", value_serde="avro", kafka_config=config)
+    assert isinstance(proc.value_serde, AvroSerde)
+    with pytest.raises(ConfigError, match=r"set schema\.registry\.url in kafka_config"):
+        Table("orders", bootstrap_servers="k:9092", value_serde="avro")

@@ -22,6 +22,7 @@ from statesnap.redaction import (
 __all__ = [
     "CLIENT_LOGGER",
     "ENV_PREFIX",
+    "SCHEMA_REGISTRY_PREFIX",
     "KafkaSettings",
     "check_sasl_mechanism",
     "config_from_env",
@@ -41,16 +42,40 @@ _PROPERTY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 install_record_redaction()
 
 
+#: Where the schema registry's settings sit among the client properties, as in Kafka Streams',
+#: Connect's and Confluent's properties files: ``schema.registry.url``,
+#: ``schema.registry.basic.auth.user.info``, …
+SCHEMA_REGISTRY_PREFIX = "schema.registry."
+
+
 @dataclass(frozen=True, slots=True)
 class KafkaSettings:
-    """How to reach the cluster. ``config`` holds any librdkafka property (TLS, SASL, …)."""
+    """How to reach the cluster. ``config`` holds any librdkafka property (TLS, SASL, …); the
+    ``schema.registry.*`` properties among the ones given are taken out into
+    :attr:`schema_registry` (librdkafka refuses names it does not know), so one properties file
+    configures both, as it does for Kafka Streams."""
 
     bootstrap_servers: str
     config: Mapping[str, Any] = field(default_factory=dict)
     #: How long to wait for the first answer from the cluster before calling it unreachable.
     timeout: float = 15.0
+    #: The schema registry client's settings (``url``, ``basic.auth.user.info``, …) from the
+    #: ``schema.registry.*`` properties of *config*; None when there are none.
+    schema_registry: Mapping[str, Any] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
+        registry = {
+            key.removeprefix(SCHEMA_REGISTRY_PREFIX): value
+            for key, value in self.config.items()
+            if key.startswith(SCHEMA_REGISTRY_PREFIX)
+        }
+        if registry:
+            config = {k: v for k, v in self.config.items() if not k.startswith(SCHEMA_REGISTRY_PREFIX)}
+            object.__setattr__(self, "config", config)
+            object.__setattr__(self, "schema_registry", registry)
+            register_secrets(registry)
+            if isinstance(registry.get("url"), str):  # a URL may carry user:password@
+                register_url_secrets(registry["url"])
         if not self.bootstrap_servers or not str(self.bootstrap_servers).strip():
             raise ConfigError(
                 "bootstrap servers are required (--bootstrap-servers / STATESNAP_BOOTSTRAP_SERVERS)"

@@ -18,7 +18,7 @@ from statesnap.processor.keyspace import META_STORE, WINDOW_BYTES, partition_pre
 from statesnap.processor.stores import StoreSpec
 from statesnap.task.migration import MigratedRow, Migration
 
-__all__ = ["StoreMigration", "row_migrations"]
+__all__ = ["StoreMigration", "per_store", "row_migrations"]
 
 #: A store's migration step: the store's key and value bytes in, the next version's out (None drops).
 StoreMigration = Callable[[bytes, bytes], tuple[bytes, bytes] | None]
@@ -32,12 +32,7 @@ def row_migrations(
     """The row-level steps of *migrations* (version → store → step); a store that is not declared
     is a :class:`ConfigError` naming it."""
     out: dict[int, Migration] = {}
-    for version, steps in (migrations or {}).items():
-        if not isinstance(steps, Mapping):
-            raise ConfigError(
-                f"processor {processor!r}: migrations[{version!r}] must map store names to "
-                'fn(key, value), as in {1: {"balances": fn}}'
-            )
+    for version, steps in per_store(processor, migrations).items():
         for store, fn in steps.items():
             if store not in specs or store == META_STORE:
                 shown = ", ".join(specs) or "none"
@@ -50,6 +45,23 @@ def row_migrations(
                     f"processor {processor!r}: migrations[{version}][{store!r}] is not callable"
                 )
         out[version] = _row_step(dict(steps), {name: spec.window is not None for name, spec in specs.items()})
+    return out
+
+
+def per_store(
+    processor: str, migrations: Mapping[int, Migration | Mapping[str, Migration]] | None
+) -> dict[int, Mapping[str, Migration]]:
+    """*migrations* in a processor's form, version → store → step; a table's form (a function
+    per version) is a :class:`ConfigError` — checked when the processor is built, the store
+    names when it starts (stores may be declared in between)."""
+    out: dict[int, Mapping[str, Migration]] = {}
+    for version, steps in (migrations or {}).items():
+        if not isinstance(steps, Mapping):
+            raise ConfigError(
+                f"processor {processor!r}: migrations[{version!r}] must map store names to "
+                'fn(key, value), as in {1: {"balances": fn}}'
+            )
+        out[version] = steps
     return out
 
 

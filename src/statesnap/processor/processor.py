@@ -56,13 +56,13 @@ from statesnap.kafka.config import KafkaSettings
 from statesnap.processor.aggregations import Aggregations
 from statesnap.processor.handler import Handler, ProcessorHandler, Punctuation
 from statesnap.processor.joins import Joins
-from statesnap.processor.migrations import row_migrations
+from statesnap.processor.migrations import per_store, row_migrations
 from statesnap.processor.outputs import Outputs
 from statesnap.processor.processing import ProcessingOptions
 from statesnap.processor.stores import StoreReader, StoreSpec
 from statesnap.processor.task import ProcessorTaskHandler
 from statesnap.python.reads import SerdeName, SerdeOf
-from statesnap.serde import SchemaRegistry, Serde, resolve_serde
+from statesnap.serde import Serde, resolve_serde
 from statesnap.stores import StateStore
 from statesnap.task.cluster import aborted_records_warning
 from statesnap.task.engine import Task
@@ -121,7 +121,6 @@ class Processor(Aggregations, Joins):
         stores: Iterable[str | StoreSpec] = (),
         key_serde: SerdeOf[Any] | SerdeName | None = None,
         value_serde: SerdeOf[Any] | SerdeName | None = None,
-        schema_registry_url: SchemaRegistry | str | Mapping[str, Any] | None = None,
         kafka_config: Mapping[str, Any] | None = None,
         timeout: float = 15.0,
         store: StoreName | StoreOptions = "auto",
@@ -138,7 +137,9 @@ class Processor(Aggregations, Joins):
                 Per task the handler gets the records of every input merged by timestamp (ties:
                 the input listed first), see :mod:`statesnap.processor.merge`; the checkpoint
                 holds every input's offsets. The manifest's offsets are the first input's.
-            bootstrap_servers, kafka_config, timeout: the cluster, as for :class:`~statesnap.Table`.
+            bootstrap_servers, kafka_config, timeout: the cluster, as for :class:`~statesnap.Table`
+                (the schema registry of ``avro`` / ``json_schema`` serdes included:
+                ``schema.registry.url`` in *kafka_config*).
             checkpoints: where checkpoints live (a URL, a blob store or :class:`CheckpointOptions`);
                 None: no checkpoints (every start processes the whole input).
             stores: named stores, by name (a key-value store with the processor's serdes) or as
@@ -170,17 +171,18 @@ class Processor(Aggregations, Joins):
         self.inputs = tuple(topics)
         self.processing = processing if processing is not None else ProcessingOptions()
         self.state = StateVersion.of(state)
+        per_store(name, self.state.migrations)  # a table's form is refused here, in one line
         self._task: Task | None = None
         self._specs: dict[str, StoreSpec] = {}
         for spec in stores:
             self.add_store(spec)
+        # The registry as the constructor's kafka_config names it (schema.registry.*).
+        registry = KafkaSettings(bootstrap_servers, dict(kafka_config or {}), timeout).schema_registry
         self.key_serde: Serde = resolve_serde(
-            key_serde, schema_registry=schema_registry_url, topic=topics[0], is_key=True
+            key_serde, schema_registry=registry, topic=topics[0], is_key=True
         )
-        self.value_serde: Serde = resolve_serde(
-            value_serde, schema_registry=schema_registry_url, topic=topics[0]
-        )
-        self._schema_registry = schema_registry_url
+        self.value_serde: Serde = resolve_serde(value_serde, schema_registry=registry, topic=topics[0])
+        self._schema_registry = registry
         self._handlers: list[Handler] = []
         self._punctuations: list[Punctuation] = []
         self._settings = ProcessorSettings(

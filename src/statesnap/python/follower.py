@@ -53,7 +53,7 @@ from statesnap.python.hooks import Hooks
 from statesnap.python.reads import K, SerdeName, SerdeOf, TableReads, V
 from statesnap.python.status import FollowerStatus
 from statesnap.python.table import ProgressCallback, RestoreReport, Table
-from statesnap.serde import SchemaRegistry, Serde
+from statesnap.serde import Serde
 from statesnap.stores import StateStore
 from statesnap.task.lifecycle import TaskPhase, release_locals
 from statesnap.task.options import CheckpointOptions, StaticShare, StoreName, StoreOptions
@@ -110,7 +110,6 @@ class Follower(TableReads[K, V], Generic[K, V]):
         store: StoreName | StoreOptions = "auto",
         key_serde: SerdeOf[K] | SerdeName | None = None,
         value_serde: SerdeOf[V] | SerdeName | None = None,
-        schema_registry_url: SchemaRegistry | str | Mapping[str, Any] | None = None,
         kafka_config: Mapping[str, Any] | None = None,
         timeout: float = 15.0,
         partitions: Collection[int] | StaticShare | None = None,
@@ -131,8 +130,8 @@ class Follower(TableReads[K, V], Generic[K, V]):
             store: local state store, ``memory``, ``columnar`` or ``rocksdb``.
             key_serde, value_serde: how reads convert keys and values (default: raw bytes).
                 Filters and projections always see raw bytes.
-            schema_registry_url: the schema registry of ``avro`` / ``json_schema`` serdes.
-            kafka_config: extra librdkafka properties (TLS, SASL, …).
+            kafka_config: extra librdkafka properties (TLS, SASL, …), and the schema registry of
+                ``avro`` / ``json_schema`` serdes (``schema.registry.url``, …), as for a Table.
             timeout: how long to wait for the cluster's first answers.
             partitions: follow only these partitions (default: all).
             row_filter: keep a subset (a key filter and a value projection).
@@ -156,7 +155,6 @@ class Follower(TableReads[K, V], Generic[K, V]):
             store=store,
             key_serde=key_serde,
             value_serde=value_serde,
-            schema_registry_url=schema_registry_url,
             kafka_config=kafka_config,
             timeout=timeout,
             partitions=partitions,

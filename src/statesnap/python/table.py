@@ -47,7 +47,7 @@ from statesnap.python.freshness import Freshness
 from statesnap.python.hooks import CheckpointHook, Hooks, RestoreListener, UpdateHook, fire_updates
 from statesnap.python.reads import K, SerdeName, SerdeOf, TableReads, V
 from statesnap.python.upsert import UpsertTaskHandler
-from statesnap.serde import SchemaRegistry, Serde, resolve_serde
+from statesnap.serde import Serde, resolve_serde
 from statesnap.snapshot.participant import SnapshotTask
 from statesnap.stores import StateStore
 from statesnap.task.engine import Task
@@ -90,7 +90,6 @@ class Table(TableReads[K, V], Generic[K, V]):
         store: StoreName | StoreOptions = "auto",
         key_serde: SerdeOf[K] | SerdeName | None = None,
         value_serde: SerdeOf[V] | SerdeName | None = None,
-        schema_registry_url: SchemaRegistry | str | Mapping[str, Any] | None = None,
         kafka_config: Mapping[str, Any] | None = None,
         timeout: float = 15.0,
         partitions: Collection[int] | StaticShare | None = None,
@@ -114,9 +113,9 @@ class Table(TableReads[K, V], Generic[K, V]):
                 ``rocksdb`` (tables larger than memory); :class:`StoreOptions` adds its path.
             key_serde, value_serde: how reads convert keys and values (a serde, or ``bytes``
                 (default), ``string``, ``json``, ``avro``, ``json_schema``); the table stores bytes.
-            schema_registry_url: the schema registry of ``avro`` / ``json_schema`` serdes (a URL,
-                a ``SchemaRegistry``, or a dict with ``url`` and client settings).
-            kafka_config: extra librdkafka properties (TLS, SASL, …).
+            kafka_config: extra librdkafka properties (TLS, SASL, …), and the schema registry of
+                ``avro`` / ``json_schema`` serdes as Kafka Streams takes it:
+                ``schema.registry.url`` and ``schema.registry.<client setting>``.
             timeout: how long to wait for the cluster's answers.
             partitions: own only these partitions, or a :class:`StaticShare` of them (default:
                 all).
@@ -148,9 +147,11 @@ class Table(TableReads[K, V], Generic[K, V]):
         self.checkpoints = CheckpointOptions.of(checkpoints)
         self.group = GroupOptions.of(group)
         self.key_serde: Serde = resolve_serde(
-            key_serde, schema_registry=schema_registry_url, topic=topic, is_key=True
+            key_serde, schema_registry=self.settings.schema_registry, topic=topic, is_key=True
         )
-        self.value_serde: Serde = resolve_serde(value_serde, schema_registry=schema_registry_url, topic=topic)
+        self.value_serde: Serde = resolve_serde(
+            value_serde, schema_registry=self.settings.schema_registry, topic=topic
+        )
         self.row_filter = row_filter
         spec = TaskSpec(
             name=self.name,

@@ -69,7 +69,9 @@ def resolve_serde(
             return _NAMED[name]()
         if name in REGISTRY_SERDES:
             if schema_registry is None:
-                raise ConfigError(f"serde {serde!r} needs a schema registry: pass schema_registry_url=…")
+                raise ConfigError(
+                    f"serde {serde!r} needs a schema registry: set schema.registry.url in kafka_config"
+                )
             if topic is None:
                 raise ConfigError(f"serde {serde!r} needs the topic its subjects are named after")
             cls = REGISTRY_SERDES[name]

@@ -88,8 +88,8 @@ class CheckpointOptions:
         retention: the GC policy applied after each checkpoint.
         require: fail instead of replaying from the beginning when no checkpoint verifies.
         generation: restore exactly this generation instead of the newest valid one, then continue
-            from its offsets (``statesnap run/materialize --from-generation``); later generations stay, new ones are
-            numbered above them.
+            from its offsets (``--from-generation`` on ``statesnap run`` and ``materialize``);
+            later generations stay, new ones are numbered above them.
         snapshots: how the task takes part in the table's snapshots.
         clock: what "now" is when a checkpoint's age is judged (tests move it).
     """
