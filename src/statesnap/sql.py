@@ -218,7 +218,7 @@ def checkpoint_rows(repo: CheckpointRepository, manifest: CheckpointManifest) ->
         rows = repo.read_file(f)  # size and checksum against the manifest
         if rows.num_rows != f.rows:
             raise CorruptCheckpointError(
-                f"{repo.url}/{f.path}: {rows.num_rows} rows, the manifest says {f.rows}"
+                f"{repo.shown}/{f.path}: {rows.num_rows} rows, the manifest says {f.rows}"
             )
         rows = rows.select(["key", "value", "offset", "timestamp"])
         # Files of older statesnap versions lack the UTC flag: one instant type for all.

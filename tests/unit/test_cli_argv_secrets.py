@@ -158,7 +158,7 @@ def test_a_positional_argument_that_swallowed_a_piece_is_masked_in_the_typed_err
     )
     for result, starts in (
         (ran, "Error: ConfigError: '***' is not MODULE:OBJECT"),
-        (listed, "Error: TableNotFoundError: no checkpoints of table 't' under file://"),
+        (listed, "Error: TableNotFoundError: no checkpoints of table 't' under ***"),
     ):
         assert result.returncode == 1
         assert PIECE not in result.stdout + result.stderr

@@ -76,7 +76,7 @@ def open_blob_store(url: str, **storage_options: Any) -> BlobStore:
         path = unquote(parts.path) if scheme == "file" else url
         if "\x00" in path:
             raise InvalidStoreUrlError(f"checkpoint URL {redact_url(url)!r} has a NUL byte (%00)")
-        return FileBlobStore(path)
+        return FileBlobStore(path, shown=url)
     if scheme in {"s3", "s3a"}:
         from statesnap.blob.s3 import S3BlobStore
 

@@ -69,7 +69,13 @@ class BlobStore(Protocol):
 
     @property
     def url(self) -> str:
-        """The root URL, without credentials, safe to log."""
+        """The root URL, without credentials, safe to log: the store's identity (recorded in
+        snapshots, handed to other processes), absolute."""
+        ...
+
+    @property
+    def shown(self) -> str:
+        """The location as the user gave it (a relative path stays relative), for messages."""
         ...
 
     def read(self, key: str) -> bytes:

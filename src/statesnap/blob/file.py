@@ -36,13 +36,16 @@ _TMP_MARK = ".tmp-"
 class FileBlobStore:
     """A directory tree holding the blobs; created lazily on the first write."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, shown: str | None = None) -> None:
+        """*shown*: the location as the user wrote it (``./ckpt``, ``file:///data/c``), which
+        messages print; default *root* as given."""
         if "\x00" in os.fspath(root):
             raise InvalidStoreUrlError("checkpoint path contains a NUL byte (%00)")
         self._root = Path(root).expanduser().absolute()
+        self._shown = shown if shown is not None else os.fspath(root)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (FileBlobStore, (str(self._root),))
+        return (_reopen, (str(self._root), self._shown))
 
     def __repr__(self) -> str:
         return f"FileBlobStore({self.url!r})"
@@ -50,6 +53,10 @@ class FileBlobStore:
     @property
     def url(self) -> str:
         return self._root.as_uri()
+
+    @property
+    def shown(self) -> str:
+        return self._shown
 
     @property
     def root(self) -> Path:
@@ -63,11 +70,11 @@ class FileBlobStore:
         try:
             return path.read_bytes()
         except (FileNotFoundError, NotADirectoryError) as e:
-            raise BlobNotFoundError(f"{self.url}/{key} does not exist") from e
+            raise BlobNotFoundError(f"{self.shown}/{key} does not exist") from e
         except IsADirectoryError as e:
-            raise BlobNotFoundError(f"{self.url}/{key} is a directory, not a file") from e
+            raise BlobNotFoundError(f"{self.shown}/{key} is a directory, not a file") from e
         except OSError as e:
-            raise BlobStoreError(f"cannot read {self.url}/{key}: {e.strerror}") from e
+            raise BlobStoreError(f"cannot read {self.shown}/{key}: {e.strerror}") from e
 
     def write(self, key: str, data: bytes, *, if_absent: bool = False) -> None:
         target = self._path(key)
@@ -84,7 +91,7 @@ class FileBlobStore:
                     try:
                         os.link(tmp, target)
                     except FileExistsError as e:
-                        raise BlobExistsError(f"{self.url}/{key} already exists") from e
+                        raise BlobExistsError(f"{self.shown}/{key} already exists") from e
                 else:
                     os.replace(tmp, target)
             finally:
@@ -97,7 +104,7 @@ class FileBlobStore:
             # Permissions, a read-only or full filesystem, a file where a directory should be, a
             # root under /proc: every one means this location cannot hold checkpoints.
             reason = e.strerror or errno.errorcode.get(e.errno or 0, str(e))
-            raise StoreNotWritableError(f"cannot write {self.url}/{key}: {reason}") from e
+            raise StoreNotWritableError(f"cannot write {self.shown}/{key}: {reason}") from e
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
@@ -110,7 +117,7 @@ class FileBlobStore:
             return None
         origin, target = source._path(source_key), self._path(key)
         if not origin.is_file():
-            raise BlobNotFoundError(f"{source.url}/{source_key} does not exist")
+            raise BlobNotFoundError(f"{source.shown}/{source_key} does not exist")
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.with_name(f"{target.name}{_TMP_MARK}{uuid.uuid4().hex}")
@@ -135,10 +142,10 @@ class FileBlobStore:
                     os.unlink(tmp)
             _fsync_dir(target.parent)
         except FileNotFoundError as e:
-            raise BlobNotFoundError(f"{source.url}/{source_key} does not exist") from e
+            raise BlobNotFoundError(f"{source.shown}/{source_key} does not exist") from e
         except OSError as e:
             reason = e.strerror or errno.errorcode.get(e.errno or 0, str(e))
-            raise StoreNotWritableError(f"cannot copy to {self.url}/{key}: {reason}") from e
+            raise StoreNotWritableError(f"cannot copy to {self.shown}/{key}: {reason}") from e
         return how
 
     def list(self, prefix: str = "") -> builtins.list[BlobInfo]:
@@ -160,7 +167,7 @@ class FileBlobStore:
         except (FileNotFoundError, NotADirectoryError):
             return
         except OSError as e:
-            raise BlobStoreError(f"cannot list {self.url}/{prefix}: {e.strerror}") from e
+            raise BlobStoreError(f"cannot list {self.shown}/{prefix}: {e.strerror}") from e
         if stat.S_ISREG(st.st_mode):
             yield base, st
             return
@@ -173,7 +180,7 @@ class FileBlobStore:
             except (FileNotFoundError, NotADirectoryError):
                 continue  # removed (by GC) since we saw it
             except OSError as e:
-                raise BlobStoreError(f"cannot list {self.url}/{prefix}: {e.strerror}") from e
+                raise BlobStoreError(f"cannot list {self.shown}/{prefix}: {e.strerror}") from e
             for entry in found:
                 try:
                     if entry.is_dir(follow_symlinks=False):
@@ -191,7 +198,7 @@ class FileBlobStore:
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as e:
-            raise BlobStoreError(f"cannot list {self.url}/{prefix}: {e.strerror}") from e
+            raise BlobStoreError(f"cannot list {self.shown}/{prefix}: {e.strerror}") from e
         names = []
         for entry in found:
             with contextlib.suppress(FileNotFoundError):
@@ -208,7 +215,7 @@ class FileBlobStore:
             except (FileNotFoundError, NotADirectoryError):
                 pass
             except OSError as e:
-                raise BlobStoreError(f"cannot delete {self.url}/{key}: {e.strerror}") from e
+                raise BlobStoreError(f"cannot delete {self.shown}/{key}: {e.strerror}") from e
             parents.add(path.parent)
         # Remove directories the deletes emptied (data/<generation>/), deepest first.
         for parent in sorted(parents, key=lambda p: len(p.parts), reverse=True):
@@ -223,9 +230,9 @@ class FileBlobStore:
                 break
             probe = probe.parent
         if probe.exists() and not probe.is_dir():
-            raise StoreNotWritableError(f"{self.url}: {probe} is not a directory")
+            raise StoreNotWritableError(f"{self.shown}: {probe} is not a directory")
         if writable and not os.access(probe, os.W_OK | os.X_OK):
-            raise StoreNotWritableError(f"{self.url}: directory {probe} is not writable")
+            raise StoreNotWritableError(f"{self.shown}: directory {probe} is not writable")
 
     def abort_stale_uploads(self, prefix: str, older_than: datetime, *, dry_run: bool = False) -> int:
         """Remove temporary files a crashed writer left behind (the local analogue of multipart)."""
@@ -253,3 +260,8 @@ def _fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _reopen(root: str, shown: str) -> FileBlobStore:
+    """Unpickling (Spark ships stores to its workers): the same root, shown as the user gave it."""
+    return FileBlobStore(root, shown=shown)

@@ -201,6 +201,10 @@ class S3BlobStore:
         return f"s3://{self._bucket}/{self._prefix}".rstrip("/")
 
     @property
+    def shown(self) -> str:
+        return self.url
+
+    @property
     def options(self) -> dict[str, str]:
         """The store's options, secrets included: only for handing to processes that must open
         the same store (Spark executors, as an option Spark redacts); never log them."""

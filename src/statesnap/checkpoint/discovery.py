@@ -35,11 +35,11 @@ def locate_table(store: BlobStore, table: str, cluster_id: str | None = None) ->
     if cluster_id is not None:
         repo = CheckpointRepository.for_table(store, cluster_id, table)
         if repo.descriptor() is None and not repo.generations():
-            raise TableNotFoundError(f"no table {table!r} of cluster {cluster_id!r} under {store.url}")
+            raise TableNotFoundError(f"no table {table!r} of cluster {cluster_id!r} under {store.shown}")
         return repo
     found = discover_tables(store, table)
     if not found:
-        raise TableNotFoundError(f"no table {table!r} under {store.url}")
+        raise TableNotFoundError(f"no table {table!r} under {store.shown}")
     if len(found) > 1:
         clusters = ", ".join(sorted(str(f.cluster_id) for f in found))
         raise ConfigError(

@@ -102,6 +102,11 @@ class CheckpointRepository:
     def url(self) -> str:
         return f"{self.store.url.rstrip('/')}/{self.directory}"
 
+    @property
+    def shown(self) -> str:
+        """The table's directory under the location as the user gave it, for messages."""
+        return f"{self.store.shown.rstrip('/')}/{self.directory}"
+
     def key(self, relative: str) -> str:
         return f"{self.directory}/{relative}"
 

@@ -38,7 +38,9 @@ def _tables(url: str, table: str | None, storage_pairs: tuple[str, ...]) -> list
     store.check(writable=False)
     found: list[TableLocation] = discover_tables(store, table)
     if not found:
-        raise TableNotFoundError(f"no checkpoints{f' of table {table!r}' if table else ''} under {store.url}")
+        raise TableNotFoundError(
+            f"no checkpoints{f' of table {table!r}' if table else ''} under {store.shown}"
+        )
     click.get_current_context().meta["statesnap.store"] = store
     return found
 
@@ -86,7 +88,7 @@ def list_cmd(url: str, table: str | None, storage_pairs: tuple[str, ...], as_jso
     rows = []
     for repo in _locations(url, table, storage_pairs):
         for gen, item in repo.manifests():
-            rows.append({"location": repo.url, **_summary(gen, item)})
+            rows.append({"location": repo.shown, **_summary(gen, item)})
     Output(as_json).show(rows, (_list_line(r) for r in rows))
 
 
@@ -119,13 +121,13 @@ def show(
         generation = next((g for g in repo.generations() if repo.verify(g, deep=False).restorable), None)
     gen = generation
     if gen is None:
-        raise CheckpointError(f"no usable checkpoint in {repo.url}")
+        raise CheckpointError(f"no usable checkpoint in {repo.shown}")
     manifest = repo.read_manifest(gen)
     obj = manifest.to_json()
     for part in obj["partitions"].values():
         for f in part["files"]:
             f["url"] = f"{repo.url}/{f['path']}"
-    Output(as_json).show({"location": repo.url, **obj}, _show_lines(repo.url, manifest))
+    Output(as_json).show({"location": repo.shown, **obj}, _show_lines(repo.shown, manifest))
 
 
 def _show_lines(url: str, manifest: CheckpointManifest) -> Iterator[str]:

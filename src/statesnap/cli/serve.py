@@ -363,8 +363,9 @@ def _serve(
         # uvicorn runs on a thread: in the main thread it would re-raise SIGTERM after shutting
         # down, killing the process before the follower is closed.
         server.start()
-        follower.start_in_background()
-        # A failed replica must not answer 503 forever: stop and exit non-zero instead.
+        # A failed replica must not answer 503 forever: stop and exit non-zero instead, saying
+        # the failure once (below), not also as the replica's own log line.
+        follower.start_in_background(on_failure=lambda _error: stop.set())
         while not stop.wait(0.25):
             if follower.state == "failed" or not server.running:
                 break

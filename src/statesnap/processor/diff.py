@@ -152,7 +152,7 @@ def _manifest(repo: CheckpointRepository, generation: int) -> CheckpointManifest
     try:
         return repo.read_manifest(generation)
     except BlobNotFoundError:
-        raise SnapshotNotFoundError(f"no snapshot generation {generation} in {repo.url}") from None
+        raise SnapshotNotFoundError(f"no snapshot generation {generation} in {repo.shown}") from None
 
 
 def load_rows(repo: CheckpointRepository, generation: int) -> pa.Table:

@@ -154,15 +154,19 @@ class StoreFollower:
         )
         return True
 
-    def start_in_background(self) -> None:
-        """Load the newest checkpoint, then poll for newer ones, on a daemon thread."""
+    def start_in_background(self, *, on_failure: Callable[[BaseException], None] | None = None) -> None:
+        """Load the newest checkpoint, then poll for newer ones, on a daemon thread. A first load
+        that fails is handed to *on_failure* (the caller reports it: ``statesnap serve`` stops
+        with it), else logged as an ERROR; either way :attr:`error` holds it."""
         if self._thread is not None:
             return
         self._state = TaskPhase.RESTORING
-        self._thread = threading.Thread(target=self._run, name=f"statesnap-store-{self.store}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(on_failure,), name=f"statesnap-store-{self.store}", daemon=True
+        )
         self._thread.start()
 
-    def _run(self) -> None:
+    def _run(self, on_failure: Callable[[BaseException], None] | None) -> None:
         try:
             self.load()
         except Exception as e:
@@ -170,7 +174,10 @@ class StoreFollower:
             self._state = TaskPhase.FAILED
             with self._changed:
                 self._changed.notify_all()
-            log.error("store %s of %s: %s: %s", self.store, self.table, type(e).__name__, e)
+            if on_failure is not None:
+                on_failure(e)
+            else:
+                log.error("store %s of %s: %s: %s", self.store, self.table, type(e).__name__, e)
             return
         self._state = TaskPhase.RUNNING
         while not self._stop.wait(self.poll_seconds):

@@ -41,7 +41,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any, Generic
@@ -231,16 +231,26 @@ class Follower(TableReads[K, V], Generic[K, V]):
         self._begin_restore()
         return self._restore(progress)
 
-    def start_in_background(self, *, progress: ProgressCallback | None = None) -> None:
+    def start_in_background(
+        self,
+        *,
+        progress: ProgressCallback | None = None,
+        on_failure: Callable[[BaseException], None] | None = None,
+    ) -> None:
         """Run :meth:`start` on a thread and return at once; :attr:`state` says ``restoring`` until
-        it is done. Use :meth:`wait_until_ready` to block until the replica is usable."""
+        it is done. Use :meth:`wait_until_ready` to block until the replica is usable. A restore
+        that fails is handed to *on_failure* (the caller reports it: ``statesnap serve`` stops
+        with it, in one line), else logged with its traceback; either way :attr:`error` holds it."""
         self._begin_restore()
 
         def run() -> None:
             try:
                 self._restore(progress)
-            except BaseException:
-                log.exception("follower %s: restore failed", self.name)
+            except BaseException as e:
+                if on_failure is not None:
+                    on_failure(e)
+                else:
+                    log.exception("follower %s: restore failed", self.name)
 
         self._restore_thread = threading.Thread(
             target=run, name=f"statesnap-restore-{self.name}", daemon=True

@@ -110,7 +110,7 @@ class TableGenerations:
     def open(self, generation: int) -> SnapshotReader:
         held = self.generations()
         if generation not in held:  # before connecting to Kafka
-            raise _missing(generation, held, f"table {self.table!r}", self.blob_store.url)
+            raise _missing(generation, held, f"table {self.table!r}", self.blob_store.shown)
         follower = self.follower_at(generation)
         try:
             follower.start()
@@ -154,7 +154,7 @@ class StoreGenerations:
     def open(self, generation: int) -> SnapshotReader:
         held = self.generations()
         if generation not in held:
-            raise _missing(generation, held, f"processor {self.table!r}", self.blob_store.url)
+            raise _missing(generation, held, f"processor {self.table!r}", self.blob_store.shown)
         chosen = StoreCheckpoint.open(
             self.blob_store, self.table, self.store, generation=generation, cluster_id=self.cluster_id
         )

@@ -223,7 +223,7 @@ class SnapshotApi:
         if snap.generation == 0:
             latest = self.repo.latest()
             if latest is None:
-                raise SnapshotNotFoundError(f"table {self.table!r} has no snapshots yet in {self.repo.url}")
+                raise SnapshotNotFoundError(f"table {self.table!r} has no snapshots yet in {self.repo.shown}")
             return self._from_manifest(latest)
         return self._as_seen(snap)
 
@@ -244,7 +244,7 @@ class SnapshotApi:
                 return self._from_manifest(self.repo.read_manifest(generation))
             except BlobNotFoundError:
                 raise SnapshotNotFoundError(
-                    f"no snapshot generation {generation} of table {self.table!r} in {self.repo.url}"
+                    f"no snapshot generation {generation} of table {self.table!r} in {self.repo.shown}"
                 ) from None
 
     def _from_manifest(self, manifest: CheckpointManifest) -> Snapshot:

@@ -144,7 +144,7 @@ def clone_generation(
     target = CheckpointRepository.for_table(target_blob, manifest.cluster_id, to_table)
     if target.url == repo.url or target.descriptor() is not None or target_blob.list(target.directory + "/"):
         raise CheckpointConflictError(
-            f"table {to_table!r} already exists at {target.url}: clone into a new table name"
+            f"table {to_table!r} already exists at {target.shown}: clone into a new table name"
         )
     target_blob.check(writable=True)
     spec = resolve_spec(to_snapshot_store, str(source_spec), to_table)
@@ -178,7 +178,7 @@ def clone_generation(
             target.commit(cloned)
         except CheckpointConflictError as e:
             raise CheckpointConflictError(
-                f"table {to_table!r} at {target.url} was created meanwhile: clone into a new table name"
+                f"table {to_table!r} at {target.shown} was created meanwhile: clone into a new table name"
             ) from e
         pinned_record = _record(
             record, table, cloned, target, to_table, pin, label or f"clone of {table}@{generation}"
@@ -213,7 +213,7 @@ def _verified(repo: CheckpointRepository, table: str, generation: int) -> Checkp
     verdict = repo.verify(generation, deep=True)
     if verdict.vanished:
         raise SnapshotNotFoundError(
-            f"generation {generation} of table {table!r} has no checkpoint manifest in {repo.url}"
+            f"generation {generation} of table {table!r} has no checkpoint manifest in {repo.shown}"
         )
     if not verdict.ok or verdict.manifest is None:
         raise CorruptCheckpointError(
@@ -247,7 +247,9 @@ def _remove_partial(target: CheckpointRepository) -> None:
         target.store.delete([k for k in keys if k != target.key(layout.DESCRIPTOR)])
         target.store.delete([target.key(layout.DESCRIPTOR)])
     except Exception:  # the original error is the one to report
-        log.warning("could not remove the partial clone at %s; delete it by hand", target.url, exc_info=True)
+        log.warning(
+            "could not remove the partial clone at %s; delete it by hand", target.shown, exc_info=True
+        )
 
 
 def _write_descriptor(
@@ -272,7 +274,7 @@ def _write_descriptor(
     try:
         target.store.write(target.key(layout.DESCRIPTOR), json.dumps(body).encode(), if_absent=True)
     except BlobExistsError as e:
-        raise CheckpointConflictError(f"table {to_table!r} at {target.url} was created meanwhile") from e
+        raise CheckpointConflictError(f"table {to_table!r} at {target.shown} was created meanwhile") from e
 
 
 def _record(

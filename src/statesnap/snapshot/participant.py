@@ -161,7 +161,7 @@ class Participant:
     def _history_lost(self, last: CheckpointManifest) -> None:
         """What a writer does when its last checkpoint vanished; this one cannot rebuild it."""
         raise CheckpointHistoryLostError(
-            f"{self.repo.url}: generation {last.generation}, the checkpoint this writer builds on, "
+            f"{self.repo.shown}: generation {last.generation}, the checkpoint this writer builds on, "
             "is gone (the store was wiped or restored from an older copy, or the snapshot deleted); "
             "restart the writer to continue from the newest checkpoint left"
         )

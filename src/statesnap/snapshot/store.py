@@ -169,7 +169,7 @@ class BlobSnapshotStore:
         versions = self._versions()
         if generation not in versions:
             raise SnapshotNotFoundError(
-                f"no snapshot generation {generation} in {self.store.url}/{self.directory}"
+                f"no snapshot generation {generation} in {self.store.shown}/{self.directory}"
             )
         return self._read(generation, versions[generation])
 

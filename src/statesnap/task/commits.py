@@ -138,7 +138,7 @@ class CommitPoints:
 
     def timed_out(self, what: str, seconds: float | None) -> CheckpointTimeoutError:
         task = self.task
-        url = task.repo.url if task.repo is not None else "the checkpoint store"
+        url = task.repo.shown if task.repo is not None else "the checkpoint store"
         return CheckpointTimeoutError(
             f"table {task.name!r}: {what} did not finish within {seconds or 0:.3g}s: "
             f"{url} is not answering; the last committed checkpoint stands"

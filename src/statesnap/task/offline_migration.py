@@ -260,7 +260,7 @@ def _source(repo: CheckpointRepository, table: str, generation: int | None) -> C
         return newest
     verdict = repo.verify(generation, deep=True)
     if verdict.vanished:
-        raise SnapshotNotFoundError(f"no generation {generation} of table {table!r} in {repo.url}")
+        raise SnapshotNotFoundError(f"no generation {generation} of table {table!r} in {repo.shown}")
     if not verdict.ok or verdict.manifest is None:
         raise CorruptCheckpointError(
             f"generation {generation} of table {table!r} does not verify, not migrated: "

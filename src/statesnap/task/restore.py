@@ -116,7 +116,7 @@ def restore_into_store(
         if options.generation not in held:
             shown = ", ".join(map(str, sorted(held)[-10:])) or "none"
             raise GenerationNotFoundError(
-                f"no generation {options.generation} of table {task.table!r} in {repo.url} "
+                f"no generation {options.generation} of table {task.table!r} in {repo.shown} "
                 f"(generations there: {shown})"
             )
     selector = task.selector()

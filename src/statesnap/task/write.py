@@ -86,7 +86,7 @@ def write_checkpoint(
         api.close()
     if manifest is None:
         raise CheckpointError(
-            f"{repo.url}: snapshot {snap.generation} did not complete with this writer's report "
+            f"{repo.shown}: snapshot {snap.generation} did not complete with this writer's report "
             "(fenced by a newer generation, or the table has partitions this writer does not own)"
         )
     return manifest
