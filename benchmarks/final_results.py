@@ -97,6 +97,11 @@ BACKLOG_TIMEOUT_S = 900.0
 #: After the live input stops: time for the last windows' results (a commit interval and more).
 DRAIN_S = COMMIT_INTERVAL_MS / 1000 + 5.0
 STOP_GRACE_S = 25.0
+#: ``consume(BATCH_SIZE, timeout)`` returns when the batch is full or the timeout passed, so on live
+#: input the timeout is added to every record's latency: the output watch (whose receipt time is
+#: the measure) and the plain loop (the limit) wait 5 ms. statesnap's own loop waits 20 ms
+#: (``statesnap.task.loop.TAIL_POLL``).
+WATCH_POLL_S = 0.005
 
 #: (key, window start) -> count: a contender's final results.
 Finals = dict[tuple[bytes, int], int]
@@ -446,7 +451,7 @@ class OutputWatch:
         self.c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         self.arrived: dict[tuple[bytes, int], float] = {}
 
-    def poll(self, timeout: float = 0.05) -> None:
+    def poll(self, timeout: float = WATCH_POLL_S) -> None:
         for m in self.c.consume(BATCH_SIZE, timeout):
             key, value = m.key(), m.value()
             if m.error() is None and key is not None and value is not None:
@@ -671,7 +676,7 @@ def plain_loop(bs: str, inp: str, out: str, window: tuple[int, int]) -> None:
     c.assign([TopicPartition(inp, p, OFFSET_BEGINNING) for p in range(partitions)])
     try:
         while not stop.is_set():
-            for m in c.consume(BATCH_SIZE, 0.05):
+            for m in c.consume(BATCH_SIZE, WATCH_POLL_S):
                 partition = m.partition()
                 if m.error() is not None or partition is None:
                     continue
@@ -763,7 +768,7 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--rate", type=int, default=2_000, help="live records/s")
     ap.add_argument("--live-keys", type=int, default=100)
-    ap.add_argument("--warmup", type=float, default=8.0, help="live seconds left out (start-up, join)")
+    ap.add_argument("--warmup", type=float, default=10.0, help="live seconds left out (start-up, join)")
     ap.add_argument("--live-seconds", type=float, default=20.0, help="live seconds measured")
     ap.add_argument("--quick", action="store_true", help="20 k events, a 5 s live phase (the smoke run)")
     ap.add_argument("--skip-peers", action="store_true", help="only the plain loop and statesnap")
@@ -772,7 +777,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.quick:
-        args.events, args.warmup, args.live_seconds = 20_000, 3.0, 4.0
+        args.events, args.warmup, args.live_seconds = 20_000, 2.0, 3.0
     load_start = os.getloadavg()[0]
     try:
         tools: dict[str, Any] = {}
