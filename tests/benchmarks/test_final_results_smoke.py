@@ -19,6 +19,13 @@ import pytest
 from statesnap.devstack.apache import ApacheKafkaBroker
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "final_results.py"
+
+
+def cells(line: str) -> list[str]:
+    """The cells of one row of the rich table (header rows split on ┃, body rows on │)."""
+    return [c.strip() for c in line.strip().strip("┃│").replace("┃", "│").split("│")]
+
+
 COLUMNS = ("records/s", "vs plain loop", "backlog vs truth", "live p50 ms", "p99 ms", "live vs truth")
 
 
@@ -44,17 +51,15 @@ def test_quick_run_checks_statesnap_final_results(apache_kafka: ApacheKafkaBroke
     table = done.stdout
     for column in COLUMNS:
         assert column in table, f"column {column!r} missing from:\n{table}"
-    rows = {
-        cells[0]: cells
-        for line in table.splitlines()
-        if (cells := [c.strip() for c in line.strip("│┃ ").split("│")]) and len(cells) >= 14
-    }
+    lines = table.splitlines()
+    header = next(cells(line) for line in lines if line.startswith("┃"))
+    body = [cells(line) for line in lines if line.startswith("│")]
+    rows = {row[0]: dict(zip(header, row, strict=True)) for row in body}
     assert {"plain loop", "statesnap"} <= rows.keys(), table
     statesnap = rows["statesnap"]
-    backlog_check, live_results, live_check = statesnap[8], statesnap[12], statesnap[13]
-    assert backlog_check == "ok", table
-    assert live_check == "ok", table
-    received, expected = (int(x) for x in live_results.split("/"))
+    assert statesnap["backlog vs truth"] == "ok", table
+    assert statesnap["live vs truth"] == "ok", table
+    received, expected = (int(x) for x in statesnap["live results"].split("/"))
     assert expected > 0, table
     assert received == expected, table
     assert "MISMATCH" not in table
