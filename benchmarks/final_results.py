@@ -25,7 +25,9 @@ Two measures, each contender alone on the machine (one after the other):
 - throughput: a backlog of ``--events`` records (60 ms apart, up to 5 s out of order, well
   inside the 10 s grace; 1-minute windows, so thousands close); records/s from the contender's
   process start (interpreter or JVM start and group join included) to the last final result a
-  plain consumer reads from its output topic;
+  plain consumer reads from its output topic, and the records per CPU second of the contender's
+  process (every thread; what the other engineers' load on this shared machine inflates far
+  less than wall time);
 - latency: live input at ``--rate`` records/s with event time = wall time, 1 s windows with
   200 ms grace. A final result's latency = when the driver's consumer receives it minus when the
   record that closed its window (the partition's first with timestamp >= end + grace) was
@@ -33,7 +35,7 @@ Two measures, each contender alone on the machine (one after the other):
   Stream time advances per partition only with records, so this is what Kafka Streams'
   ``suppress``, Quix's ``final()`` and statesnap's stream-time punctuator all need.
 
-    .venv/bin/python benchmarks/final_results.py                       # 500 k events, ~8 min
+    .venv/bin/python benchmarks/final_results.py                       # 500 k events, ~10 min
     .venv/bin/python benchmarks/final_results.py --quick --skip-peers  # the smoke run (tests run it)
 
 Exits 1 when statesnap's or the plain loop's final results differ from the ground truth (a
