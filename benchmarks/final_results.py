@@ -41,6 +41,10 @@ Two measures, each contender alone on the machine (one after the other):
 Exits 1 when statesnap's or the plain loop's final results differ from the ground truth (a
 peer's difference is printed, not fatal: it is the peer's semantics). Not a test: it prints
 figures for the record. Outputs are read with ``isolation.level=read_committed``.
+
+One module on purpose (over the usual length): the driver and the two contender processes it
+starts (``final_results.py contender plain|statesnap ...``) share :class:`WindowCounter`, so the
+plain loop that competes and the ground truth that judges everyone are the same rule.
 """
 
 from __future__ import annotations
