@@ -642,7 +642,7 @@ def contender_main(argv: list[str]) -> None:
     kind, bs, inp, out, size, grace, work = argv[:7]
     window = (int(size), int(grace))
     if kind == "statesnap":
-        from statesnap import Processor
+        from statesnap import ProcessingOptions, Processor
         from statesnap.processor import Windows
 
         proc = Processor(
@@ -651,7 +651,7 @@ def contender_main(argv: list[str]) -> None:
             bootstrap_servers=bs,
             checkpoints=work,
             value_serde="json",
-            exactly_once="--exactly-once" in argv,
+            processing=ProcessingOptions(exactly_once="--exactly-once" in argv),
         )
         proc.count(
             "final",
