@@ -34,6 +34,7 @@ restore re-emits none a checkpoint covers, and a final result is never lost.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from enum import StrEnum
 from typing import Any, TypeVar
 
@@ -48,8 +49,6 @@ __all__ = ["Aggregations", "Emit"]
 F = TypeVar("F", bound=Callable[..., Any])
 #: What an aggregation reads from a record: a function, or the name of a field of a dict value.
 ValueOf = Callable[[Record], Any] | str
-#: A stream-time punctuator period of 1 ms runs at every advance of stream time.
-EVERY_ADVANCE = "1ms"
 
 
 class Emit(StrEnum):
@@ -99,7 +98,9 @@ class Aggregations:
     def handler(self, fn: F) -> F:
         raise NotImplementedError
 
-    def punctuate(self, every: str) -> Callable[[F], F]:
+    def punctuate(
+        self, every: str | float | timedelta, *, offset: str | float | timedelta = 0
+    ) -> Callable[[F], F]:
         raise NotImplementedError
 
     def count(
@@ -238,7 +239,13 @@ class Aggregations:
 
             if emit is Emit.FINAL:
                 assert to is not None
-                self.punctuate(EVERY_ADVANCE)(_final_results(store, window, to))
+                # Windows close when stream time reaches n·advance + size + grace: a punctuator
+                # with that period and phase runs exactly then, not at every advance of stream
+                # time (138 k calls for 2 k closes in the final_results benchmark).
+                advance, closes_after = window.advance_ms, window.size_ms + window.grace_ms
+                self.punctuate(
+                    timedelta(milliseconds=advance), offset=timedelta(milliseconds=closes_after % advance)
+                )(_final_results(store, window, to))
 
         fold.__qualname__ = f"{type(self).__name__}.aggregate[{store}]"
         self.handler(fold)

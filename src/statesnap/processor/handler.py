@@ -69,8 +69,15 @@ OUTPUT_FLUSH_TIMEOUT = 30.0
 
 @dataclass(frozen=True, slots=True)
 class Punctuation:
+    """*fn* runs when stream time crosses ``n * every_ms + offset_ms``."""
+
     every_ms: int
     fn: Punctuator
+    offset_ms: int = 0
+
+    def crossed(self, before: int, now: int) -> bool:
+        """Whether stream time moving from *before* to *now* crossed one of the boundaries."""
+        return (now - self.offset_ms) // self.every_ms > (before - self.offset_ms) // self.every_ms
 
 
 class ProcessorHandler:
@@ -260,7 +267,7 @@ class ProcessorHandler:
     def _punctuate(self, before: int, now: int) -> None:
         """Run each punctuator whose period boundary stream time just crossed (once per crossing)."""
         for punctuation in self.punctuations:
-            if now // punctuation.every_ms > before // punctuation.every_ms:
+            if punctuation.crossed(before, now):
                 self.cursor.enter()
                 try:
                     punctuation.fn(self.context)

@@ -268,17 +268,21 @@ class Processor(Aggregations, Joins):
         self._handlers.append(fn)
         return fn
 
-    def punctuate(self, every: str | float | timedelta) -> Callable[[F], F]:
-        """Register *fn(ctx)* to run when a task's stream time crosses a multiple of *every*
-        (once per crossing, in the partition whose record moved it): event-time timers that a
-        restore and a full re-processing fire alike."""
+    def punctuate(
+        self, every: str | float | timedelta, *, offset: str | float | timedelta = 0
+    ) -> Callable[[F], F]:
+        """Register *fn(ctx)* to run when a task's stream time crosses a multiple of *every*,
+        shifted by *offset* (``every="1m", offset="10s"``: at :10 of each minute), once per
+        crossing, in the partition whose record moved it: event-time timers that a restore and a
+        full re-processing fire alike."""
         every_ms = round(parse_duration(every) / timedelta(milliseconds=1))
         if every_ms <= 0:
             raise ConfigError(f"punctuation period must be positive, got {every!r}")
+        offset_ms = round(parse_duration(offset) / timedelta(milliseconds=1)) % every_ms
 
         def register(fn: F) -> F:
             self._check_building("add a punctuator")
-            self._punctuations.append(Punctuation(every_ms, fn))
+            self._punctuations.append(Punctuation(every_ms, fn, offset_ms))
             return fn
 
         return register
