@@ -369,9 +369,11 @@ def test_final_window_results_survive_kills_across_rebalances(
     }))  # fmt: skip
 
 
-@pytest.mark.parametrize("rounds", [2, pytest.param(6, marks=pytest.mark.long)])
+@pytest.mark.parametrize(
+    ("rounds", "records"), [(2, 30_000), pytest.param(6, 100_000, marks=pytest.mark.long)]
+)
 def test_join_results_survive_kills_across_rebalances(
-    rounds: int, kafka: KafkaTool, new_topic: Any, new_location: Any, tmp_path: Path
+    rounds: int, records: int, kafka: KafkaTool, new_topic: Any, new_location: Any, tmp_path: Path
 ) -> None:
     """Apache Kafka. The exactly-once outer join of ``join_child.py`` in a group of two static
     members killed in turn (at random, and mid-hand-over) while they work through their inputs:
@@ -379,7 +381,7 @@ def test_join_results_survive_kills_across_rebalances(
     left, right = new_topic(PARTITIONS, "rjl"), new_topic(PARTITIONS, "rjr")
     output, reference = new_topic(PARTITIONS, "rjout"), new_topic(PARTITIONS, "rjref")
     seed = int(uuid.uuid4().hex[:8], 16)
-    produce_join_inputs(kafka, left, right, 24_000, seed)
+    produce_join_inputs(kafka, left, right, records, seed)
     build_join(kafka.bootstrap, left, right, reference, None, exactly_once=False).run(follow=False)
     want = join_results(kafka.bootstrap, reference)
     assert want, "the join sent nothing"
