@@ -22,7 +22,9 @@ go on. A processor follows both inputs live with the one-sided handler *and* the
 
 With ``max_idle=0`` the live order is the order of arrival: the test pins only that its setup
 really produces skew (a held-back impression reaches the handler after a later click), not how
-many pairs that loses.
+many pairs that loses. A long, expected-to-fail test documents what is still open: a processor
+that *starts* while the inputs are written catches up to the live edge without waiting for an
+input at its end, so the end of its catch-up merges in the order of arrival.
 
 Proven on Apache Kafka 4.1 (the session's ``apache_kafka``): CreateTime timestamps as produced,
 partition order, EOF at the end of each partition.
@@ -88,7 +90,8 @@ class SkewedAds(threading.Thread):
 
     def __init__(self, bootstrap: str, impressions: str, clicks: str, seconds: float, seed: int) -> None:
         super().__init__(daemon=True)
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 1, "acks": "all"})
+        self.bootstrap = bootstrap
+        self.producer: Producer | None = None  # while it runs (none outlives the broker)
         self.impressions, self.clicks, self.seconds = impressions, clicks, seconds
         self.rng = random.Random(seed)
         self.holds = 0
@@ -99,6 +102,7 @@ class SkewedAds(threading.Thread):
 
     def _send(self, topic: str, key: str, n: int, ts: int) -> None:
         value = json.dumps({"id": n}).encode()
+        assert self.producer is not None
         self.producer.produce(
             topic,
             value,
@@ -116,12 +120,17 @@ class SkewedAds(threading.Thread):
             self.acks.append((msg.topic(), msg.partition(), msg.timestamp()[1]))
 
     def run(self) -> None:
+        self.producer = Producer({"bootstrap.servers": self.bootstrap, "linger.ms": 1, "acks": "all"})
         try:
             self._produce()
         except BaseException as e:  # surfaced by finish()
             self.error = e
+        finally:
+            self.producer = None
 
     def _produce(self) -> None:
+        producer = self.producer
+        assert producer is not None
         rng, n = self.rng, 0
         held: list[tuple[str, int, int]] = []
         due: list[tuple[float, str, int]] = []  # clicks to make: (wall time, key, id)
@@ -149,11 +158,11 @@ class SkewedAds(threading.Thread):
             while due and due[0][0] <= now:
                 _, key, i = due.pop(0)
                 self._send(self.clicks, key, i, int(time.time() * 1000))
-            self.producer.poll(0)
+            producer.poll(0)
             time.sleep(0.01)
         for key, i, ts in held:
             self._send(self.impressions, key, i, ts)
-        assert self.producer.flush(30) == 0, "records left undelivered"
+        assert producer.flush(30) == 0, "records left undelivered"
 
     def finish(self) -> int:
         self.join(60)
@@ -341,17 +350,23 @@ class LiveRun:
     late_impressions: int
 
 
-def follow_live(apache: KafkaTool, max_idle: str | float, seconds: float) -> LiveRun:
-    """A processor following both (empty) inputs while :class:`SkewedAds` writes them for
-    *seconds*; stopped once its handler has seen every record produced."""
+def follow_live(apache: KafkaTool, max_idle: str | float, seconds: float, head_start: float = 0) -> LiveRun:
+    """A processor following both inputs while :class:`SkewedAds` writes them for *seconds*,
+    started on the empty inputs (or *head_start* seconds into the producer's run: it catches up
+    first); stopped once its handler has seen every record produced."""
     tag = uuid.uuid4().hex[:8]
     impressions, clicks = (apache.create_topic(f"live-{t}-{tag}", PARTITIONS) for t in ("imp", "click"))
     one_sided, joined = (apache.create_topic(f"live-{t}-{tag}", PARTITIONS) for t in ("one", "join"))
     proc, seen = ads_processor(apache.bootstrap, impressions, clicks, one_sided, joined, max_idle)
-    proc.start()  # caught up with the empty inputs: following from here
+    producer = SkewedAds(apache.bootstrap, impressions, clicks, seconds, int(uuid.uuid4().hex[:8], 16))
     try:
-        producer = SkewedAds(apache.bootstrap, impressions, clicks, seconds, int(uuid.uuid4().hex[:8], 16))
-        producer.start()
+        if head_start:
+            producer.start()
+            time.sleep(head_start)
+            proc.start()
+        else:
+            proc.start()  # caught up with the empty inputs: following from here
+            producer.start()
         produced = producer.finish()
         KafkaTool.wait_for(
             lambda: len(seen) >= produced, timeout=30, what=f"the live handler to see {produced}"
@@ -433,3 +448,23 @@ def test_without_max_idle_the_live_merge_sees_the_held_back_input_late(apache: K
             {"records": live.produced, "late": late, "one_sided": want_one.total(), "lost": lost.total()}
         )
     )
+
+
+@pytest.mark.long  # documents a gap; the tests above prove the live merge of a following task
+@pytest.mark.xfail(
+    reason="catching up, MergedReader._merge does not wait for an input at its end, so the end of "
+    "a catch-up at the live edge merges in the order of arrival whatever max_idle says",
+    strict=False,
+)
+def test_a_start_at_the_live_edge_merges_as_a_replay_does(apache: KafkaTool) -> None:
+    """Apache Kafka. The processor starts 2.5 s into the producer's run: it catches up with what
+    is there, then follows with ``max_idle="2s"``. Where its catch-up ends (the live edge) an
+    input at its end is not waited for — ``max_idle`` applies only once the task follows — so
+    there the handler's order is the order of arrival, not the plain merge's: a restart of a
+    live join can lose pairs at the end of its catch-up (issue #33). Kafka Streams waits
+    ``max.task.idle.ms`` for an input at its end whether or not the task has caught up."""
+    live = follow_live(apache, "2s", seconds=6, head_start=2.5)
+    merged = plain_merge(read_inputs(apache.bootstrap, live.topics), live.topics)
+    for p in range(PARTITIONS):
+        handed = [s for s in live.seen if s[1] == p]
+        assert handed == [(r.topic, r.partition, r.offset) for r in merged[p]], f"partition {p}: live order"
