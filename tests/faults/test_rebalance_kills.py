@@ -6,13 +6,15 @@ rebalances, static membership, transactions and ``read_committed``.
 
 Two static members of one group (``rebalance_child.py``; a restart keeps the slot's
 ``group.instance.id`` and so its ``transactional.id``: it fences what the killed incarnation left
-open at once). Round by round one of them is SIGKILLed — at a random moment of steady
-processing, or while the other is handing its partitions over in the rebalance the previous
-restart set off (the kill lands just after it logged the revocation) — left dead until the group
-evicts it (the session timeout: the survivor gains its partitions from their checkpoint plus
-the committed offsets), then restarted (another rebalance). Then both run to the end — until the
-group's committed offsets, read by a plain consumer, reach the end of every input partition — and
-close. Judged against what never went through statesnap's group code:
+open at once — a dynamic member's would hold the partitions' next owner for
+``transaction.timeout.ms``). Round by round one of them is SIGKILLed — at a random moment once
+the group commits (the join: mid-catch-up), or inside its hand-over (the transaction commit and
+checkpoint of the partitions leaving it, widened by the child) in the rebalance its peer's
+restart set off — left dead until the group evicts it (the session timeout: the survivor gains
+its partitions from their checkpoint plus the committed offsets, re-processing between them for
+state only), then restarted (another rebalance). Then both run to the end — until the group's
+committed offsets, read by a plain consumer, reach the end of every input partition — and close
+cleanly. Judged against what never went through statesnap's group code:
 
 - final results: every window the plain loop (:func:`faults.test_processor_kills.final_model`)
   closes by the end has exactly one result on the output topic (``read_committed``) with the
@@ -20,8 +22,9 @@ close. Judged against what never went through statesnap's group code:
 - the join: the output (``read_committed``) equals, record for record (key, value, timestamp),
   what one uninterrupted run of the same join sends.
 
-The default run kills twice per processor (once at random, once mid-rebalance); long mode
-(``STATESNAP_FAULTS=long`` or ``-m long``) six times.
+The default variants kill twice per processor (once at random, once inside a hand-over), about
+45 s each; the ``long`` ones (``make test-long``, ``STATESNAP_LONG=1``) six times, the join over
+100k records.
 """
 
 from __future__ import annotations
