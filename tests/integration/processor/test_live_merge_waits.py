@@ -84,7 +84,7 @@ def apache(apache_kafka: ApacheKafkaBroker) -> Iterator[KafkaTool]:
 
 class SkewedAds(threading.Thread):
     """Writes an impression per partition every tick and, for most impressions, a click 0-250 ms
-    later (timestamps: the wall clock when each is made). About once a second it holds the
+    later (timestamps: the wall clock when each is made). A few times a second it holds the
     impressions back for 100-300 ms while clicks keep going out, then sends what it held.
     Each input stays in time order; the skew is across inputs only."""
 
