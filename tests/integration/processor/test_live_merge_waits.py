@@ -46,7 +46,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from integration.conftest import KafkaTool
-from statesnap import JoinWindows, Processor, ProcessorContext, Record
+from statesnap import JoinWindows, ProcessingOptions, Processor, ProcessorContext, Record
 from statesnap.devstack import ApacheKafkaBroker
 
 pytestmark = pytest.mark.integration
@@ -194,7 +194,8 @@ def ads_processor(
     each record's (topic, partition, offset) to."""
     proc = Processor(
         f"ads-{uuid.uuid4().hex[:8]}", inputs=[impressions, clicks], bootstrap_servers=bootstrap,
-        key_serde="string", value_serde="json", stores=["recent"], max_idle=max_idle, timeout=20.0,
+        key_serde="string", value_serde="json", stores=["recent"],
+        processing=ProcessingOptions(max_idle=max_idle), timeout=20.0,
     )  # fmt: skip
     seen: list[Seen] = []
 
