@@ -71,12 +71,15 @@ class MergedReader:
     """Reads *primary* and *others* (one reader per input, over the same partitions) and returns
     per partition the merged records of every input.
 
-    ``max_idle``: once the task follows (``tailing``), how long a partition with records waiting
-    waits for an input with nothing buffered — at its end or not: a live input at its end is
-    about to deliver — before it goes on without that input, and goes on while that input stays
-    empty (Kafka Streams' ``max.task.idle.ms``; 0 waits only for an input that has not reached
-    its end). While catching up it waits for an input not at its end and never for one at its end
-    (the history is complete; a lost cluster is reported by the inputs' own stall checks)."""
+    ``max_idle``: how long a partition with records waiting waits for an input with nothing
+    buffered — at its end or not: a live input at its end is about to deliver — before it goes on
+    without that input, and goes on while that input stays empty (Kafka Streams'
+    ``max.task.idle.ms``; 0 waits only for an input that has not reached its end). It holds while
+    catching up too: a start at the live edge (every deploy of a running pipeline) would
+    otherwise merge the end of its catch-up in order of arrival. Catching up, the wait gives up
+    only on inputs at their end; one that has not reached its end has records to fetch and is
+    always waited for (a lost cluster is reported by the inputs' own stall checks). A replay whose
+    inputs end at different times pays ``max_idle`` once per partition."""
 
     def __init__(
         self,
@@ -288,9 +291,9 @@ class MergedReader:
     def _merge(self, p: int) -> list[Any]:
         buffers = [self._buffers[(i, p)] for i in range(len(self.readers))]
         ended = [p in r.at_eof for r in self.readers]
-        # Following, an input at its end holds the merge too (up to max_idle): its next record
-        # may be older than the other inputs' heads (a live join's other side, a batch behind).
-        waits = [False] * len(buffers) if self._tailing and self.max_idle > 0 else ended
+        # An input at its end holds the merge too (up to max_idle): its next record may be older
+        # than the other inputs' heads (a live join's other side, a batch behind).
+        waits = [False] * len(buffers) if self.max_idle > 0 else ended
         out: list[Any] = []
         ends: dict[int, int] = {}
         heads: list[int | None] = [_timestamp(b[0]) if b else None for b in buffers]
@@ -315,20 +318,27 @@ class MergedReader:
         return out
 
     def _after_idle(self, p: int, heads: list[int | None], ended: list[bool]) -> int | None:
-        """A following task does not wait past ``max_idle`` for an input that says nothing."""
-        if not self._tailing or all(h is None for h in heads):
+        """A task does not wait past ``max_idle`` for an input that says nothing — following, for
+        any input; catching up, for an input at its end only."""
+        if all(h is None for h in heads):
             return None
         now = time.monotonic()
         since = self._blocked_since.setdefault(p, now)
         if now - since < self.max_idle:
             return None
-        if p not in self._said_idle:  # once per wait, not per batch
+        gives_up = [True] * len(heads) if self._tailing else ended
+        i = pick(heads, gives_up)
+        if i is not None and p not in self._said_idle:  # once per wait, not per batch
             self._said_idle.add(p)
             waiting = [self.topics[i] for i, h in enumerate(heads) if h is None]
-            log.info(
-                "partition %d: no record of %s for %.1fs; going on without them", p, waiting, now - since
+            log.log(
+                logging.INFO if self._tailing else logging.DEBUG,
+                "partition %d: no record of %s for %.1fs; going on without them",
+                p,
+                waiting,
+                now - since,
             )
-        return pick(heads, [True] * len(heads))
+        return i
 
     def applied(self, partition: int, next_offset: int) -> None:
         """The task applied the batch :meth:`poll` returned for *partition* (every input's part

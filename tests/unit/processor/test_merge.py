@@ -171,8 +171,8 @@ def test_a_following_task_waits_max_idle_for_an_input_at_its_end() -> None:
     """Kafka Streams' ``max.task.idle.ms``: following, an input at its end with nothing
     buffered holds the other input's records up to ``max_idle`` (its next record may be older:
     the other side of a live join, a batch behind), then the task goes on — and keeps going on
-    while that input stays empty; once it delivers, the merge is by timestamp again. Catching
-    up, an input at its end holds nothing. (Before, an input at its end was never waited for.)"""
+    while that input stays empty; once it delivers, the merge is by timestamp again. (Before, an
+    input at its end was never waited for.)"""
     early: Any = FakeReader("t0", [10, 20], [])
     late: Any = FakeReader("t1", [], [])
     merged = MergedReader(early, [late], max_idle=0.1)
@@ -189,6 +189,31 @@ def test_a_following_task_waits_max_idle_for_an_input_at_its_end() -> None:
     early.messages.append(Message("t0", 0, 2, 30))
     (batch,) = merged.poll(0).values()  # t1 still empty: the task goes on, no new wait
     assert [m.ts for m in batch] == [30]
+
+
+def test_a_catching_up_task_waits_max_idle_for_an_input_at_its_end_only() -> None:
+    """A start at the live edge: catching up, an input at its end holds the other's records up
+    to ``max_idle`` too (its next record may be about to arrive), then the task goes on; an
+    input that has not reached its end is waited for however long it takes (its records are
+    there to fetch). Before, the end of a catch-up merged in the order of arrival."""
+    early: Any = FakeReader("t0", [10, 20], [])
+    late: Any = FakeReader("t1", [], [])
+    merged = MergedReader(early, [late], max_idle=0.1)
+    assert merged.poll(0) == {}  # t1 reports its end on this poll; the idle time starts
+    assert merged.poll(0) == {}
+    late.messages.append(Message("t1", 0, 0, 5))  # in time: it goes first
+    (batch,) = merged.poll(0).values()
+    assert [(m.topic(), m.ts) for m in batch] == [("t1", 5)]
+    time.sleep(0.12)
+    (batch,) = merged.poll(0).values()
+    assert [m.ts for m in batch] == [10, 20]
+
+    waiting: Any = FakeReader("t0", [10], [])
+    behind: Any = SilentReader("t1", [], [])  # neither delivers nor reports its end
+    held = MergedReader(waiting, [behind], max_idle=0.05)
+    assert held.poll(0) == {}
+    time.sleep(0.06)
+    assert held.poll(0) == {}, "catching up, an input not at its end is always waited for"
 
 
 def test_max_idle_zero_never_waits_for_an_input_at_its_end() -> None:
