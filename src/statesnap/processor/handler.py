@@ -211,11 +211,11 @@ class ProcessorHandler:
                     if last_first < base:
                         self._expired.add(partition)
                 if replaying:  # each input's records below its own committed offset
-                    outputs.suppressed = record_offset < record_until
-                    outputs.suppressed_records += outputs.suppressed
+                    outputs.state_only = record_offset < record_until
+                    outputs.state_only_records += outputs.state_only
             elif until >= 0:
-                outputs.suppressed = offset < until
-                outputs.suppressed_records += outputs.suppressed
+                outputs.state_only = offset < until
+                outputs.state_only_records += outputs.state_only
             cursor.offset, cursor.timestamp, cursor.stream_time = offset, ts, stream_time
             cursor.thread = thread
             try:
@@ -250,7 +250,7 @@ class ProcessorHandler:
             finally:
                 cursor.thread = NO_CALL
         if until >= 0 or (multi and replaying):
-            outputs.suppressed = False
+            outputs.state_only = False
         self.processed += len(messages)
         if stream_time != started:
             buffer.put(stream_time_key(partition), stream_time_value(stream_time), offset, ts)

@@ -56,15 +56,17 @@ class Outputs:
         self._config = dict(producer_config or {})
         self._producer: Any = None
         self.pending: list[_Emitted] = []
-        #: Re-processing inputs whose outputs are already committed (exactly-once restore).
-        self.suppressed = False
+        #: Re-processing inputs for their state only: their outputs are already committed (an
+        #: exactly-once restore, a Spark backfill without ``emit``). Not Kafka Streams'
+        #: "suppress", which holds a window's results until it closes (``emit="final"``).
+        self.state_only = False
         #: Per input partition, the offset below which outputs are already committed: records
         #: below it are re-processed for their state only (exactly-once restore; empty otherwise).
         self.replay_until: dict[int, int] = {}
         #: The same for the inputs after the first: per topic, per partition.
         self.replay_until_of: dict[str, dict[int, int]] = {}
-        #: Records re-processed with emission suppressed.
-        self.suppressed_records = 0
+        #: Records re-processed for their state only.
+        self.state_only_records = 0
         #: Set when outputs can no longer be delivered or committed: the processor must stop.
         self.failure: OutputError | FatalClientError | None = None
         self.emitted = 0
@@ -147,10 +149,10 @@ class Outputs:
         self.pending.clear()
 
     def accept(self) -> None:
-        """The record's handlers returned: send what they emitted (unless suppressed)."""
+        """The record's handlers returned: send what they emitted (unless for state only)."""
         if not self.pending:
             return
-        if self.suppressed:
+        if self.state_only:
             self.pending.clear()
             return
         producer = self.producer
@@ -163,7 +165,7 @@ class Outputs:
         self, topic: str, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]], ts: int
     ) -> None:
         """Produce already-serialized bytes (the dead-letter topic's copy of an input record)."""
-        if not self.suppressed:
+        if not self.state_only:
             self._roles.setdefault(topic, "dead-letter")
             self._produce(self.producer, topic, key, value, headers, ts)
 

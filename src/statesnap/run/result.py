@@ -81,6 +81,14 @@ class MaterializeResult:
     def __post_init__(self) -> None:
         object.__setattr__(self, "offsets", MappingProxyType(dict(self.offsets)))
 
+    def __repr__(self) -> str:
+        """One short line (the fields are :meth:`to_json`'s): a REPL shows what happened."""
+        return (
+            f"MaterializeResult(table={self.table!r}, engine={self.engine.engine.value}, "
+            f"checkpoint={self.checkpoint}, written={self.written}, keys={self.keys:,}, "
+            f"seconds={self.seconds:.2f})"
+        )
+
     @classmethod
     def of(
         cls,
@@ -170,6 +178,13 @@ class ProcessorRunResult:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stores", MappingProxyType(dict(self.stores)))
+
+    def __repr__(self) -> str:
+        return (
+            f"ProcessorRunResult(processor={self.run.table!r}, engine={self.run.engine.engine.value}, "
+            f"checkpoint={self.run.checkpoint}, processed={self.processed:,}, emitted={self.emitted:,}, "
+            f"stores={dict(self.stores)!r})"
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {

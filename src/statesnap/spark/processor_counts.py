@@ -380,7 +380,7 @@ class CountRule:
         end = min(w.end, w.start + self.sample)
         store = MemoryStore()
         outputs = Outputs(opts.settings(), proc.key_serde, proc.value_serde)
-        outputs.suppressed = True
+        outputs.state_only = True
         handler = proc.handler_for(store, outputs)
         records = []
         for msgs in iter_range(opts, w.partition, w.start, end):

@@ -96,7 +96,7 @@ def partition_task(
             empty = write_data_file(repo, generation, p, "base", w.run, rows)
             return Done(p, (empty.to_json(),), 0, dict.fromkeys(names, 0))
         outputs = Outputs(opts.settings(), proc.key_serde, proc.value_serde)
-        outputs.suppressed = not emit
+        outputs.state_only = not emit
         handler = proc.handler_for(store, outputs)
         seconds = {"load": clock() - mark}
         mark = clock()

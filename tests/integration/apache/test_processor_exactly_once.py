@@ -308,7 +308,7 @@ def restart_and_check(kafka: KafkaTool, cfg: dict[str, Any], checkpoint: int | N
         balances, expected, dead = recompute(kafka, cfg["topic"], refusing=cfg.get("dlq") is not None)
         assert dict(proc.store("balances").items()) == balances
         assert proc._outputs is not None
-        suppressed = proc._outputs.suppressed_records
+        suppressed = proc._outputs.state_only_records
     finally:
         proc.close()
     got = read_outputs(kafka.bootstrap, cfg["out"], "read_committed")
@@ -635,6 +635,6 @@ def test_records_below_the_committed_offsets_change_state_and_emit_nothing() -> 
         ("out", 0),
         ("out", 1),
     ]
-    assert outputs.suppressed_records == 3
+    assert outputs.state_only_records == 3
     balances = StoreReader(proc.stores["balances"], resolve_serde(None), json_serde, store, (0, 1))
     assert dict(balances.items()) == {b"a": 36, b"b": 2}
