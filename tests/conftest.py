@@ -24,6 +24,9 @@ from statesnap.devstack import ApacheKafkaBroker, EmbeddedBroker, EmbeddedS3
 from statesnap.devstack.apache import apache_kafka_missing
 from statesnap.devstack.security import SaslSslListener
 
+#: Seconds per test file and directory, printed after the run (:mod:`suite_time`).
+pytest_plugins = ["suite_time"]
+
 LONG_ENV = "STATESNAP_LONG"
 BROKER_ENV = "STATESNAP_TEST_BROKER"
 

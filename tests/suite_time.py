@@ -1,0 +1,37 @@
+"""Where the suite's time goes: seconds per test file and per directory (set-up, call and
+tear-down), printed after the run — the figures a change to the default tier is judged by
+(``--durations`` names single tests; a slow suite is usually a slow file's many tests)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+__all__ = ["pytest_runtest_logreport", "pytest_terminal_summary"]
+
+_seconds: defaultdict[str, float] = defaultdict(float)
+_SHOWN = 15
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _seconds[report.nodeid.split("::", 1)[0]] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _seconds:
+        return
+    folders: defaultdict[str, float] = defaultdict(float)
+    for path, seconds in _seconds.items():
+        folders[path.rsplit("/", 1)[0]] += seconds
+    terminalreporter.section("suite time")
+    terminalreporter.write_line(f"total {sum(_seconds.values()):,.0f} s of test set-up, call and tear-down")
+    terminalreporter.write_line(
+        "by directory: " + ", ".join(f"{d} {s:,.0f} s" for d, s in folders.most_common())
+    )
+    for path, seconds in _most(_seconds):
+        terminalreporter.write_line(f"{seconds:8.1f} s  {path}")
+
+
+def _most(seconds: dict[str, float]) -> list[tuple[str, float]]:
+    return sorted(seconds.items(), key=lambda item: -item[1])[:_SHOWN]
