@@ -25,10 +25,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for path, seconds in _seconds.items():
         folders[path.rsplit("/", 1)[0]] += seconds
     terminalreporter.section("suite time")
-    terminalreporter.write_line(f"total {sum(_seconds.values()):,.0f} s of test set-up, call and tear-down")
-    terminalreporter.write_line(
-        "by directory: " + ", ".join(f"{d} {s:,.0f} s" for d, s in folders.most_common())
-    )
+    total = sum(_seconds.values())
+    terminalreporter.write_line(f"{total:8.0f} s  in all (test set-up, call and tear-down)")
+    for folder, seconds in _most(folders):
+        terminalreporter.write_line(f"{seconds:8.0f} s  {folder}/")
     for path, seconds in _most(_seconds):
         terminalreporter.write_line(f"{seconds:8.1f} s  {path}")
 
