@@ -27,8 +27,8 @@ key (the output stays co-partitioned); its value is the aggregate, or for a wind
 "end": E, "value": V}`` (milliseconds), encoded with the store's value serde (JSON unless
 ``value_serde`` says otherwise). A change carries the input record's timestamp, a final result its
 window's last millisecond (``end - 1``). Delivery is the processor's: at least once, or exactly
-once with ``exactly_once=True``; which windows were emitted is checkpointed with the store, so a
-restore re-emits none a checkpoint covers, and a final result is never lost.
+once with ``ProcessingOptions(exactly_once=True)``; which windows were emitted is checkpointed
+with the store, so a restore re-emits none a checkpoint covers, and a final result is never lost.
 """
 
 from __future__ import annotations

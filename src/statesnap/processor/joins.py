@@ -13,7 +13,8 @@ only its own two inputs' records (a processor may read more). A joined value is
 ``joiner(left_value, right_value)``; the default joiner makes ``{"left": L,
 "right": R}`` (None for a missing side). A result keeps the input's key (the output stays
 co-partitioned) and goes out through ``ctx.emit`` with the processor's guarantee: at least once,
-or exactly once with ``exactly_once=True``; every buffer is a store, checkpointed with the rest.
+or exactly once with ``ProcessingOptions(exactly_once=True)``; every buffer is a store,
+checkpointed with the rest.
 
 **Stream–stream** (``join``): a left record at ``t`` joins every right record of its key whose
 timestamp lies in ``[t - before, t + after]`` (a right record at ``t`` the left ones in ``[t -

@@ -3,8 +3,8 @@ at every commit point before a checkpoint may claim the inputs that produced the
 
 At least once by default: a crash after a record's outputs were sent and before the checkpoint
 that covers its input sends them again when the tail is re-processed. With a transactional
-producer (``exactly_once=True``) the outputs of a commit interval and the group's offsets commit
-together; records re-processed from the checkpoint up to those offsets emit nothing.
+producer (``ProcessingOptions(exactly_once=True)``) the outputs of a commit interval and the
+group's offsets commit together; records re-processed from the checkpoint up to those offsets emit nothing.
 
 Records that were not delivered stop the processor (:class:`OutputError`, kept as
 :attr:`Outputs.failure`): a later commit point would let a checkpoint claim the inputs whose

@@ -33,8 +33,8 @@ handler's effect on its stores must depend only on the records and the stores â€
 state. Stores can only be written during a handler or punctuator call
 (:class:`~statesnap.errors.StoreAccessError` otherwise). Emitted records are delivered at least
 once: those emitted after the last checkpoint are emitted again after a crash. With
-``exactly_once=True`` they commit in one Kafka transaction with the input offsets at every commit
-point (:mod:`statesnap.processor.transactions`): ``read_committed`` readers see each exactly once.
+``ProcessingOptions(exactly_once=True)`` they commit in one Kafka transaction with the input
+offsets at every commit point (:mod:`statesnap.processor.transactions`): ``read_committed`` readers see each exactly once.
 """
 
 from __future__ import annotations
