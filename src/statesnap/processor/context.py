@@ -124,8 +124,9 @@ class ProcessorContext:
         """Send a record to *topic* (serialized with the processor's serdes, the value with
         *value_serde* when given; timestamp: the input record's). Delivered at least once: after
         a crash, records emitted since the last checkpoint are emitted again
-        (``ProcessingOptions(exactly_once=True)`` avoids it). Only from the call's own thread: an output belongs to the record in hand
-        (dropped with it, committed with it), so another thread's is
+        (``ProcessingOptions(exactly_once=True)`` avoids it). Only from the call's own thread: an
+        output belongs to the record in hand (dropped with it, committed with it), so another
+        thread's is
         :class:`~statesnap.errors.StoreAccessError`."""
         if self._cursor.thread != get_ident():
             raise StoreAccessError(

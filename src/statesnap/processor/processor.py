@@ -34,7 +34,8 @@ state. Stores can only be written during a handler or punctuator call
 (:class:`~statesnap.errors.StoreAccessError` otherwise). Emitted records are delivered at least
 once: those emitted after the last checkpoint are emitted again after a crash. With
 ``ProcessingOptions(exactly_once=True)`` they commit in one Kafka transaction with the input
-offsets at every commit point (:mod:`statesnap.processor.transactions`): ``read_committed`` readers see each exactly once.
+offsets at every commit point (:mod:`statesnap.processor.transactions`): ``read_committed``
+readers see each exactly once.
 """
 
 from __future__ import annotations
