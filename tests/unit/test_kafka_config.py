@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -394,3 +396,56 @@ def test_a_table_and_a_processor_take_their_registry_from_kafka_config() -> None
     assert isinstance(proc.value_serde, AvroSerde)
     with pytest.raises(ConfigError, match=r"set schema\.registry\.url in kafka_config"):
         Table("orders", bootstrap_servers="k:9092", value_serde="avro")
+
+
+def _warned(kind: type[Any], config: dict[str, Any]) -> list[str]:
+    """What librdkafka logs while a client of *kind* is created with *config* (no broker)."""
+    records: list[str] = []
+
+    class Catch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record.getMessage())
+
+    logger = logging.getLogger(f"test.confwarn.{uuid.uuid4().hex}")
+    logger.addHandler(Catch())
+    logger.propagate = False
+    client = kind({"bootstrap.servers": "127.0.0.1:1", **config, "logger": logger})
+    if hasattr(client, "close"):
+        client.close()
+    return [r for r in records if "will be ignored" in r]
+
+
+def test_each_client_gets_the_part_of_kafka_config_it_uses() -> None:
+    """One ``kafka_config`` serves statesnap's consumers, producers and admin clients: a consumer
+    property (``group.instance.id``, which exactly-once groups want) in a producer, or a producer
+    property in a consumer, made librdkafka warn at every start. Every name in the two lists is
+    checked against librdkafka itself: it does warn for the other kind of client, and the
+    client's own config is then quiet."""
+    from confluent_kafka import Consumer, Producer
+
+    from statesnap.kafka.config import CONSUMER_ONLY, PRODUCER_ONLY
+
+    samples = {"isolation.level": "read_committed", "auto.offset.reset": "earliest",
+               "partition.assignment.strategy": "range", "group.protocol": "classic",
+               "group.protocol.type": "consumer", "group.remote.assignor": "uniform",
+               "compression.codec": "lz4", "compression.type": "lz4", "partitioner": "murmur2",
+               "acks": "all", "request.required.acks": "all", "transactional.id": "t",
+               "enable.idempotence": True, "enable.gapless.guarantee": False,
+               "enable.auto.commit": False, "enable.auto.offset.store": False,
+               "enable.partition.eof": True, "check.crcs": True, "group.id": "g",
+               "group.instance.id": "i", "delivery.report.only.error": False,
+               "compression.level": 3, "batch.num.messages": 100, "retries": 3,
+               "message.send.max.retries": 3}  # fmt: skip
+
+    def value(name: str) -> Any:
+        return samples.get(name, 6000)
+
+    for name in sorted(CONSUMER_ONLY):
+        assert _warned(Producer, {name: value(name)}), f"{name} is not consumer-only"
+    for name in sorted(PRODUCER_ONLY):
+        assert _warned(Consumer, {"group.id": "g", name: value(name)}), f"{name} is not producer-only"
+    mixed = KafkaSettings("127.0.0.1:1", {"group.instance.id": "i", "acks": "all", "client.rack": "r"})
+    assert _warned(Producer, {k: v for k, v in mixed.producer_config().items() if k != "logger"}) == []
+    consumer = {k: v for k, v in mixed.consumer_config(**{"group.id": "g"}).items() if k != "logger"}
+    assert _warned(Consumer, consumer) == []
+    assert mixed.producer_config()["client.rack"] == mixed.consumer_config()["client.rack"] == "r"

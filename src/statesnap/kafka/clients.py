@@ -167,23 +167,23 @@ def _create(kind: type[Any], conf: dict[str, Any]) -> Any:
 
 def new_consumer(settings: KafkaSettings, **overrides: Any) -> Any:
     """A ``Consumer`` on *settings*; :class:`KafkaConfigError` for settings librdkafka refuses."""
-    return _create(Consumer, settings.client_config(**overrides))
+    return _create(Consumer, settings.consumer_config(**overrides))
 
 
 def new_producer(settings: KafkaSettings, **overrides: Any) -> Any:
     """A ``Producer`` on *settings*; :class:`KafkaConfigError` for settings librdkafka refuses."""
-    return _create(Producer, settings.client_config(**overrides))
+    return _create(Producer, settings.producer_config(**overrides))
 
 
 def new_admin(settings: KafkaSettings, **overrides: Any) -> Any:
     """An ``AdminClient`` on *settings*; :class:`KafkaConfigError` for settings librdkafka refuses."""
-    return _create(AdminClient, settings.client_config(**overrides))
+    return _create(AdminClient, settings.producer_config(**overrides))
 
 
 def new_watched_admin(settings: KafkaSettings, **overrides: Any) -> tuple[Any, ConnectionErrors]:
     """``new_admin`` plus the :class:`ConnectionErrors` its ``error_cb`` records (a user's own
     ``error_cb`` still gets every error)."""
-    conf = settings.client_config(**overrides)
+    conf = settings.producer_config(**overrides)
     errors = ConnectionErrors(conf, conf.get("error_cb"), conf.get("logger"))
     conf["error_cb"] = errors
     conf["logger"] = errors

@@ -48,6 +48,34 @@ install_record_redaction()
 SCHEMA_REGISTRY_PREFIX = "schema.registry."
 
 
+#: Properties librdkafka applies to consumers only; a producer or admin client given one logs
+#: "is a consumer property and will be ignored" at every start (``group.instance.id``, which
+#: exactly-once groups want, among them). One ``kafka_config`` serves every client statesnap
+#: makes, so each gets the part it uses (checked against librdkafka in tests/unit).
+CONSUMER_ONLY = frozenset(
+    {
+        "group.id", "group.instance.id", "partition.assignment.strategy", "session.timeout.ms",
+        "heartbeat.interval.ms", "group.protocol", "group.protocol.type", "group.remote.assignor",
+        "coordinator.query.interval.ms", "max.poll.interval.ms", "enable.auto.commit",
+        "auto.commit.interval.ms", "enable.auto.offset.store", "queued.min.messages",
+        "queued.max.messages.kbytes", "fetch.wait.max.ms", "fetch.message.max.bytes",
+        "max.partition.fetch.bytes", "fetch.max.bytes", "fetch.min.bytes", "fetch.error.backoff.ms",
+        "isolation.level", "enable.partition.eof", "check.crcs", "auto.offset.reset",
+    }
+)  # fmt: skip
+#: Properties librdkafka applies to producers only (a consumer given one logs as above).
+PRODUCER_ONLY = frozenset(
+    {
+        "transactional.id", "transaction.timeout.ms", "enable.idempotence", "enable.gapless.guarantee",
+        "queue.buffering.max.messages", "queue.buffering.max.kbytes", "queue.buffering.max.ms",
+        "linger.ms", "message.send.max.retries", "retries", "compression.codec", "compression.type",
+        "compression.level", "batch.num.messages", "batch.size", "delivery.report.only.error",
+        "sticky.partitioning.linger.ms", "request.required.acks", "acks", "request.timeout.ms",
+        "message.timeout.ms", "delivery.timeout.ms", "partitioner",
+    }
+)  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class KafkaSettings:
     """How to reach the cluster. ``config`` holds any librdkafka property (TLS, SASL, …); the
@@ -89,12 +117,24 @@ class KafkaSettings:
 
     def client_config(self, **overrides: Any) -> dict[str, Any]:
         """librdkafka settings: ours, then the user's ``config`` (theirs win), then *overrides*."""
+        return self._config(self.config, overrides)
+
+    def consumer_config(self, **overrides: Any) -> dict[str, Any]:
+        """:meth:`client_config` for a consumer: the user's producer-only properties left out."""
+        return self._config({k: v for k, v in self.config.items() if k not in PRODUCER_ONLY}, overrides)
+
+    def producer_config(self, **overrides: Any) -> dict[str, Any]:
+        """:meth:`client_config` for a producer or an admin client (librdkafka makes admin
+        clients producers): the user's consumer-only properties left out."""
+        return self._config({k: v for k, v in self.config.items() if k not in CONSUMER_ONLY}, overrides)
+
+    def _config(self, users: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
         conf: dict[str, Any] = {
             "bootstrap.servers": self.bootstrap_servers,
             "client.id": "statesnap",
             "logger": CLIENT_LOGGER,
         }
-        conf.update(self.config)
+        conf.update(users)
         conf.update(overrides)
         return conf
 

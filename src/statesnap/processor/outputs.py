@@ -88,7 +88,7 @@ class Outputs:
         return self._producer
 
     def _new_producer(self, **config: Any) -> Any:
-        conf = self.settings.client_config(**config)
+        conf = self.settings.producer_config(**config)
         user_cb = conf.get("error_cb")
 
         def on_error(err: Any) -> None:

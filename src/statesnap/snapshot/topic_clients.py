@@ -93,7 +93,7 @@ def check_store_topic(settings: KafkaSettings, topic: str, *, create: bool) -> N
 def store_consumer(settings: KafkaSettings, topic: str) -> Any:
     """The store's consumer: never joins its group (partitions are assigned), reads every record."""
     return Consumer(
-        settings.client_config(
+        settings.consumer_config(
             **{
                 "group.id": f"statesnap-snapshots.{topic}",  # never joined: assign only
                 "enable.auto.commit": False,
@@ -112,7 +112,7 @@ def store_producer(settings: KafkaSettings, transactional_id: str, where: str) -
     """A transactional producer, initialised: a new one fences every older writer of the topic.
     *where* names the store in errors."""
     producer = Producer(
-        settings.client_config(
+        settings.producer_config(
             **{
                 "transactional.id": transactional_id,
                 "enable.idempotence": True,
