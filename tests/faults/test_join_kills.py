@@ -62,7 +62,9 @@ def produce(kafka: KafkaTool, left: str, right: str, n: int, seed: int) -> None:
     assert producer.flush(30) == 0
 
 
-def results(bootstrap: str, topic: str) -> Counter[Result]:
+def committed_records(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes, int]]:
+    """(key, value, timestamp) of every committed record of *topic*: a plain ``read_committed``
+    consumer to every partition's EOF, not statesnap."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -72,7 +74,7 @@ def results(bootstrap: str, topic: str) -> Counter[Result]:
             "isolation.level": "read_committed",
         }
     )
-    out: Counter[Result] = Counter()
+    out: list[tuple[bytes | None, bytes, int]] = []
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
         eof: set[int] = set()
@@ -85,12 +87,20 @@ def results(bootstrap: str, topic: str) -> Counter[Result]:
                     assert err.code() == KafkaError._PARTITION_EOF, err
                     eof.add(m.partition() or 0)
                     continue
-                key, value = m.key(), m.value()
+                value = m.value()
                 assert value is not None
-                out[(None if key is None else key.decode(), value, m.timestamp()[1])] += 1
+                out.append((m.key(), value, m.timestamp()[1]))
     finally:
         consumer.close()
     return out
+
+
+def results(bootstrap: str, topic: str) -> Counter[Result]:
+    """The committed records of *topic* as a multiset of (key as text, value, timestamp)."""
+    return Counter(
+        (None if key is None else key.decode(), value, ts)
+        for key, value, ts in committed_records(bootstrap, topic)
+    )
 
 
 def child(

@@ -49,6 +49,7 @@ from faults.harness import KafkaTool, Location, cli_env, kill_group
 from faults.join_child import build as build_join
 from faults.processor_child import TUMBLING
 from faults.rebalance_child import HAND_OVER_DELAY
+from faults.test_join_kills import committed_records
 from faults.test_join_kills import produce as produce_join_inputs
 from faults.test_join_kills import results as join_results
 from faults.test_processor_kills import PARTITIONS, TimedPayments, _read_events, final_model
@@ -213,38 +214,6 @@ def end_offsets(bootstrap: str, topics: Sequence[str]) -> dict[tuple[str, int], 
     return ends
 
 
-def committed_output(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes, int]]:
-    """(key, value, timestamp) of every record of *topic* a ``read_committed`` reader sees."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"test-truth-{uuid.uuid4().hex[:6]}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-        }
-    )
-    out: list[tuple[bytes | None, bytes, int]] = []
-    try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-        eof: set[int] = set()
-        deadline = time.monotonic() + 60
-        while len(eof) < PARTITIONS:
-            assert time.monotonic() < deadline, f"reading {topic} timed out"
-            for m in consumer.consume(1000, 0.1):
-                err = m.error()
-                if err is not None:
-                    assert err.code() == KafkaError._PARTITION_EOF, err
-                    eof.add(m.partition() or 0)
-                    continue
-                value = m.value()
-                assert value is not None
-                out.append((m.key(), value, m.timestamp()[1]))
-    finally:
-        consumer.close()
-    return out
-
-
 def kill_rounds(
     members: Members, rounds: int, rng: random.Random, progressed: Callable[[], bool]
 ) -> list[str]:
@@ -351,7 +320,7 @@ def test_final_window_results_survive_kills_across_rebalances(
     want = final_model(events)
     assert want, "no window closed"
     got: dict[tuple[bytes, int], list[int]] = {}
-    for key, value, _ts in committed_output(kafka.bootstrap, output):
+    for key, value, _ts in committed_records(kafka.bootstrap, output):
         assert key is not None
         result = json.loads(value)
         assert result["end"] - result["start"] == TUMBLING.size_ms, result
