@@ -53,7 +53,6 @@ import argparse
 import bisect
 import json
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -75,6 +74,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from peers import PeerBuildError, peer_classpath
 from processors import FETCH_CONFIG, QUIX_CONSUMER_CONFIG, QUIX_DIR, BenchError, children_cpu, quix_python
 
 from statesnap.devstack.apache import ApacheKafkaBroker, apache_kafka_missing
@@ -85,11 +85,7 @@ from statesnap.kafka.reader import BATCH_SIZE
 console = Console(stderr=True)
 
 SCRIPT = Path(__file__).resolve()
-PEER_DIR = SCRIPT.parent / "peers" / "kafka-streams"
-PEER_SOURCE = PEER_DIR / "src" / "main" / "java" / "dev" / "statesnap" / "peers" / "FinalCountPeer.java"
-PEER_CLASS = PEER_DIR / "target" / "classes" / "dev" / "statesnap" / "peers" / "FinalCountPeer.class"
 QUIX_FINAL_APP = QUIX_DIR / "final_app.py"
-MVN_TIMEOUT_S = 600
 T_BASE_MS = 1_700_000_000_000
 BACKLOG_MS_PER_EVENT = 60
 #: Backlog records arrive up to this much out of order: inside the grace, so none is late.
@@ -348,22 +344,11 @@ def contenders(skip_peers: bool, exactly_once: bool) -> list[Contender]:
 
 
 def build_kafka_streams() -> list[str]:
-    """``mvn -q package`` when FinalCountPeer's class is missing or older than its source."""
-    if not PEER_CLASS.exists() or PEER_CLASS.stat().st_mtime < PEER_SOURCE.stat().st_mtime:
-        if shutil.which("mvn") is None:
-            raise BenchError("mvn not found: install Maven to build benchmarks/peers/kafka-streams")
-        console.print("building the Kafka Streams peer (mvn -q package)")
-        done = subprocess.run(
-            ["mvn", "-q", "-B", "-Dstyle.color=never", "package"],
-            cwd=PEER_DIR,
-            capture_output=True,
-            text=True,
-            timeout=MVN_TIMEOUT_S,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise BenchError(f"mvn package failed in {PEER_DIR}: {(done.stdout + done.stderr)[-2000:]}")
-    cp = os.pathsep.join([str(PEER_DIR / "target" / "classes"), str(PEER_DIR / "target" / "lib" / "*")])
+    """The java command line that runs FinalCountPeer (built first when needed)."""
+    try:
+        cp = peer_classpath()
+    except PeerBuildError as e:
+        raise BenchError(str(e)) from None
     return [
         "java",
         "-Xmx512m",

@@ -73,10 +73,24 @@ class Row:
     ks_restore: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def build_peer() -> list[str]:
-    """``mvn -q package`` the Java peer once; the java command line that runs it."""
-    lib = PEER_DIR / "target" / "lib"
-    if not (PEER_DIR / "target" / "classes" / "dev").is_dir() or not lib.is_dir():
+class PeerBuildError(Exception):
+    """The Kafka Streams peer could not be built (no Maven, or ``mvn package`` failed)."""
+
+
+def peer_classpath() -> str:
+    """The Kafka Streams peers' classpath, after ``mvn -q package`` when a peer's class is missing
+    or older than its source (every benchmark that runs a peer of ``benchmarks/peers/kafka-streams``
+    builds it here)."""
+    java = PEER_DIR / "src" / "main" / "java"
+    classes, lib = PEER_DIR / "target" / "classes", PEER_DIR / "target" / "lib"
+
+    def stale(source: Path) -> bool:
+        built = classes / source.relative_to(java).with_suffix(".class")
+        return not built.exists() or built.stat().st_mtime < source.stat().st_mtime
+
+    if not lib.is_dir() or any(stale(source) for source in java.rglob("*.java")):
+        if shutil.which("mvn") is None:
+            raise PeerBuildError("mvn not found: install Maven to build benchmarks/peers/kafka-streams")
         console.print("building the Kafka Streams peer (mvn -q package)")
         done = subprocess.run(
             ["mvn", "-q", "-B", "-Dstyle.color=never", "package"],
@@ -87,10 +101,18 @@ def build_peer() -> list[str]:
             check=False,
         )
         if done.returncode != 0:
-            sys.exit(
-                f"peers: mvn package failed in {PEER_DIR}: {(done.stdout + done.stderr).strip()[-2000:]}"
+            raise PeerBuildError(
+                f"mvn package failed in {PEER_DIR}: {(done.stdout + done.stderr).strip()[-2000:]}"
             )
-    cp = os.pathsep.join([str(PEER_DIR / "target" / "classes"), str(lib / "*")])
+    return os.pathsep.join([str(classes), str(lib / "*")])
+
+
+def build_peer() -> list[str]:
+    """The java command line that runs the restore peer (built first when needed)."""
+    try:
+        cp = peer_classpath()
+    except PeerBuildError as e:
+        sys.exit(f"peers: {e}")
     return [
         "java",
         "-Xmx1g",
