@@ -19,6 +19,7 @@ import click
 
 from statesnap import __version__
 from statesnap.cli.argv import ArgvSecrets, malformed_message, scan
+from statesnap.cli.docs import docs_page
 from statesnap.errors import StatesnapError
 from statesnap.redaction import install_log_redaction, scrub
 
@@ -92,6 +93,7 @@ def _hidden(error: click.ClickException, found: ArgvSecrets) -> click.ClickExcep
     return click.ClickException(clean)
 
 
+@docs_page("index.md")
 @click.group(
     cls=StatesnapGroup,
     epilog=EXAMPLES,

@@ -8,6 +8,7 @@ from typing import Protocol
 
 import click
 
+from statesnap.cli.docs import docs_page
 from statesnap.cli.options import json_option
 from statesnap.cli.output import Output
 
@@ -28,6 +29,7 @@ class _DevBroker(Protocol):
     def log_tail(self, lines: int = 20) -> str: ...
 
 
+@docs_page("tutorials/tables.md")
 @click.command()
 @click.option("--port", type=int, default=None, help="Port on 127.0.0.1 (default: a free one).")
 @click.option(

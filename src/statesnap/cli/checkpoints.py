@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from statesnap.cli.docs import docs_page
 from statesnap.cli.options import (
     json_option,
     pairs_to_dict,
@@ -25,6 +26,7 @@ if TYPE_CHECKING:  # the checkpoint package loads pyarrow: imported where a comm
 __all__ = ["checkpoints", "common", "gc", "list_cmd", "migrate", "show", "verify"]
 
 
+@docs_page("how-to/checkpoints.md")
 @click.group()
 def checkpoints() -> None:
     """Inspect and maintain checkpoints in a store (URL: path, file:///path or s3://bucket/prefix)."""
@@ -81,6 +83,7 @@ def common(f: Any) -> Any:
     return click.argument("url", envvar="STATESNAP_CHECKPOINTS")(f)
 
 
+@docs_page("how-to/checkpoints.md")
 @checkpoints.command("list")
 @common
 def list_cmd(url: str, table: str | None, storage_pairs: tuple[str, ...], as_json: bool) -> None:
@@ -104,6 +107,7 @@ def _list_line(r: dict[str, Any]) -> str:
     )
 
 
+@docs_page("how-to/checkpoints.md")
 @checkpoints.command()
 @common
 @click.argument("generation", type=int, required=False)
@@ -146,6 +150,7 @@ def _show_lines(url: str, manifest: CheckpointManifest) -> Iterator[str]:
         yield f"  partition {p:>4}: next offset {pc.next_offset:>12}  {files}"
 
 
+@docs_page("how-to/checkpoints.md")
 @checkpoints.command()
 @common
 @snapshot_cluster_options
@@ -203,6 +208,7 @@ def _verify_line(r: dict[str, Any]) -> str:
     return f"{r['location']}  {what}  {status}"
 
 
+@docs_page("how-to/checkpoints.md")
 @checkpoints.command()
 @common
 @snapshot_cluster_options
@@ -258,6 +264,7 @@ def gc(
     )
 
 
+@docs_page("how-to/checkpoints.md")
 @checkpoints.command()
 @click.argument("url", envvar="STATESNAP_CHECKPOINTS")
 @click.option("--table", required=True, envvar="STATESNAP_TABLE", help="The table to migrate.")

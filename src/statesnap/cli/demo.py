@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from statesnap.cli.docs import docs_page
 from statesnap.cli.options import json_option
 from statesnap.cli.output import Output
 from statesnap.cli.tables import start_with_progress
@@ -36,6 +37,7 @@ def _produce(settings: KafkaSettings, spec: SampleSpec, label: str, quiet: bool)
     return time.monotonic() - started
 
 
+@docs_page("index.md")
 @click.command()
 @click.option("--updates", default=2_000_000, show_default=True, help="History length (records).")
 @click.option("--keys", default=200_000, show_default=True, help="Distinct keys (the table's size).")

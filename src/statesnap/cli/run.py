@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import click
 
+from statesnap.cli.docs import docs_page
 from statesnap.cli.interrupts import shutdown_timeout_option
 from statesnap.cli.options import (
     ENGINES,
@@ -67,6 +68,7 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     return seconds
 
 
+@docs_page("tutorials/processors.md")
 @click.command(epilog=RUN_EXAMPLES)
 @click.argument("app", metavar="MODULE:OBJECT")
 @click.option(

@@ -9,6 +9,7 @@ from datetime import datetime
 
 import click
 
+from statesnap.cli.docs import docs_page
 from statesnap.cli.options import (
     bootstrap_option,
     json_option,
@@ -45,6 +46,7 @@ def _start_ms(value: str | None) -> int | None:
         ) from None
 
 
+@docs_page("tutorials/processors.md")
 @click.command(
     "produce-sample",
     epilog="""

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from statesnap.cli.docs import docs_page
 from statesnap.cli.options import (
     kafka_config_options,
     kafka_settings,
@@ -55,6 +56,7 @@ def prefix_filter(prefixes: tuple[str, ...]) -> Callable[[bytes], bool] | None:
     return lambda key: key.startswith(wanted)
 
 
+@docs_page("reference/http.md")
 @click.command()
 @click.option(
     "--bootstrap-servers",

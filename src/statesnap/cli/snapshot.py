@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from statesnap.cli.docs import docs_page
 from statesnap.cli.options import (
     json_option,
     pairs_to_dict,
@@ -36,6 +37,7 @@ __all__ = [
 ]
 
 
+@docs_page("how-to/snapshots.md")
 @click.group()
 def snapshot() -> None:
     """Create, list, show, pin and delete consistent snapshots of a table.
@@ -95,6 +97,7 @@ def _lines(s: Snapshot) -> Iterator[str]:
         yield f"  waiting for partitions {s.missing_partitions}"
 
 
+@docs_page("how-to/snapshots.md")
 @snapshot.command()
 @common
 @click.option("--wait", is_flag=True, help="Wait until the snapshot completes, fails or --timeout passes.")
@@ -128,6 +131,7 @@ def create(
         raise SystemExit(1)
 
 
+@docs_page("how-to/snapshots.md")
 @snapshot.command("list")
 @common
 def list_cmd(url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool) -> None:
@@ -138,6 +142,7 @@ def list_cmd(url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool
     Output(as_json).show([snapshot_json(s) for s in snaps], (_line(s) for s in snaps))
 
 
+@docs_page("how-to/snapshots.md")
 @snapshot.command()
 @common
 @click.argument("generation", type=int)
@@ -156,6 +161,7 @@ def _task_lines(s: Snapshot) -> Iterator[str]:
         yield f"  task {task.task_id}: {offsets}"
 
 
+@docs_page("how-to/snapshots.md")
 @snapshot.command()
 @common
 def current(url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool) -> None:
@@ -163,6 +169,7 @@ def current(url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool)
     _print(_api(url, table, storage_pairs).current(), as_json)
 
 
+@docs_page("how-to/snapshots.md")
 @snapshot.command()
 @common
 @click.argument("generation", type=int)
@@ -172,6 +179,7 @@ def delete(url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool, 
     Output(as_json).show({"deleted": generation}, f"deleted snapshot {generation}")
 
 
+@docs_page("how-to/snapshots.md")
 @snapshot.command()
 @common
 @click.argument("generation", type=int)
@@ -180,6 +188,7 @@ def pin(url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool, gen
     _print(_api(url, table, storage_pairs).pin(generation), as_json)
 
 
+@docs_page("how-to/snapshots.md")
 @snapshot.command()
 @common
 @click.argument("generation", type=int)
@@ -188,6 +197,7 @@ def unpin(url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool, g
     _print(_api(url, table, storage_pairs).unpin(generation), as_json)
 
 
+@docs_page("how-to/snapshots.md")
 @snapshot.command()
 @common
 @click.argument("old", type=int)
@@ -245,6 +255,7 @@ def _diff_lines(head: str, result: SnapshotDiff) -> Iterator[str]:
         yield from _diff_lines(f"  store {name}", store)
 
 
+@docs_page("how-to/snapshots.md")
 @snapshot.command()
 @common
 @click.argument("generation", type=int)

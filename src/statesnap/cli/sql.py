@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import click
 
+from statesnap.cli.docs import docs_page
 from statesnap.cli.options import json_option, pairs_to_dict, storage_options
 from statesnap.cli.output import Output
 
 __all__ = ["sql"]
 
 
+@docs_page("how-to/incident-sql.md")
 @click.command()
 @click.argument("url", envvar="STATESNAP_CHECKPOINTS")
 @click.argument("query")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from statesnap.cli.docs import docs_page
 from statesnap.cli.dumping import (
     SERDES,
     StoreDumpRequest,
@@ -77,6 +78,7 @@ def start_with_progress(table: Restorable, quiet: bool) -> RestoreReport:
         return restore_with_progress(table, progress)
 
 
+@docs_page("tutorials/tables.md")
 @click.command()
 @bootstrap_option
 @topic_option
@@ -359,6 +361,7 @@ def cli_session(conf: dict[str, str], quiet: bool, stop: threading.Event | None)
     return start
 
 
+@docs_page("reading-checkpoints.md")
 @click.command(epilog=DUMP_EXAMPLES)
 @click.option(
     "--bootstrap-servers",
