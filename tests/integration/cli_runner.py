@@ -15,15 +15,20 @@ STATESNAP = [sys.executable, "-m", "statesnap.cli"]
 
 
 def statesnap(
-    *args: str, timeout: float = 240, env: dict[str, str] | None = None
+    *args: str,
+    timeout: float = 240,
+    env: dict[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``statesnap ARGS``; Spark's Python workers run this interpreter."""
+    """``statesnap ARGS`` (in *cwd*, for relative paths as a user types them); Spark's Python
+    workers run this interpreter."""
     return subprocess.run(
         [*STATESNAP, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
+        cwd=cwd,
         env={**os.environ, "PYSPARK_PYTHON": sys.executable, **(env or {})},
     )
 

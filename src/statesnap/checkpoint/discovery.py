@@ -43,7 +43,7 @@ def locate_table(store: BlobStore, table: str, cluster_id: str | None = None) ->
     if len(found) > 1:
         clusters = ", ".join(sorted(str(f.cluster_id) for f in found))
         raise ConfigError(
-            f"table {table!r} exists for several clusters under {store.url} ({clusters}); pick one "
+            f"table {table!r} exists for several clusters under {store.shown} ({clusters}); pick one "
             "with cluster_id"
         )
     return CheckpointRepository(store, found[0].directory)

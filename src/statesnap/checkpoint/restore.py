@@ -182,7 +182,7 @@ class CheckpointSelector:
         if self.require_checkpoint or self.generation is not None:
             which = f"generation {self.generation}" if self.generation is not None else "checkpoint"
             raise NoUsableCheckpointError(
-                f"no usable {which} for table {self.table!r} in {self.repo.url}"
+                f"no usable {which} for table {self.table!r} in {self.repo.shown}"
                 + "".join(f"; {s.generation}: {s.reason}" for s in self.skipped[:3])
             )
         if self.skipped:

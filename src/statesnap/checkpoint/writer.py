@@ -57,7 +57,7 @@ def _write_new_file(
         except CheckpointConflictError:
             continue
     raise CheckpointConflictError(
-        f"{repo.url}: {_NAME_ATTEMPTS} data files of partition {partition} already exist "
+        f"{repo.shown}: {_NAME_ATTEMPTS} data files of partition {partition} already exist "
         f"in generation {generation}"
     )
 

@@ -170,6 +170,7 @@ def verify(url: str, table: str | None, storage_pairs: tuple[str, ...], as_json:
     from statesnap.snapshot.audit import verify_table_metadata
 
     results: list[dict[str, Any]] = []
+    shown: list[str] = []  # each result's location as the user gave it, for the lines a person reads
     kafka = snapshot_store_args()["kafka"]
     for loc in _tables(url, table, storage_pairs):
         repo = CheckpointRepository(click.get_current_context().meta["statesnap.store"], loc.directory)
@@ -186,14 +187,16 @@ def verify(url: str, table: str | None, storage_pairs: tuple[str, ...], as_json:
                     "problems": list(verdict.problems),
                 }
             )
+            shown.append(repo.shown)
         metadata = verify_table_metadata(repo, loc.table, kafka=kafka)
         results.append({"location": repo.url, "generation": None, "ok": not metadata, "problems": metadata})
-    Output(as_json).show(results, (_verify_line(r) for r in results))
+        shown.append(repo.shown)
+    Output(as_json).show(results, (_verify_line(s, r) for s, r in zip(shown, results, strict=True)))
     if not all(r["ok"] for r in results):
         raise SystemExit(1)
 
 
-def _verify_line(r: dict[str, Any]) -> str:
+def _verify_line(location: str, r: dict[str, Any]) -> str:
     if r["ok"]:
         status = "ok"
     elif r.get("restorable"):  # only a key index is damaged: derived data, rebuilt on restore
@@ -205,7 +208,7 @@ def _verify_line(r: dict[str, Any]) -> str:
         if r["generation"] is not None
         else "descriptor, high-water mark, snapshot records, journal"
     )
-    return f"{r['location']}  {what}  {status}"
+    return f"{location}  {what}  {status}"
 
 
 @docs_page("how-to/checkpoints.md")
@@ -242,12 +245,12 @@ def gc(
     from statesnap.snapshot.api import SnapshotApi
 
     policy = RetentionPolicy(min_count, parse_duration(min_age), parse_duration(orphan_grace))
-    reports = []
+    reports, shown = [], []
     for loc in _tables(url, table, storage_pairs):
         store = click.get_current_context().meta["statesnap.store"]
-        api = SnapshotApi.for_repo(
-            CheckpointRepository(store, loc.directory), loc.table, **snapshot_store_args()
-        )
+        repo = CheckpointRepository(store, loc.directory)
+        shown.append(repo.shown)  # a person's lines name the location as given; --json the URL
+        api = SnapshotApi.for_repo(repo, loc.table, **snapshot_store_args())
         try:
             reports.append(api.gc(policy, dry_run=dry_run))
         finally:
@@ -256,10 +259,10 @@ def gc(
     Output(as_json).show(
         [r.to_json() for r in reports],
         (
-            f"{r.table_url}: kept {r.retained} (pinned {r.pinned}), {verb} generations "
+            f"{where}: kept {r.retained} (pinned {r.pinned}), {verb} generations "
             f"{r.deleted_generations}, {len(r.deleted_files)} files, {len(r.orphans)} orphans, "
             f"{len(r.deleted_records)} snapshot records, {r.aborted_uploads} stale uploads"
-            for r in reports
+            for where, r in zip(shown, reports, strict=True)
         ),
     )
 

@@ -186,6 +186,7 @@ def run_in_python(
         seconds=time.monotonic() - started,
         url=table.repo.url if table.repo else None,
         followed=run.followed,
+        shown=table.repo.shown if table.repo else None,
     )
 
 
@@ -274,5 +275,6 @@ def run_processor_in_python(
         seconds=time.monotonic() - started,
         url=task.repo.url if task.repo else None,
         followed=run.followed,
+        shown=task.repo.shown if task.repo else None,
     )
     return ProcessorRunResult(result, processed, proc.emitted, dead_lettered, stores, skipped)

@@ -231,10 +231,10 @@ def _result(
     from statesnap.spark import count_keys
     from statesnap.task.opening import open_checkpoint_store
 
-    keys, url = 0, None
+    keys, url, shown = 0, None, None
     if manifest is not None:
         repo = locate_table(open_checkpoint_store(checkpoints), table, manifest.cluster_id)
-        keys, url = count_keys(spark, repo, manifest), repo.url
+        keys, url, shown = count_keys(spark, repo, manifest), repo.url, repo.shown
     return MaterializeResult.of(
         manifest,
         table=table,
@@ -247,6 +247,7 @@ def _result(
         seconds=time.monotonic() - started,
         url=url,
         followed=followed,
+        shown=shown,
     )
 
 
@@ -291,5 +292,6 @@ def run_processor_on_spark(
         checkpoint_seconds=done.checkpoint_seconds,
         seconds=time.monotonic() - started,
         url=done.url,
+        shown=done.shown,
     )
     return ProcessorRunResult(run, done.processed, done.emitted, done.dead_lettered, stores, done.skipped)

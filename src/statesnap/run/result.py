@@ -61,7 +61,9 @@ class MaterializeResult:
     ``written``, else the newest before it; None when there is none), with its ``offsets``
     (next offsets to consume), size in ``bytes`` and ``keys`` (the table's key count, not the
     files' rows). ``checkpoint_seconds`` is the commit of this run's (final) checkpoint;
-    ``seconds`` the whole run.
+    ``seconds`` the whole run. ``url`` is the table's directory as an absolute identity (what
+    ``--json`` prints, what scripts compare); ``shown`` the same directory under the location as
+    the user gave it (``./ckpt/…``), which the summary prints: a person recognises their own path.
     """
 
     table: str
@@ -77,6 +79,7 @@ class MaterializeResult:
     bytes: int
     url: str | None
     followed: Followed | None = None
+    shown: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "offsets", MappingProxyType(dict(self.offsets)))
@@ -104,6 +107,7 @@ class MaterializeResult:
         seconds: float,
         url: str | None,
         followed: Followed | None = None,
+        shown: str | None = None,
     ) -> MaterializeResult:
         """The result of a run that leaves the table at *manifest* (None: no checkpoint)."""
         return cls(
@@ -120,6 +124,7 @@ class MaterializeResult:
             bytes=manifest.total_bytes if manifest is not None else 0,
             url=url,
             followed=followed,
+            shown=shown,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -152,13 +157,14 @@ class MaterializeResult:
         since = f"after checkpoint {base}" if base is not None else "from the start of the topic"
         head = f"checkpoint {self.checkpoint} of {self.table} by {self.engine.engine}: "
         size = f"{self.keys:,} keys, {self.bytes:,} bytes"
+        where = self.shown if self.shown is not None else self.url
         if self.followed is None:
             read = f"read {self.restore.replayed_records:,} records {since}"
-            return f"{head}{size} in {round(self.seconds, 3):.2f}s ({read}) → {self.url}"
+            return f"{head}{size} in {round(self.seconds, 3):.2f}s ({read}) → {where}"
         records = self.restore.replayed_records + self.followed.records
         return (
             f"{head}{size}, written in {round(self.checkpoint_seconds, 3):.2f}s after following for "
-            f"{round(self.followed.seconds, 3):.2f}s (read {records:,} records {since}) → {self.url}"
+            f"{round(self.followed.seconds, 3):.2f}s (read {records:,} records {since}) → {where}"
         )
 
 

@@ -27,7 +27,7 @@ __all__ = ["read_high_water", "verify_table_metadata"]
 def read_high_water(repo: CheckpointRepository) -> int | None:
     """The recorded generation high-water mark; None when there is none. A garbled mark raises
     :class:`CorruptCheckpointError` (writers then fall back to the generations they can list)."""
-    source = f"{repo.url}/{HIGH_WATER}"
+    source = f"{repo.shown}/{HIGH_WATER}"  # for messages: the location as given
     try:
         data = repo.store.read(repo.key(HIGH_WATER))
     except BlobNotFoundError:

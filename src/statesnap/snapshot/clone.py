@@ -58,7 +58,9 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class CloneResult:
     """What a clone made: the new table's directory and generation, and how its files were copied
-    (``link``/``copy`` on a filesystem, ``server`` on S3, ``bytes`` through this process)."""
+    (``link``/``copy`` on a filesystem, ``server`` on S3, ``bytes`` through this process).
+    ``source``/``location`` are absolute identities (``to_json``); ``shown`` the two as the user
+    gave them, which the summary prints."""
 
     table: str
     generation: int
@@ -69,6 +71,7 @@ class CloneResult:
     copied: dict[str, int]
     pinned: bool
     seconds: float
+    shown: tuple[str, str] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -86,9 +89,10 @@ class CloneResult:
     def summary(self) -> str:
         how = ", ".join(f"{n} {k}" for k, n in sorted(self.copied.items())) or "no files"
         pin = ", pinned" if self.pinned else ""
+        source, location = self.shown if self.shown is not None else (self.source, self.location)
         return (
-            f"cloned {self.source} generation {self.generation} into table {self.table!r} at "
-            f"{self.location} ({self.files} files, {self.bytes} bytes: {how}{pin})"
+            f"cloned {source} generation {self.generation} into table {self.table!r} at "
+            f"{location} ({self.files} files, {self.bytes} bytes: {how}{pin})"
         )
 
 
@@ -205,6 +209,7 @@ def clone_generation(
         copied,
         pin,
         time.monotonic() - started,
+        (repo.shown, target.shown),
     )
 
 

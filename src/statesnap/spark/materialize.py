@@ -452,7 +452,7 @@ class StreamMaterializer:
         )
         if manifest is None:
             if force and not self.participant.single:
-                raise CheckpointError(f"{self.repo.url}: snapshot {target.generation} did not complete")
+                raise CheckpointError(f"{self.repo.shown}: snapshot {target.generation} did not complete")
             return None
         self._notify("checkpointed", manifest.generation)
         done = [e.batch_id for e in self.pending]

@@ -63,7 +63,8 @@ def migrate_on_spark(
             migrator.partitions,
             sample_size=migrator.sample_size,
         )
-        rows = checked_merge(pc, [repo.read_file(f) for f in pc.files], source=f"{repo.url} p{pc.partition}")
+        files = [repo.read_file(f) for f in pc.files]
+        rows = checked_merge(pc, files, source=f"{repo.shown} p{pc.partition}")
         try:
             migrated = local.rows(pc.partition, rows)
         except MigrationError as e:

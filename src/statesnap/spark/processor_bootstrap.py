@@ -93,7 +93,8 @@ class ProcessorBootstrapResult:
     """What one processor bootstrap did. ``manifest`` is the checkpoint it committed, or the
     previous one when nothing was appended (``written`` False). ``restore`` is this run's: the
     checkpoint it started from and the records it read after it. ``stores``: rows per store in the
-    checkpoint (None when nothing was written and nothing counted)."""
+    checkpoint (None when nothing was written and nothing counted). ``url`` is the checkpoint
+    directory's absolute identity, ``shown`` the same under the location as the user gave it."""
 
     processor: str
     topic: str
@@ -109,6 +110,7 @@ class ProcessorBootstrapResult:
     emitted: int = 0
     stores: Mapping[str, int] | None = None
     skipped: int = 0
+    shown: str | None = None
 
     def __post_init__(self) -> None:
         if self.stores is not None:
@@ -277,6 +279,7 @@ class _Run:
             written,
             path,
             seconds=time.monotonic() - self.started,
+            shown=self.repo.shown,
             **kw,
         )
 
