@@ -5,11 +5,16 @@ topic to read (Apache Kafka, the suite's broker)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import textwrap
+import time
 import uuid
 from pathlib import Path
 
-from integration.cli_runner import ok, statesnap
+from integration.cli_runner import STATESNAP, ok, statesnap
 from integration.conftest import KafkaTool
 
 
@@ -40,6 +45,42 @@ def test_the_engine_reason_is_said_once_per_run(kafka: KafkaTool, tmp_path: Path
     ok(result)
     assert said_once(result.stderr), result.stderr
     assert "auto runs processors in python" in result.stderr
+
+
+def test_a_follow_run_says_it_once_over_its_rounds(kafka: KafkaTool, tmp_path: Path) -> None:
+    """A follow run commits and checkpoints every second here, several rounds with records in
+    each: the engine line and its reason are said at the start only, not per round or checkpoint."""
+    topic = kafka.create_topic(f"engine-follow-{uuid.uuid4().hex[:8]}", 2)
+    kafka.produce(topic, [(i % 2, b"k%d" % (i % 5), b"v%d" % i) for i in range(40)])
+    log = tmp_path / "stderr.log"
+    args = ["--log-level", "info", "materialize", "-b", kafka.bootstrap, "-t", topic, "-c", str(tmp_path)]
+    follow = ["--engine", "auto", "--follow", "--checkpoint-interval", "1s", "--commit-interval", "1s"]
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [*STATESNAP, *args, *follow],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            text=True,
+            env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while "following" not in log.read_text():
+                assert proc.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+            for round_ in range(4):  # new records in each checkpoint interval
+                kafka.produce(topic, [(i % 2, b"k%d" % i, b"r%d" % round_) for i in range(10)])
+                time.sleep(1.2)
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    text = log.read_text()
+    assert proc.returncode == 0, text
+    assert text.count("committed checkpoint") >= 3, text  # it did run in rounds (INFO lines)
+    assert said_once(text), text
 
 
 def said_once(stderr: str) -> bool:
