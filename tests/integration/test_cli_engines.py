@@ -379,9 +379,9 @@ def test_engine_options_are_refused_where_they_cannot_be_honoured(kafka: Any, tm
     topic = kafka.create_topic(f"opts-{uuid.uuid4().hex[:8]}", 2)
     base = ["materialize", "-b", kafka.bootstrap, "-t", topic, "--checkpoints", str(tmp_path / "c")]
     if spark_available():
-        bad = statesnap(*base, "--engine", "spark", "--store", "rocksdb")
+        bad = statesnap(*base, "--engine", "spark", "--state-store", "rocksdb")
         assert bad.returncode == 1
-        assert "--store cannot be used with --engine spark" in bad.stderr
+        assert "--state-store (store=) cannot be used with --engine spark" in bad.stderr
         bad = statesnap(*base, "--engine", "spark", "--instance", "0", "--instances", "2")
         assert bad.returncode == 1
         assert "--engine spark" in bad.stderr
@@ -389,9 +389,13 @@ def test_engine_options_are_refused_where_they_cannot_be_honoured(kafka: Any, tm
     assert bad.returncode == 1
     assert "--spark-conf cannot be used with --engine python" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
-    auto = ok(statesnap(*base, "--store", "rocksdb", "--json", "--quiet"))
+    auto = ok(statesnap(*base, "--state-store", "rocksdb", "--json", "--quiet"))
     assert auto["engine"] == "python"
-    assert "--store" in auto["engine_reason"]
+    assert "--state-store" in auto["engine_reason"]
+    # --store, the older name here, still works and says once that it is deprecated.
+    old = statesnap(*base, "--store", "rocksdb", "--json", "--quiet")
+    assert ok(old)["engine"] == "python"
+    assert old.stderr.splitlines() == ["--store is deprecated here: use --state-store"]
     started = time.monotonic()
     typo = statesnap(
         "materialize", "-b", kafka.bootstrap, "-t", "no-such-topic-xyz", "--checkpoints", str(tmp_path / "d")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import get_args
 
 import pytest
 
@@ -57,10 +58,12 @@ def test_the_public_names_still_load() -> None:
 
 def test_repeated_values_match_the_library() -> None:
     from statesnap.cli.interrupts import SHUTDOWN_TIMEOUT
-    from statesnap.cli.options import ENGINES
+    from statesnap.cli.options import ENGINES, STATE_STORES
     from statesnap.durations import format_duration
     from statesnap.run import Engine
     from statesnap.run.options import SHUTDOWN_TIMEOUT as LIBRARY_SHUTDOWN_TIMEOUT
+    from statesnap.task.options import StoreName
 
     assert tuple(e.value for e in Engine) == ENGINES
+    assert get_args(StoreName) == STATE_STORES
     assert format_duration(LIBRARY_SHUTDOWN_TIMEOUT) == SHUTDOWN_TIMEOUT

@@ -25,7 +25,8 @@ NOWHERE = "127.0.0.1:1"
 
 def test_an_option_the_engine_cannot_honour_is_refused_in_one_line(tmp_path: Path) -> None:
     url = str(tmp_path)
-    with pytest.raises(EngineOptionError, match="--store cannot be used with --engine spark"):
+    refused = r"--state-store \(store=\) cannot be used with --engine spark"
+    with pytest.raises(EngineOptionError, match=refused):
         materialize("t", bootstrap_servers=NOWHERE, checkpoints=url, engine="spark", store="rocksdb")
     with pytest.raises(EngineOptionError, match="--instances cannot be used with --engine spark"):
         materialize("t", bootstrap_servers=NOWHERE, checkpoints=url, engine="spark", share=StaticShare(0, 2))

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from statesnap.cli.docs import docs_page
-from statesnap.cli.options import json_option
+from statesnap.cli.options import json_option, state_store_option
 from statesnap.cli.output import Output
 from statesnap.cli.tables import start_with_progress
 from statesnap.digest import table_digest
@@ -43,15 +43,12 @@ def _produce(settings: KafkaSettings, spec: SampleSpec, label: str, quiet: bool)
 @click.option("--keys", default=200_000, show_default=True, help="Distinct keys (the table's size).")
 @click.option("--partitions", default=8, show_default=True)
 @click.option("--tail", default=100_000, show_default=True, help="Records appended after the checkpoint.")
-@click.option(
-    "--state-store",
-    "--store",
-    "store",
-    type=click.Choice(["auto", "memory", "columnar", "rocksdb"]),
+@state_store_option(
+    "The local state store the restores load into (--store, its older name here, is deprecated: "
+    "elsewhere --store names a processor's store).",
+    dest="store",
     default="auto",
-    show_default=True,
-    help="The local state store the restores load into (--store is its older name; elsewhere --store "
-    "names a processor's store).",
+    old_alias=True,
 )
 @click.option(
     "--engine",

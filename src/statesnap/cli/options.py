@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # the kafka package loads Kafka's client and pyarrow: not for
 __all__ = [
     "DEFAULT_TIMEOUT",
     "ENGINES",
+    "STATE_STORES",
     "F",
     "bootstrap_option",
     "env_timeout",
@@ -28,6 +29,7 @@ __all__ = [
     "snapshot_cluster_options",
     "snapshot_store_args",
     "snapshot_store_option",
+    "state_store_option",
     "storage_options",
     "table_option",
     "timeout_option",
@@ -36,6 +38,10 @@ __all__ = [
 
 #: Seconds a command waits for the cluster's first answers before it calls the broker unreachable.
 DEFAULT_TIMEOUT = 15.0
+
+#: ``--state-store``'s choices: the local store kinds (statesnap.stores' names), repeated so that
+#: loading the CLI imports no store; a unit test keeps them equal.
+STATE_STORES = ("auto", "memory", "columnar", "rocksdb")
 
 #: ``--engine``'s choices: statesnap.run.Engine's values, repeated so that loading the CLI
 #: does not import the engines (~0.3 s on every `statesnap` command); a unit test keeps them equal.
@@ -256,3 +262,81 @@ def pairs_to_dict(pairs: tuple[str, ...], what: str) -> dict[str, str]:
             raise click.BadParameter(f"entry {n} is not KEY=VALUE (value not shown)", param_hint=what)
         out[key.strip()] = value
     return out
+
+
+#: What ``--store`` on ``materialize``/``demo`` says when it is used: everywhere else it names a
+#: processor's store, so the local store kind is ``--state-store`` only.
+STORE_ALIAS_WARNING = "--store is deprecated here: use --state-store"
+
+
+def state_store_option(
+    help: str, *, dest: str = "state_store", default: str | None = None, old_alias: bool = False
+) -> Callable[[F], F]:
+    """``--state-store``: the local store kind, into parameter *dest*. *old_alias*: also take
+    ``--store`` (its older name on ``materialize`` and ``demo``, hidden from the help), which
+    still works but prints :data:`STORE_ALIAS_WARNING` once; both given is a usage error."""
+
+    def deco(f: F) -> F:
+        option = click.option(
+            "--state-store",
+            dest,
+            type=click.Choice(STATE_STORES),
+            default=default,
+            show_default=default is not None,
+            callback=_alias_target if old_alias else None,
+            help=help,
+        )
+        if not old_alias:
+            return option(f)
+        alias = click.option(
+            "--store",
+            "deprecated_store",
+            type=click.Choice(STATE_STORES),
+            default=None,
+            hidden=True,
+            expose_value=False,
+            callback=_store_alias(dest),
+        )
+        return alias(option(f))
+
+    return deco
+
+
+_ALIAS_VALUE = "statesnap.deprecated_store"
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    source = ctx.get_parameter_source(name)
+    return source is not None and source not in (
+        click.core.ParameterSource.DEFAULT,
+        click.core.ParameterSource.DEFAULT_MAP,
+    )
+
+
+def _both() -> click.UsageError:
+    return click.UsageError("--store and --state-store both given: give --state-store only")
+
+
+def _alias_target(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--state-store``'s value, or the deprecated ``--store``'s when that came first."""
+    if _ALIAS_VALUE not in ctx.meta:
+        return value
+    assert param.name is not None
+    if _given(ctx, param.name):
+        raise _both()
+    return str(ctx.meta[_ALIAS_VALUE])
+
+
+def _store_alias(dest: str) -> Callable[[click.Context, click.Parameter, str | None], None]:
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+        if value is None:
+            return
+        click.echo(STORE_ALIAS_WARNING, err=True)
+        if dest not in ctx.params:  # --state-store not processed yet: it takes the value then
+            ctx.meta[_ALIAS_VALUE] = value
+        elif _given(ctx, dest):
+            raise _both()
+        else:
+            ctx.params[dest] = value
+
+    return callback

@@ -22,6 +22,7 @@ from statesnap.cli.options import (
     kafka_settings,
     pairs_to_dict,
     snapshot_store_option,
+    state_store_option,
     storage_options,
 )
 from statesnap.cli.output import Output
@@ -97,12 +98,8 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     "--exactly-once). auto runs processors in python (their handlers may emit) and says why. "
     "[env: STATESNAP_ENGINE]",
 )
-@click.option(
-    "--state-store",
-    "store",
-    type=click.Choice(["auto", "memory", "columnar", "rocksdb"]),
-    default=None,
-    help="python engine: the local store holding every named store [default: the processor's].",
+@state_store_option(
+    "python engine: the local store holding every named store [default: the processor's].", dest="store"
 )
 @click.option(
     "--exactly-once",

@@ -15,6 +15,7 @@ from statesnap.cli.options import (
     kafka_config_options,
     kafka_settings,
     pairs_to_dict,
+    state_store_option,
     storage_options,
     table_option,
     timeout_option,
@@ -105,13 +106,7 @@ def prefix_filter(prefixes: tuple[str, ...]) -> Callable[[bytes], bool] | None:
     show_default=True,
     help="With --store: how often to look for a newer checkpoint.",
 )
-@click.option(
-    "--state-store",
-    type=click.Choice(["auto", "memory", "columnar", "rocksdb"]),
-    default="auto",
-    show_default=True,
-    help="The local store a table's replica is held in.",
-)
+@state_store_option("The local store a table's replica is held in.", default="auto")
 @click.option(
     "--key-prefix",
     "key_prefixes",

@@ -31,6 +31,7 @@ from statesnap.cli.options import (
     kafka_settings,
     pairs_to_dict,
     snapshot_store_option,
+    state_store_option,
     storage_options,
     table_option,
     timeout_option,
@@ -101,14 +102,11 @@ def start_with_progress(table: Restorable, quiet: bool) -> RestoreReport:
     "STATESNAP_SPARK_MASTER names a cluster) and says why. Both write the same checkpoints and take "
     "part in the same snapshots.",
 )
-@click.option(
-    "--state-store",
-    "--store",
-    "store",
-    type=click.Choice(["auto", "memory", "columnar", "rocksdb"]),
-    default=None,
-    help="python engine: local state store [default: auto = columnar from 10 k rows, else memory] "
-    "(--store is its older name).",
+@state_store_option(
+    "python engine: local state store [default: auto = columnar from 10 k rows, else memory] "
+    "(--store, its older name here, is deprecated).",
+    dest="store",
+    old_alias=True,
 )
 @click.option(
     "--spark-checkpoint-location",
@@ -410,12 +408,7 @@ def cli_session(conf: dict[str, str], quiet: bool, stop: threading.Event | None)
     "G, else the newest) holds it: a store cannot be tailed without running the handler, so no "
     "tail is ever replayed. The stores are listed if STORE is not one of them.",
 )
-@click.option(
-    "--state-store",
-    type=click.Choice(["auto", "memory", "columnar", "rocksdb"]),
-    default=None,
-    help="The local store a table is restored into [default: auto].",
-)
+@state_store_option("The local store a table is restored into [default: auto].")
 @click.option(
     "--key-serde",
     type=click.Choice(SERDES),

@@ -155,6 +155,7 @@ WHY_PYTHON = {
 }
 #: How a refusal names an option where its flag is not ``--`` + the key (library and CLI alike).
 OPTION_NAMES = {
+    "store": "--state-store (store=)",
     "exactly_once": "--exactly-once (ProcessingOptions(exactly_once=True))",
     "dead_letter_topic": "ProcessingOptions(dead_letter_topic=)",
 }
