@@ -9,6 +9,7 @@ import click
 
 from statesnap.cli.docs import docs_page
 from statesnap.cli.options import (
+    engine_option,
     json_option,
     pairs_to_dict,
     snapshot_cluster_options,
@@ -300,14 +301,12 @@ def gc(
     show_default=True,
     help="The producers' partitioner: a changed key must stay in its partition.",
 )
-@click.option(
-    "--engine",
-    type=click.Choice(["python", "spark"]),
-    default="python",
-    show_default=True,
-    help="python holds the migrated table in memory until it is written; spark migrates and writes "
+@engine_option(
+    "python holds the migrated table in memory until it is written; spark migrates and writes "
     "each partition in a task of its own (STATESNAP_SPARK_MASTER, default local[*]), for tables "
     "larger than memory.",
+    choices=("python", "spark"),
+    default="python",
 )
 @click.option(
     "--dry-run", is_flag=True, help="Print counts (kept, changed, dropped) and a sample; write nothing."

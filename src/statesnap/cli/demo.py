@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from statesnap.cli.docs import docs_page
-from statesnap.cli.options import json_option, state_store_option
+from statesnap.cli.options import engine_option, json_option, state_store_option
 from statesnap.cli.output import Output
 from statesnap.cli.tables import start_with_progress
 from statesnap.digest import table_digest
@@ -50,12 +50,8 @@ def _produce(settings: KafkaSettings, spec: SampleSpec, label: str, quiet: bool)
     default="auto",
     old_alias=True,
 )
-@click.option(
-    "--engine",
-    type=click.Choice(["auto", "python", "spark"]),
-    default="auto",
-    show_default=True,
-    help="Who writes the checkpoint: a PySpark job (auto: with pyspark and Java installed) or this process.",
+@engine_option(
+    "Who writes the checkpoint: a PySpark job (auto: with pyspark and Java installed) or this process."
 )
 @click.option(
     "--dir",

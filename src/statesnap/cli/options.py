@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from statesnap.cli.interrupts import shutdown_timeout_option
 from statesnap.durations import parse_duration
 from statesnap.errors import InvalidDurationError
 
@@ -20,15 +21,20 @@ __all__ = [
     "STATE_STORES",
     "F",
     "bootstrap_option",
+    "checkpointing_options",
+    "engine_option",
     "env_timeout",
+    "follow_options",
     "from_generation_option",
     "json_option",
     "kafka_config_options",
     "kafka_settings",
     "pairs_to_dict",
+    "quiet_option",
     "snapshot_cluster_options",
     "snapshot_store_args",
     "snapshot_store_option",
+    "spark_conf_option",
     "state_store_option",
     "storage_options",
     "table_option",
@@ -340,3 +346,136 @@ def _store_alias(dest: str) -> Callable[[click.Context, click.Parameter, str | N
             ctx.params[dest] = value
 
     return callback
+
+
+# Flags `materialize` and `run` share. A table's run shows the library's defaults; a processor's
+# run leaves each flag unset (None) by default, so the processor's own setting holds unless a flag
+# is given: *processor* picks the variant, and each flag's meaning is written once.
+
+
+def engine_option(
+    help: str, *, choices: tuple[str, ...] = ENGINES, default: str = "auto", env: bool = False
+) -> Callable[[F], F]:
+    """``--engine``: who runs the task (*env*: also ``STATESNAP_ENGINE``)."""
+    suffix = " [env: STATESNAP_ENGINE]" if env and "[env:" not in help else ""
+    return click.option(
+        "--engine",
+        type=click.Choice(choices),
+        default=default,
+        show_default=True,
+        envvar="STATESNAP_ENGINE" if env else None,
+        help=help + suffix,
+    )
+
+
+def spark_conf_option(f: F) -> F:
+    return click.option(
+        "--spark-conf",
+        "spark_conf",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="spark engine: any Spark setting (spark.executor.memory=4g, …); repeatable.",
+    )(f)
+
+
+def quiet_option(f: F) -> F:
+    return click.option("--quiet", "-q", is_flag=True, help="No progress bar, no status lines.")(f)
+
+
+def follow_options(*, processor: bool) -> Callable[[F], F]:
+    """``--follow`` with its intervals, and how the partitions are shared among instances
+    (``--instance``/``--instances`` or ``--group``), whose rules :func:`statesnap.cli.tables.share_of`
+    applies."""
+    commit_help = (
+        "With --follow: time between commit points (the processor's own, 5s unless set; a shorter "
+        "--checkpoint-interval lowers it, since checkpoints are taken at commit points)."
+        if processor
+        else "With --follow: time between commit points (on Spark: the micro-batch trigger interval); "
+        "a shorter --checkpoint-interval lowers it, since checkpoints are taken at commit points."
+    )
+    decorators = (
+        click.option(
+            "--follow",
+            is_flag=True,
+            help="Keep running, checkpointing every --checkpoint-interval, until Ctrl-C / SIGTERM (then "
+            "a final checkpoint).",
+        ),
+        click.option(
+            "--checkpoint-interval",
+            default=None if processor else "1h",
+            show_default=not processor,
+            help="With --follow: time between checkpoints"
+            + (" [default: the processor's]." if processor else "."),
+        ),
+        click.option(
+            "--commit-interval",
+            default=None if processor else "5s",
+            show_default=not processor,
+            help=commit_help,
+        ),
+        click.option(
+            "--instance", type=int, default=None, help="python engine: with --instances, own p % N == I."
+        ),
+        click.option(
+            "--instances", type=int, default=None, help="python engine: tasks the partitions spread over."
+        ),
+        click.option(
+            "--group",
+            default=None,
+            envvar="STATESNAP_GROUP",
+            help="python engine, with --follow: take partitions from this Kafka consumer group, "
+            "rebalanced as instances come and go (each restores the partitions it gains from the newest "
+            "checkpoint and checkpoints those it hands over). Not with --instance/--instances. "
+            "[env: STATESNAP_GROUP]",
+        ),
+    )
+    return _applied(decorators)
+
+
+def checkpointing_options(*, processor: bool) -> Callable[[F], F]:
+    """How snapshots are taken and how long checkpoints are kept: ``--snapshot-timeout``,
+    ``--shutdown-timeout``, ``--snapshot-store`` and the retention flags."""
+    unset = " [default: the processor's]" if processor else ""
+    interval = "the checkpoint interval" if processor else "--checkpoint-interval"
+    decorators = (
+        click.option(
+            "--snapshot-timeout",
+            default=None if processor else "60s",
+            show_default=not processor,
+            help="Fail snapshots not done by then" + (" [default: 60s]." if processor else "."),
+        ),
+        shutdown_timeout_option,
+        snapshot_store_option,
+        click.option(
+            "--min-count",
+            type=int,
+            default=None if processor else 10,
+            show_default=not processor,
+            help=f"Retention: keep at least this many checkpoints{unset}.",
+        ),
+        click.option(
+            "--min-age",
+            default=None if processor else "12h",
+            show_default=not processor,
+            help=f"Retention: keep every checkpoint younger than this{unset}.",
+        ),
+        click.option(
+            "--orphan-grace",
+            default=None,
+            help="Retention: keep unreferenced files younger than this [default: "
+            + ("the processor's; unset: " if processor else "")
+            + f"1h, or 2 × {interval} when longer].",
+        ),
+    )
+    return _applied(decorators)
+
+
+def _applied(decorators: tuple[Callable[[Any], Any], ...]) -> Callable[[F], F]:
+    """One decorator applying *decorators* so that the flags show in the help in their order."""
+
+    def deco(f: F) -> F:
+        for decorator in reversed(decorators):
+            f = decorator(f)
+        return f
+
+    return deco

@@ -13,15 +13,17 @@ from datetime import timedelta
 import click
 
 from statesnap.cli.docs import docs_page
-from statesnap.cli.interrupts import shutdown_timeout_option
 from statesnap.cli.options import (
-    ENGINES,
+    checkpointing_options,
+    engine_option,
+    follow_options,
     from_generation_option,
     json_option,
     kafka_config_options,
     kafka_settings,
     pairs_to_dict,
-    snapshot_store_option,
+    quiet_option,
+    spark_conf_option,
     state_store_option,
     storage_options,
 )
@@ -87,16 +89,11 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     help="Checkpoint store URL: a path, file:///path or s3://bucket/prefix [default: the processor's]. "
     "[env: STATESNAP_CHECKPOINTS]",
 )
-@click.option(
-    "--engine",
-    type=click.Choice(ENGINES),
-    default="auto",
-    show_default=True,
-    envvar="STATESNAP_ENGINE",
-    help="Who runs the handler: this process (python) or a PySpark job over the input's history, "
+@engine_option(
+    "Who runs the handler: this process (python) or a PySpark job over the input's history, "
     "one task per partition, for the stores alone (spark: emits nothing; not with --follow or "
-    "--exactly-once). auto runs processors in python (their handlers may emit) and says why. "
-    "[env: STATESNAP_ENGINE]",
+    "--exactly-once). auto runs processors in python (their handlers may emit) and says why.",
+    env=True,
 )
 @state_store_option(
     "python engine: the local store holding every named store [default: the processor's].", dest="store"
@@ -108,49 +105,15 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     "broker must implement transactions; readers use read_committed). With --group, the group's own "
     "offsets, fenced by its generation (KIP-447).",
 )
-@click.option(
-    "--spark-conf",
-    "spark_conf",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="spark engine: any Spark setting (spark.executor.memory=4g, …); repeatable.",
-)
-@click.option(
-    "--follow", is_flag=True, help="Keep processing until Ctrl-C / SIGTERM (then a final checkpoint)."
-)
-@click.option("--checkpoint-interval", default=None, help="With --follow: time between checkpoints.")
-@click.option(
-    "--commit-interval",
-    default=None,
-    help="With --follow: time between commit points (the processor's own, 5s unless set; a shorter "
-    "--checkpoint-interval lowers it, since checkpoints are taken at commit points).",
-)
-@click.option("--instance", type=int, default=None, help="With --instances: own the partitions p % N == I.")
-@click.option("--instances", type=int, default=None, help="Tasks the partitions spread over.")
-@click.option(
-    "--group",
-    default=None,
-    envvar="STATESNAP_GROUP",
-    help="With --follow: take partitions from this Kafka consumer group, rebalanced as instances come "
-    "and go. Not with --instance/--instances. [env: STATESNAP_GROUP]",
-)
+@spark_conf_option
+@follow_options(processor=True)
 @from_generation_option
 @click.option(
     "--yes",
     is_flag=True,
     help="With --from-generation and exactly-once outputs: emit again the outputs after that generation.",
 )
-@click.option("--snapshot-timeout", default=None, help="Fail snapshots not done by then [default: 60s].")
-@shutdown_timeout_option
-@snapshot_store_option
-@click.option("--min-count", type=int, default=None, help="Retention: keep at least this many checkpoints.")
-@click.option("--min-age", default=None, help="Retention: keep every checkpoint younger than this.")
-@click.option(
-    "--orphan-grace",
-    default=None,
-    help="Retention: keep unreferenced files younger than this [default: the processor's; unset: 1h, or 2 × "
-    "the checkpoint interval when longer].",
-)
+@checkpointing_options(processor=True)
 @storage_options
 @kafka_config_options
 @click.option(
@@ -162,7 +125,7 @@ def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     "[env: STATESNAP_TIMEOUT]",
 )
 @json_option
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar, no status lines.")
+@quiet_option
 def run(
     app: str,
     bootstrap_servers: str | None,

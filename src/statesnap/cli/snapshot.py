@@ -9,6 +9,7 @@ import click
 
 from statesnap.cli.docs import docs_page
 from statesnap.cli.options import (
+    engine_option,
     json_option,
     pairs_to_dict,
     snapshot_cluster_options,
@@ -202,12 +203,10 @@ def unpin(url: str, table: str, storage_pairs: tuple[str, ...], as_json: bool, g
 @common
 @click.argument("old", type=int)
 @click.argument("new", type=int)
-@click.option(
-    "--engine",
-    type=click.Choice(["python", "spark"]),
+@engine_option(
+    "spark: run the join on Spark (for tables larger than memory).",
+    choices=("python", "spark"),
     default="python",
-    show_default=True,
-    help="spark: run the join on Spark (for tables larger than memory).",
 )
 @click.option(
     "--store",

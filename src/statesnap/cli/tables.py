@@ -21,16 +21,19 @@ from statesnap.cli.dumping import (
     dump_store,
     printed_field,
 )
-from statesnap.cli.interrupts import Interrupted, shutdown_timeout_option, stop_on_signals
+from statesnap.cli.interrupts import Interrupted, stop_on_signals
 from statesnap.cli.options import (
-    ENGINES,
     bootstrap_option,
+    checkpointing_options,
+    engine_option,
+    follow_options,
     from_generation_option,
     json_option,
     kafka_config_options,
     kafka_settings,
     pairs_to_dict,
-    snapshot_store_option,
+    quiet_option,
+    spark_conf_option,
     state_store_option,
     storage_options,
     table_option,
@@ -91,16 +94,12 @@ def start_with_progress(table: Restorable, quiet: bool) -> RestoreReport:
     envvar="STATESNAP_CHECKPOINTS",
     help="Checkpoint store URL: a path, file:///path or s3://bucket/prefix. [env: STATESNAP_CHECKPOINTS]",
 )
-@click.option(
-    "--engine",
-    type=click.Choice(ENGINES),
-    default="auto",
-    show_default=True,
-    envvar="STATESNAP_ENGINE",
-    help="Who reads the topic and writes checkpoints: this process (python) or a PySpark job (spark). "
+@engine_option(
+    "Who reads the topic and writes checkpoints: this process (python) or a PySpark job (spark). "
     "auto estimates both from the backlog and picks the faster (Spark for large backlogs or when "
     "STATESNAP_SPARK_MASTER names a cluster) and says why. Both write the same checkpoints and take "
     "part in the same snapshots.",
+    env=True,
 )
 @state_store_option(
     "python engine: local state store [default: auto = columnar from 10 k rows, else memory] "
@@ -114,36 +113,8 @@ def start_with_progress(table: Restorable, quiet: bool) -> RestoreReport:
     help="spark engine with --follow: Spark's streaming checkpoint (default: ~/.cache/statesnap/spark/…); "
     "state that disagrees with the checkpoint store is moved aside.",
 )
-@click.option(
-    "--spark-conf",
-    "spark_conf",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="spark engine: any Spark setting (spark.executor.memory=4g, …); repeatable.",
-)
-@click.option(
-    "--follow", is_flag=True, help="Keep running, checkpointing every --checkpoint-interval, until Ctrl-C."
-)
-@click.option(
-    "--checkpoint-interval", default="1h", show_default=True, help="With --follow: time between checkpoints."
-)
-@click.option(
-    "--commit-interval",
-    default="5s",
-    show_default=True,
-    help="With --follow: time between commit points (on Spark: the micro-batch trigger interval); "
-    "a shorter --checkpoint-interval lowers it, since checkpoints are taken at commit points.",
-)
-@click.option("--instance", type=int, default=None, help="python engine: with --instances, own p % N == I.")
-@click.option("--instances", type=int, default=None, help="python engine: tasks the partitions spread over.")
-@click.option(
-    "--group",
-    default=None,
-    envvar="STATESNAP_GROUP",
-    help="python engine, with --follow: take partitions from this Kafka consumer group, rebalanced "
-    "as instances come and go (each restores the partitions it gains from the newest checkpoint and "
-    "checkpoints those it hands over). Not with --instance/--instances. [env: STATESNAP_GROUP]",
-)
+@spark_conf_option
+@follow_options(processor=False)
 @from_generation_option
 @click.option(
     "--state-version",
@@ -153,26 +124,12 @@ def start_with_progress(table: Restorable, quiet: bool) -> RestoreReport:
     help="The state version checkpoints are written at; a checkpoint of another version is refused "
     "(migrate it first: statesnap checkpoints migrate).",
 )
-@click.option("--snapshot-timeout", default="60s", show_default=True, help="Fail snapshots not done by then.")
-@shutdown_timeout_option
-@snapshot_store_option
-@click.option(
-    "--min-count", default=10, show_default=True, help="Retention: keep at least this many checkpoints."
-)
-@click.option(
-    "--min-age", default="12h", show_default=True, help="Retention: keep every checkpoint younger than this."
-)
-@click.option(
-    "--orphan-grace",
-    default=None,
-    help="Retention: keep unreferenced files younger than this [default: 1h, or 2 × --checkpoint-interval "
-    "when longer].",
-)
+@checkpointing_options(processor=False)
 @storage_options
 @kafka_config_options
 @timeout_option
 @json_option
-@click.option("--quiet", "-q", is_flag=True, help="No progress bar, no status lines.")
+@quiet_option
 def materialize(
     bootstrap_servers: str,
     topic: str,
