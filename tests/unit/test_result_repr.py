@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from statesnap.run.engine import Engine, EngineChoice
 from statesnap.run.result import MaterializeResult, ProcessorRunResult, RestoreFigures
+from statesnap.spark.bootstrap import BootstrapResult
+from statesnap.spark.processor_bootstrap import BootstrapPath, ProcessorBootstrapResult
+from statesnap.task.restore import RestoreReport
+
+from .conftest import make_manifest
 
 
 def _result() -> MaterializeResult:
@@ -24,3 +29,20 @@ def test_results_have_one_short_line() -> None:
         "stores={'balances': 7})"
     )
     assert len(repr(run)) < 200
+
+
+def test_spark_bootstrap_results_have_one_short_line() -> None:
+    """``print(bootstrap_processor(...))`` printed the whole manifest (~3 KB with its files)."""
+    manifest = make_manifest(4, offsets=dict.fromkeys(range(64), 100))
+    done = ProcessorBootstrapResult(
+        "tally", "payments", "file:///c/x", manifest, True, BootstrapPath.HANDLER, RestoreReport(),
+        0.2, 3.456, processed=1200, stores={"n": 5},
+    )  # fmt: skip
+    assert repr(done) == (
+        "ProcessorBootstrapResult(processor='tally', checkpoint=4, written=True, path=handler, "
+        "processed=1,200, stores={'n': 5}, seconds=3.46)"
+    )
+    table = BootstrapResult(manifest, False, RestoreReport(), 0.25)
+    assert repr(table) == (
+        "BootstrapResult(table='orders', checkpoint=4, written=False, keys=None, checkpoint_seconds=0.25)"
+    )

@@ -83,6 +83,14 @@ class BootstrapResult:
     restore: RestoreReport
     checkpoint_seconds: float
 
+    def __repr__(self) -> str:
+        """One short line, not the manifest's nested repr."""
+        return (
+            f"BootstrapResult(table={self.manifest.table!r}, checkpoint={self.manifest.generation}, "
+            f"written={self.written}, keys={self.manifest.keys}, "
+            f"checkpoint_seconds={self.checkpoint_seconds:.2f})"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class _Split:

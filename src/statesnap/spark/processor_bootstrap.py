@@ -116,6 +116,15 @@ class ProcessorBootstrapResult:
         if self.stores is not None:
             object.__setattr__(self, "stores", MappingProxyType(dict(self.stores)))
 
+    def __repr__(self) -> str:
+        """One short line: ``print(bootstrap_processor(...))`` showed the whole manifest (~3 KB)."""
+        stores = dict(self.stores) if self.stores is not None else None
+        return (
+            f"ProcessorBootstrapResult(processor={self.processor!r}, checkpoint={self.manifest.generation}, "
+            f"written={self.written}, path={self.path.value}, processed={self.processed:,}, "
+            f"stores={stores!r}, seconds={self.seconds:.2f})"
+        )
+
     @property
     def keys(self) -> int:
         """Rows of the checkpoint (every store, as a table's key count counts its rows)."""
