@@ -203,7 +203,8 @@ class _Restoring:
 
     @property
     def topic(self) -> str:
-        return self.proc.inputs[0]
+        """Every input, in order: the replay's label names what is read (it named the first)."""
+        return ", ".join(self.proc.inputs)
 
     @property
     def name(self) -> str:

@@ -270,7 +270,7 @@ def run_processor_on_spark(
     session = _session(spark_options)
     try:
         progress.stage(Stage.READING)
-        with _job(progress, f"processing the history of {proc.inputs[0]}"):
+        with _job(progress, f"processing the history of {', '.join(proc.inputs)}"):  # every input
 
             def tasks(records: int, done: int, total: int) -> None:
                 progress.job(f"{done}/{total} tasks · {records:,} records processed")
