@@ -301,6 +301,7 @@ def state_store_option(
             default=None,
             hidden=True,
             expose_value=False,
+            allow_from_autoenv=False,  # the old name on the command line only
             callback=_store_alias(dest),
         )
         return alias(option(f))
