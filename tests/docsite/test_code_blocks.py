@@ -125,6 +125,7 @@ def _run(block: Block, source: str, cwd: Path, env: dict[str, str]) -> None:
         )
     except subprocess.TimeoutExpired as e:
         raise AssertionError(f"{block.where}: still running after {BLOCK_TIMEOUT:.0f} s") from e
+    print(f"--- {block.where}\n{result.stdout}")  # shown with -s, and on a later block's failure
     assert result.returncode == 0, (
         f"{block.where} exited {result.returncode}\n--- block\n{source}\n--- stdout\n"
         f"{result.stdout[-4000:]}\n--- stderr\n{result.stderr[-4000:]}"
