@@ -1,17 +1,24 @@
-"""MkDocs hooks: the CLI reference page is the CLI's own ``--help``, read when the site builds, so
+"""MkDocs hooks.
+
+The CLI reference page is the CLI's own ``--help``, read when the site builds, so
 the page cannot drift from what ``statesnap COMMAND --help`` prints.
 
 ``<!-- cli-help -->`` in a page becomes one section per command and subcommand, in the order the
 CLI registers them, each with its help text as the terminal shows it.
+
+The docstrings use Sphinx's roles (``:class:`Table```), which Markdown renders as the role's name
+before the code span; the role names are dropped from the page so ``Table`` reads as code.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import click
 
 MARKER = "<!-- cli-help -->"
+_ROLE = re.compile(r":(?:class|mod|meth|func|attr|data|exc|obj|py:\w+):(?=<code>)")
 
 
 def _sections(command: click.Command, path: list[str]) -> list[str]:
@@ -32,3 +39,7 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
     from statesnap.cli import cli
 
     return markdown.replace(MARKER, "\n".join(_sections(cli, ["statesnap"])))
+
+
+def on_page_content(html: str, **_: Any) -> str:
+    return _ROLE.sub("", html)
