@@ -11,6 +11,7 @@ __all__ = [
     "BlobNotFoundError",
     "BlobStoreError",
     "BrokerUnavailableError",
+    "CatchUpStoppedError",
     "CheckpointConflictError",
     "CheckpointError",
     "CheckpointHistoryLostError",
@@ -205,6 +206,26 @@ class TableError(StatesnapError):
 
 class ReadOnlyTableError(TableError):
     """A write was attempted through a read-only table (a follower); followers never write."""
+
+
+class CatchUpStoppedError(TableError):
+    """A start was asked to stop while it caught up (:meth:`statesnap.Table.stop_catching_up`, the
+    CLI's Ctrl-C): it stopped between two batches and checkpointed what it had read, so a restart
+    resumes from there instead of from the last periodic checkpoint (an hour old, by default).
+
+    ``checkpoint`` is the generation written (None: no checkpoint store, a read-only task, or a
+    task that shares a snapshot with peers that had not reported), ``records`` the records read."""
+
+    def __init__(self, name: str, records: int, checkpoint: int | None) -> None:
+        kept = (
+            f"checkpoint {checkpoint} holds what was read; run again to resume from it"
+            if checkpoint is not None
+            else "no checkpoint was written; a restart resumes from the last committed one"
+        )
+        super().__init__(f"{name}: stopped while catching up after {records:,} records: {kept}")
+        self.name = name
+        self.records = records
+        self.checkpoint = checkpoint
 
 
 class TableStateError(TableError):

@@ -27,6 +27,7 @@ __all__ = [
     "REPEAT_WINDOW_SECONDS",
     "SHUTDOWN_TIMEOUT",
     "Interrupted",
+    "StoppedEarly",
     "cancel_spark_jobs_on_signals",
     "shutdown_timeout_option",
     "stop_on_signals",
@@ -48,7 +49,8 @@ shutdown_timeout_option = click.option(
     default=SHUTDOWN_TIMEOUT,
     show_default=True,
     envvar="STATESNAP_SHUTDOWN_TIMEOUT",
-    help="With --follow: on Ctrl-C, how long the final checkpoint may take; past it the command "
+    help="On Ctrl-C, how long the final checkpoint (with --follow) or the checkpoint of what a "
+    "catch-up read (the python engine) may take; past it the command "
     "exits with an error and the last committed checkpoint stands. A second Ctrl-C exits at once. "
     "[env: STATESNAP_SHUTDOWN_TIMEOUT]",
 )
@@ -131,3 +133,14 @@ class Interrupted(click.ClickException):
 
     def __init__(self, what: str) -> None:
         super().__init__(f"interrupted: {what}; the last committed checkpoint stands")
+
+
+class StoppedEarly(click.ClickException):
+    """Ctrl-C stopped a catch-up, which checkpointed what it had read: the library's one line
+    (which checkpoint holds it), exit 130 as for any interrupted command."""
+
+    exit_code = 130
+
+    def show(self, file: Any = None) -> None:
+        """The line as it is: a stop that was asked for is not an error."""
+        click.echo(self.format_message(), err=True, file=file)

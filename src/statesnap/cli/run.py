@@ -28,7 +28,7 @@ from statesnap.cli.options import (
     storage_options,
 )
 from statesnap.cli.output import Output
-from statesnap.cli.tables import FollowSignals, cli_session, share_of
+from statesnap.cli.tables import RunSignals, cli_session, share_of
 from statesnap.durations import parse_duration
 from statesnap.errors import ConfigError, InvalidDurationError
 
@@ -165,9 +165,11 @@ def run(
     prints materialize's keys (engine, checkpoint, restore.checkpoint, …) plus processed, emitted,
     dead_lettered and stores (rows per store).
     """
+    from statesnap.cli.interrupts import StoppedEarly
     from statesnap.cli.progress import ConsoleProgress
+    from statesnap.errors import CatchUpStoppedError
     from statesnap.kafka.config import config_from_env, parse_properties
-    from statesnap.run import FollowOptions, SparkOptions, run_processor
+    from statesnap.run import FollowOptions, SparkOptions, StopRequest, run_processor
     from statesnap.run.loading import CheckpointOverrides, ProcessorOverrides, load_processor, with_overrides
     from statesnap.task.options import StoreOptions
 
@@ -209,17 +211,21 @@ def run(
     proc = with_overrides(proc.replace(processing=processing), overrides)
     out = Output(as_json, quiet)
     stop = threading.Event()
-    signals = FollowSignals(stop) if follow else None
+    signals = RunSignals(stop, follow=follow)
     conf = pairs_to_dict(spark_conf, "--spark-conf")
     session = cli_session(conf, not out.shows_progress, None)
-    with ConsoleProgress(not out.shows_progress, signals.on_stage if signals else None) as progress:
-        result = run_processor(
-            proc,
-            engine=engine,
-            follow=FollowOptions(stop, parse_duration(shutdown_timeout)) if follow else False,
-            spark=SparkOptions(conf, None, session),
-            progress=progress,
-        )
+    with ConsoleProgress(not out.shows_progress, signals.on_stage) as progress:
+        try:
+            result = run_processor(
+                proc,
+                engine=engine,
+                follow=FollowOptions(stop, parse_duration(shutdown_timeout)) if follow else False,
+                spark=SparkOptions(conf, None, session),
+                progress=progress,
+                stop=StopRequest(stop, parse_duration(shutdown_timeout)),
+            )
+        except CatchUpStoppedError as e:
+            raise StoppedEarly(str(e)) from e
     out.result(result)
 
 

@@ -21,7 +21,7 @@ from statesnap.cli.dumping import (
     dump_store,
     printed_field,
 )
-from statesnap.cli.interrupts import Interrupted, stop_on_signals
+from statesnap.cli.interrupts import Interrupted, StoppedEarly, stop_on_signals
 from statesnap.cli.options import (
     bootstrap_option,
     checkpointing_options,
@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # the engines load when a command runs, not to register it
     from statesnap.task.restore import RestoreReport
 
 __all__ = [
-    "FollowSignals",
+    "RunSignals",
     "TableDigest",
     "cli_session",
     "dump",
@@ -169,7 +169,8 @@ def materialize(
     """
     from statesnap.cli.progress import ConsoleProgress
     from statesnap.cli.spark_engine import interrupted as spark_jobs_cancelled
-    from statesnap.run import FollowOptions, SparkOptions, Stage
+    from statesnap.errors import CatchUpStoppedError
+    from statesnap.run import FollowOptions, SparkOptions, Stage, StopRequest
     from statesnap.run import materialize as materialize_table
     from statesnap.task.migration import StateVersion
     from statesnap.task.options import StoreOptions
@@ -182,10 +183,10 @@ def materialize(
     settings = kafka_settings(bootstrap_servers, kafka_pairs, kafka_files, timeout)
     out = Output(as_json, quiet)
     stop = threading.Event()
-    signals = FollowSignals(stop) if follow else None
+    signals = RunSignals(stop, follow=follow)
     conf = pairs_to_dict(spark_conf, "--spark-conf")
     session = cli_session(conf, not out.shows_progress, stop if follow else None)
-    with ConsoleProgress(not out.shows_progress, signals.on_stage if signals else None) as progress:
+    with ConsoleProgress(not out.shows_progress, signals.on_stage) as progress:
         try:
             result = materialize_table(
                 topic,
@@ -201,7 +202,10 @@ def materialize(
                 spark=SparkOptions(conf, spark_checkpoint_location, session),
                 progress=progress,
                 state=StateVersion(state_version),
+                stop=StopRequest(stop, parse_duration(shutdown_timeout)),
             )
+        except CatchUpStoppedError as e:
+            raise StoppedEarly(str(e)) from e
         except (click.ClickException, StatesnapError):
             raise
         except Exception as e:  # a batch job we cancelled on Ctrl-C, not a failure of its own
@@ -274,14 +278,17 @@ def share_of(
     return None
 
 
-class FollowSignals:
-    """A follow run's Ctrl-C: the first sets *stop* (a clean stop with a final checkpoint), a
-    second exits at once saying what it interrupted. Handled from the moment there is something
-    to stop cleanly (a Spark session starting, the Python engine following); before that a
-    Ctrl-C ends the command like any other."""
+class RunSignals:
+    """A run's Ctrl-C: the first sets *stop* (a clean stop: a follow run's final checkpoint, or
+    a Python catch-up stopped between two batches with a checkpoint of what it read), a second
+    exits at once saying what it interrupted. Handled from the moment there is something to stop
+    cleanly (the Python engine catching up; with *follow*, a Spark session starting or the
+    Python engine following); before that a Ctrl-C ends the command like any other (a Spark
+    batch job's is cancelled: :func:`~statesnap.cli.interrupts.cancel_spark_jobs_on_signals`)."""
 
-    def __init__(self, stop: threading.Event) -> None:
+    def __init__(self, stop: threading.Event, *, follow: bool) -> None:
         self.stop = stop
+        self.follow = follow
         self.stage: Stage | None = None
         self.installed = False
 
@@ -293,13 +300,16 @@ class FollowSignals:
             return "stopped again while the Spark session was starting"
         if self.stage is Stage.QUERY_STARTING:
             return "stopped again while the streaming query was starting"
+        if self.stage is Stage.CATCHING_UP:
+            return "stopped again before the checkpoint of the catch-up finished"
         return "stopped again before the final checkpoint finished"
 
     def on_stage(self, stage: Stage) -> None:
         from statesnap.run import Stage
 
         self.stage = stage
-        if not self.installed and stage in (Stage.SESSION_STARTING, Stage.FOLLOWING):
+        handled = (Stage.SESSION_STARTING, Stage.FOLLOWING) if self.follow else ()
+        if not self.installed and (stage is Stage.CATCHING_UP or stage in handled):
             stop_on_signals(self.again, self.stop)
             self.installed = True
 

@@ -52,7 +52,7 @@ from typing import Any, TypeVar
 from statesnap.blob import BlobStore
 from statesnap.checkpoint import CheckpointManifest
 from statesnap.durations import parse_duration
-from statesnap.errors import ConfigError, TableStateError
+from statesnap.errors import CatchUpStoppedError, ConfigError, TableStateError
 from statesnap.kafka.config import KafkaSettings
 from statesnap.processor.aggregations import Aggregations
 from statesnap.processor.handler import Handler, ProcessorHandler, Punctuation
@@ -383,7 +383,8 @@ class Processor(Aggregations, Joins):
     def run(self, *, follow: bool = True, progress: ProgressCallback | None = None) -> RestoreReport:
         """Restore and catch up on this thread, then (``follow``) keep processing until
         :meth:`stop` or Ctrl-C, or (not ``follow``) write a checkpoint; then close cleanly with a
-        final checkpoint. Returns the restore report."""
+        final checkpoint. Returns the restore report. A :meth:`stop` during the catch-up ends it
+        between two batches with a checkpoint of what was read, and ``run`` returns."""
         task = self._open(background=False)
         clean = False
         try:
@@ -392,6 +393,9 @@ class Processor(Aggregations, Joins):
             while follow and not self._stopping.is_set():
                 task.poll(TAIL_POLL)
             clean = True
+        except CatchUpStoppedError as e:  # stop() while catching up: its checkpoint is written
+            log.info("%s", e)
+            report = task.report
         except KeyboardInterrupt:
             clean = True
             log.info("processor %s: interrupted; closing with a final checkpoint", self.name)
@@ -414,8 +418,11 @@ class Processor(Aggregations, Joins):
             log.warning("%s", warning)
 
     def stop(self) -> None:
-        """Ask :meth:`run` to finish (from another thread or a signal handler)."""
+        """Ask :meth:`run` to finish (from another thread or a signal handler); a run still
+        catching up stops between two batches with a checkpoint of what it read."""
         self._stopping.set()
+        if self._task is not None:
+            self._task.stop_catching_up()
 
     def poll(self, timeout: float = 0.5) -> int:
         """Process one batch (a processor started with ``run`` polls by itself)."""

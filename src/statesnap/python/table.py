@@ -307,6 +307,14 @@ class Table(TableReads[K, V], Generic[K, V]):
         that fails closes what it opened (a group member leaves its group) and re-raises."""
         return self._task.start(progress=progress)
 
+    def stop_catching_up(self, *, timeout: float | None = 20.0) -> None:
+        """Ask :meth:`start`, still catching up, to stop before its next batch, write a checkpoint
+        of what it read (within *timeout* seconds) and raise
+        :class:`~statesnap.errors.CatchUpStoppedError`: for a SIGTERM during a long catch-up (a
+        deploy), which would otherwise lose the work back to the last periodic checkpoint. Safe
+        from a signal handler or another thread; a no-op once caught up."""
+        self._task.stop_catching_up(timeout=timeout)
+
     def poll(self, timeout: float = 0.5) -> int:
         """Consume one batch and run a commit point if due; returns the records applied.
 

@@ -25,7 +25,7 @@ imports it (the layers contract in ``pyproject.toml``).
 from __future__ import annotations
 
 from statesnap.run.engine import Engine, EngineChoice, choose_engine, spark_available
-from statesnap.run.options import FollowOptions, SparkOptions
+from statesnap.run.options import FollowOptions, SparkOptions, StopRequest
 from statesnap.run.processor import choose_processor_engine, run_processor
 from statesnap.run.progress import MaterializeProgress, Stage
 from statesnap.run.result import Followed, MaterializeResult, ProcessorRunResult, RestoreFigures
@@ -42,6 +42,7 @@ __all__ = [
     "RestoreFigures",
     "SparkOptions",
     "Stage",
+    "StopRequest",
     "choose_engine",
     "choose_processor_engine",
     "materialize",

@@ -21,7 +21,7 @@ from statesnap.deadline import Deadline
 from statesnap.durations import format_duration
 from statesnap.python.table import Table
 from statesnap.run.engine import EngineChoice
-from statesnap.run.options import FollowOptions
+from statesnap.run.options import FollowOptions, StopRequest
 from statesnap.run.progress import MaterializeProgress, Stage
 from statesnap.run.result import Followed, MaterializeResult, ProcessorRunResult, records_between
 from statesnap.task.engine import Task
@@ -88,15 +88,25 @@ class Restorable(Protocol):
 
     def start(self, *, progress: ProgressCallback | None = None) -> RestoreReport: ...
 
+    def stop_catching_up(self, *, timeout: float | None = ...) -> None: ...
 
-def restore_with_progress(table: Restorable, progress: MaterializeProgress) -> RestoreReport:
+
+def restore_with_progress(
+    table: Restorable, progress: MaterializeProgress, stop: StopRequest | None = None
+) -> RestoreReport:
     """``table.start()``, telling *progress* the records replayed of an estimated total and the
     partitions at their end. The total is records replayed plus the lag the broker's high
-    watermarks suggest — an estimate (the dev broker under-reports them), never shrinking."""
+    watermarks suggest — an estimate (the dev broker under-reports them), never shrinking.
+
+    *stop*, once set, stops the catch-up between two batches with a checkpoint of what was read
+    (:class:`~statesnap.errors.CatchUpStoppedError`): the CLI's first Ctrl-C during a long
+    catch-up keeps the work done instead of losing it back to the last periodic checkpoint."""
     progress.replay_started(f"replaying {table.topic}")
     estimate: list[int] = []  # the largest estimate so far, once there is one
 
     def update(records: int, done: int, total: int) -> None:
+        if stop is not None and stop.event.is_set():
+            table.stop_catching_up(timeout=stop.timeout.total_seconds())
         behind = sum(table.lag().values())
         if behind or estimate:
             estimate[:] = [max(estimate[0] if estimate else 0, records + behind)]
@@ -161,13 +171,14 @@ def run_in_python(
     follow: FollowOptions | None,
     progress: MaterializeProgress,
     instances: int | None,
+    stop: StopRequest | None = None,
 ) -> MaterializeResult:
     """Restore *table*, follow it when asked, checkpoint it, close it; what the run did."""
     started = time.monotonic()
     run = TaskRun()
     try:
-        progress.stage(Stage.READING)
-        report = restore_with_progress(table, progress)
+        progress.stage(Stage.CATCHING_UP)
+        report = restore_with_progress(table, progress, StopRequest.of(stop, follow))
         manifest = run.finish(
             table, follow=follow, progress=progress, instances=instances, doing=f"following {table.topic}"
         )
@@ -213,6 +224,9 @@ class _Restoring:
     def lag(self) -> dict[int, int]:
         return self.proc.task.lag()
 
+    def stop_catching_up(self, *, timeout: float | None = 20.0) -> None:
+        self.proc.task.stop_catching_up(timeout=timeout)
+
     def start(self, *, progress: ProgressCallback | None = None) -> RestoreReport:
         def reported(records: int, done: int, total: int) -> None:
             self._check_broker()
@@ -236,6 +250,7 @@ def run_processor_in_python(
     follow: FollowOptions | None,
     progress: MaterializeProgress,
     instances: int | None,
+    stop: StopRequest | None = None,
 ) -> ProcessorRunResult:
     """:func:`run_in_python`'s steps, for a processor: restore and catch up (the handler runs over
     the tail), follow when asked, write the (final) checkpoint, count, close. One task of several
@@ -246,8 +261,8 @@ def run_processor_in_python(
     started = time.monotonic()
     run = TaskRun()
     try:
-        progress.stage(Stage.READING)
-        report = restore_with_progress(_Restoring(proc), progress)
+        progress.stage(Stage.CATCHING_UP)
+        report = restore_with_progress(_Restoring(proc), progress, StopRequest.of(stop, follow))
         task = proc.task
         manifest = run.finish(
             task,

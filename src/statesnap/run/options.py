@@ -15,7 +15,7 @@ from typing import Any
 
 from statesnap.durations import parse_duration
 
-__all__ = ["FollowOptions", "SparkOptions"]
+__all__ = ["FollowOptions", "SparkOptions", "StopRequest"]
 
 #: The final checkpoint's default deadline: long enough for an incremental checkpoint, short
 #: enough that a stop request is answered even when the checkpoint store is not.
@@ -41,6 +41,28 @@ class FollowOptions:
         if isinstance(follow, FollowOptions):
             return follow
         return cls() if follow else None
+
+
+@dataclass(frozen=True, slots=True)
+class StopRequest:
+    """How to stop a run early and cleanly: set *event* (from a signal handler or another thread).
+    A Python run still catching up then stops between two batches, checkpoints what it read
+    within *timeout* and raises :class:`~statesnap.errors.CatchUpStoppedError` (saying which
+    checkpoint holds it), so the work of a long catch-up is kept; a follow run, caught up, stops
+    with its final checkpoint as :class:`FollowOptions` says."""
+
+    event: threading.Event = field(default_factory=threading.Event)
+    timeout: timedelta = SHUTDOWN_TIMEOUT
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "timeout", parse_duration(self.timeout))
+
+    @classmethod
+    def of(cls, stop: StopRequest | None, follow: FollowOptions | None) -> StopRequest | None:
+        """*stop*, else a follow run's own stop request (its event and shutdown timeout)."""
+        if stop is not None or follow is None:
+            return stop
+        return cls(follow.stop, follow.shutdown_timeout)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from statesnap.errors import ConfigError
 from statesnap.kafka.config import KafkaSettings
 from statesnap.run.engine import Engine, EngineChoice, choose_engine, estimate_table_backlog
-from statesnap.run.options import FollowOptions, SparkOptions
+from statesnap.run.options import FollowOptions, SparkOptions, StopRequest
 from statesnap.run.progress import MaterializeProgress
 from statesnap.run.result import ProcessorRunResult
 from statesnap.task.options import CheckpointOptions, StaticShare
@@ -42,6 +42,7 @@ def run_processor(
     follow: bool | FollowOptions = False,
     spark: SparkOptions | None = None,
     progress: MaterializeProgress | None = None,
+    stop: StopRequest | None = None,
 ) -> ProcessorRunResult:
     """Restore *proc*, catch up with its input, (with *follow*) keep processing until
     ``FollowOptions.stop`` is set, then write the (final) checkpoint and close it.
@@ -50,7 +51,8 @@ def run_processor(
     command-line settings); it must have a checkpoint store. The engine is chosen as
     :func:`statesnap.run.materialize` chooses it, except that ``auto`` runs a processor in python
     (a Spark run emits nothing); an option the chosen engine cannot honour (``exactly_once`` or a
-    dead-letter topic on Spark) is refused before any work, a SparkSession included.
+    dead-letter topic on Spark) is refused before any work, a SparkSession included. *stop*
+    stops a Python catch-up early with a checkpoint, as :func:`statesnap.run.materialize` says.
     """
     following = FollowOptions.of(follow)
     listener = progress or MaterializeProgress()
@@ -74,7 +76,7 @@ def run_processor(
 
     instances = share.instances if isinstance(share, StaticShare) else None
     return run_processor_in_python(
-        proc, choice=choice, follow=following, progress=listener, instances=instances
+        proc, choice=choice, follow=following, progress=listener, instances=instances, stop=stop
     )
 
 

@@ -25,8 +25,11 @@ class Stage(StrEnum):
 
     #: A Spark session is starting (nothing to cancel yet).
     SESSION_STARTING = "the Spark session was starting"
-    #: The Python engine restores and replays; the Spark engine's batch job runs.
+    #: The Spark engine's batch job reads the input.
     READING = "the table was being read"
+    #: The Python engine restores and catches up with the input (a stop request now ends the
+    #: catch-up between two batches with a checkpoint of what was read).
+    CATCHING_UP = "the input was being caught up with"
     #: The Spark engine's streaming query is starting.
     QUERY_STARTING = "the streaming query was starting"
     #: Following the topic, checkpointing on the interval, until asked to stop.

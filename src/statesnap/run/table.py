@@ -13,7 +13,7 @@ from typing import Any
 
 from statesnap.kafka.config import KafkaSettings
 from statesnap.run.engine import Engine, EngineChoice, choose_engine, estimate_table_backlog
-from statesnap.run.options import FollowOptions, SparkOptions
+from statesnap.run.options import FollowOptions, SparkOptions, StopRequest
 from statesnap.run.progress import MaterializeProgress
 from statesnap.run.result import MaterializeResult
 from statesnap.task.migration import StateVersion
@@ -38,6 +38,7 @@ def materialize(
     spark: SparkOptions | None = None,
     progress: MaterializeProgress | None = None,
     state: StateVersion | None = None,
+    stop: StopRequest | None = None,
 ) -> MaterializeResult:
     """Restore *topic*'s table (``name``, default the topic) from its newest usable checkpoint,
     read to the end of the topic and write a checkpoint; running it again is incremental.
@@ -60,6 +61,10 @@ def materialize(
             run while restoring (Python) or as the bootstrap's tasks read (Spark, not with follow;
             see :mod:`statesnap.task.migration`); a checkpoint of another version is refused
             without them.
+
+        stop: a stop request for the Python engine's catch-up: once its event is set, the
+            catch-up stops between two batches with a checkpoint of what it read
+            (:class:`~statesnap.errors.CatchUpStoppedError`); with *follow* its stop is the default.
 
     An option the chosen engine cannot honour is refused before any work
     (:class:`~statesnap.errors.EngineOptionError`); a missing topic or broker fails at once.
@@ -93,7 +98,7 @@ def materialize(
 
         return run_on_spark(settings, topic, table, options, choice=choice, follow=following,
                             spark_options=spark_options, progress=listener, state=state)  # fmt: skip
-    return _in_python(settings, topic, table, options, choice, following, store, share, listener, state)
+    return _in_python(settings, topic, table, options, choice, following, store, share, listener, state, stop)
 
 
 def _in_python(
@@ -107,6 +112,7 @@ def _in_python(
     share: StaticShare | GroupOptions | None,
     progress: MaterializeProgress,
     state: StateVersion | None = None,
+    stop: StopRequest | None = None,
 ) -> MaterializeResult:
     from statesnap.run.in_python import open_table, run_in_python
 
@@ -123,4 +129,6 @@ def _in_python(
         state=state,
     )
     instances = share.instances if isinstance(share, StaticShare) else None
-    return run_in_python(opened, choice=choice, follow=follow, progress=progress, instances=instances)
+    return run_in_python(
+        opened, choice=choice, follow=follow, progress=progress, instances=instances, stop=stop
+    )

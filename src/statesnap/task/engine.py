@@ -27,6 +27,7 @@ import logging
 import threading
 import time
 from datetime import timedelta
+from typing import NoReturn
 
 from statesnap.checkpoint import CheckpointManifest, CheckpointRepository
 from statesnap.checkpoint.restore import SkippedCheckpoint
@@ -34,6 +35,7 @@ from statesnap.checkpoint.selection import TopicState, resume_offsets
 from statesnap.deadline import Deadline
 from statesnap.durations import parse_duration
 from statesnap.errors import (
+    CatchUpStoppedError,
     CheckpointTimeoutError,
     KafkaError,
     OffsetOutOfRangeError,
@@ -128,6 +130,8 @@ class Task:
         self._state = TaskPhase.NEW
         self._loop = TaskLoop(self.name, handler.records(self), options.clock)
         self._restore_done = threading.Event()
+        self._stop_catching_up = threading.Event()
+        self._stop_timeout: float | None = None
         self._commits = CommitPoints(self)
 
     def __repr__(self) -> str:
@@ -334,6 +338,8 @@ class Task:
             while not reader.caught_up:
                 if loop.stop.is_set():
                     raise TableStateError("finish restoring", "closed", "restoring")
+                if self._stop_catching_up.is_set():
+                    self._stop_between_batches()
                 group = self.membership
                 if (
                     group is not None
@@ -353,6 +359,23 @@ class Task:
                     loop.tracker.at_end(reader.at_eof)
                 if progress is not None:
                     progress(self.report.replayed_records, len(reader.at_eof), len(reader.positions))
+
+    def stop_catching_up(self, *, timeout: float | None = 20.0) -> None:
+        """Ask a start still catching up to stop before its next batch, checkpoint what it has read
+        (within *timeout* seconds) and raise :class:`CatchUpStoppedError`; a no-op once it is
+        caught up. Safe from another thread or a signal handler: it only sets an event the
+        catch-up loop reads between batches, where the store and the offsets agree (a
+        KeyboardInterrupt may land inside a batch)."""
+        self._stop_timeout = timeout
+        self._stop_catching_up.set()
+
+    def _stop_between_batches(self) -> NoReturn:
+        manifest = None  # nothing read since the restore: the restored checkpoint says it all
+        if self.writer is not None and self.repo is not None and self.report.replayed_records:
+            manifest = self._commits.checkpoint(self.writer, timeout=self._stop_timeout)
+        raise CatchUpStoppedError(
+            self.name, self.report.replayed_records, manifest.generation if manifest is not None else None
+        )
 
     def _replay_instead_of(
         self, task: OpenedTask, manifest: CheckpointManifest, error: OffsetOutOfRangeError
