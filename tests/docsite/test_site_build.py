@@ -9,7 +9,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-MKDOCS = [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet"]
+MKDOCS = [
+    sys.executable,
+    "-m",
+    "mkdocs",
+    "build",
+    "--strict",
+]  # not --quiet: it hides the warnings strict turns into a failure
 
 
 def build(root: Path, site: Path) -> subprocess.CompletedProcess[str]:

@@ -138,18 +138,22 @@ class Processor(Aggregations, Joins):
                 Per task the handler gets the records of every input merged by timestamp (ties:
                 the input listed first), see :mod:`statesnap.processor.merge`; the checkpoint
                 holds every input's offsets. The manifest's offsets are the first input's.
-            bootstrap_servers, kafka_config, timeout: the cluster, as for :class:`~statesnap.Table`
-                (the schema registry of ``avro`` / ``json_schema`` serdes included:
-                ``schema.registry.url`` in *kafka_config*).
+            bootstrap_servers: the cluster's address, as for :class:`~statesnap.Table`.
+            kafka_config: librdkafka properties, as for :class:`~statesnap.Table` (the schema
+                registry of ``avro`` / ``json_schema`` serdes included: ``schema.registry.url``).
+            timeout: how long to wait for the cluster's answers.
             checkpoints: where checkpoints live (a URL, a blob store or :class:`CheckpointOptions`);
                 None: no checkpoints (every start processes the whole input).
             stores: named stores, by name (a key-value store with the processor's serdes) or as
                 :class:`StoreSpec` (own serdes, a window).
-            key_serde, value_serde: how input records and store keys/values (unless a store says
-                otherwise) and emitted records are (de)serialized; default raw bytes.
+            key_serde: how the keys of input records, stores (unless a store says otherwise) and
+                emitted records are (de)serialized; default raw bytes.
+            value_serde: the same for their values.
             store: the local store kind holding every named store (``auto``, ``memory``,
                 ``columnar``, ``rocksdb``).
-            partitions, group: which input partitions this instance processes.
+            partitions: the input partitions this instance processes (a list or a
+                :class:`StaticShare`; default all).
+            group: a Kafka consumer group that assigns them instead.
             processing: the delivery guarantee (``exactly_once``), dead letters
                 (``dead_letter_topic``) and the merge wait of several inputs (``max_idle``), as
                 :class:`ProcessingOptions`; default at least once, failures stop the processor.

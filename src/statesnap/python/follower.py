@@ -128,8 +128,9 @@ class Follower(TableReads[K, V], Generic[K, V]):
                 None replays the whole topic.
             name: the owner's table name in the checkpoint store (default: the topic name).
             store: local state store, ``memory``, ``columnar`` or ``rocksdb``.
-            key_serde, value_serde: how reads convert keys and values (default: raw bytes).
-                Filters and projections always see raw bytes.
+            key_serde: how reads convert keys (default: raw bytes). Filters and projections
+                always see raw bytes.
+            value_serde: how reads convert values (default: raw bytes).
             kafka_config: extra librdkafka properties (TLS, SASL, …), and the schema registry of
                 ``avro`` / ``json_schema`` serdes (``schema.registry.url``, …), as for a Table.
             timeout: how long to wait for the cluster's first answers.

@@ -111,8 +111,9 @@ class Table(TableReads[K, V], Generic[K, V]):
             store: local state store: ``auto`` (the default: ``columnar`` when the checkpoint to
                 restore holds at least 10 k rows, else ``memory``), ``memory``, ``columnar`` or
                 ``rocksdb`` (tables larger than memory); :class:`StoreOptions` adds its path.
-            key_serde, value_serde: how reads convert keys and values (a serde, or ``bytes``
-                (default), ``string``, ``json``, ``avro``, ``json_schema``); the table stores bytes.
+            key_serde: how reads convert keys (a serde, or ``bytes`` (default), ``string``,
+                ``json``, ``avro``, ``json_schema``); the table stores bytes.
+            value_serde: how reads convert values, as *key_serde* does keys.
             kafka_config: extra librdkafka properties (TLS, SASL, …), and the schema registry of
                 ``avro`` / ``json_schema`` serdes as Kafka Streams takes it:
                 ``schema.registry.url`` and ``schema.registry.<client setting>``.
