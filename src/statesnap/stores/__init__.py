@@ -1,4 +1,5 @@
-"""Local state stores a table keeps its rows in: ``memory`` (default), ``columnar``, ``rocksdb``."""
+"""Local state stores a table keeps its rows in: ``memory``, ``columnar``, ``rocksdb`` (``auto``, the
+default, picks ``columnar`` for a checkpoint of 10 k rows or more, else ``memory``)."""
 
 from __future__ import annotations
 
