@@ -28,7 +28,6 @@ from statesnap.errors import HandlerError
 from statesnap.processor.buffer import WriteBuffer
 from statesnap.processor.context import ProcessorContext, Record
 from statesnap.processor.keyspace import (
-    WINDOW_BYTES,
     input_offset_key,
     input_offset_of,
     input_offset_value,
@@ -36,7 +35,6 @@ from statesnap.processor.keyspace import (
     stream_time_key,
     stream_time_of,
     stream_time_value,
-    window_start_of,
 )
 from statesnap.processor.outputs import Outputs
 from statesnap.processor.stores import (
@@ -48,7 +46,6 @@ from statesnap.processor.stores import (
     WindowStore,
     unstamped,
 )
-from statesnap.processor.windows import Windows
 from statesnap.python.hooks import Change
 from statesnap.serde import Serde
 from statesnap.stores import StateStore
@@ -124,7 +121,7 @@ class ProcessorHandler:
         self.cursor = Cursor()
         views: dict[str, KeyValueStore] = {}
         window_views: dict[str, WindowStore] = {}
-        self.windowed: list[tuple[str, Windows]] = []
+        self.windowed: list[WindowStore] = []
         #: TTL stores: (name, ttl ms); and per (store, partition) the stream time of the last sweep.
         self.expiring: list[tuple[str, int]] = []
         self._swept: dict[tuple[str, int], int] = {}
@@ -140,7 +137,8 @@ class ProcessorHandler:
                 window_views[spec.name] = WindowStore(
                     spec.name, ks, vs, self.buffer, self.cursor, spec.window
                 )
-                self.windowed.append((spec.name, spec.window))
+                if window_views[spec.name].expires:
+                    self.windowed.append(window_views[spec.name])
         self.context = ProcessorContext(self.cursor, views, window_views, outputs)
         self.processed = 0
         self.dead_lettered = 0
@@ -263,6 +261,8 @@ class ProcessorHandler:
         buffer.apply(partition)
         if offset >= 0:
             self._last[partition] = (offset, ts)
+            if self.windowed and stream_time != started:
+                self._expire_windows_of(partition, stream_time, offset, ts)
 
     def _punctuate(self, before: int, now: int) -> None:
         """Run each punctuator whose period boundary stream time just crossed (once per crossing)."""
@@ -354,20 +354,19 @@ class ProcessorHandler:
             self.outputs.commit(self.positions(), OUTPUT_FLUSH_TIMEOUT)
 
     def _expire_windows(self) -> None:
-        """Delete windows past retention, oldest first (a window store's keys sort by start)."""
+        """Delete windows past retention in every partition (each batch that moves stream time
+        does it for its partition: this catches partitions restored and not processed since)."""
         for partition, (offset, ts) in self._last.items():
-            stream_time = self.stream_time(partition)
-            for store, windows in self.windowed:
-                prefix = partition_prefix(store, partition)
-                gone = []
-                for stored, _ in self.store.scan(prefix=prefix):
-                    rest = stored[len(prefix) :]
-                    if len(rest) < WINDOW_BYTES or not windows.expired(window_start_of(rest), stream_time):
-                        break
-                    gone.append((stored, None, offset, ts))
-                if gone:
-                    self.store.apply(partition, gone)
-                    self._expired.add(partition)
+            self._expire_windows_of(partition, self.stream_time(partition), offset, ts)
+
+    def _expire_windows_of(self, partition: int, stream_time: int, offset: int, ts: int) -> None:
+        """Delete *partition*'s windows past retention at *stream_time*, found by each window
+        store's index of what it holds (see :class:`WindowStore`): the store never holds more
+        than the live windows and those of one batch, and expiry costs what expires."""
+        for windows in self.windowed:
+            dead = windows.expired_keys(partition, stream_time)
+            if dead and self.store.expire(partition, dead, offset, ts):
+                self._expired.add(partition)
 
     def _expire_entries(self, *, every: bool) -> None:
         """Delete TTL stores' expired entries: a pass over a partition's entries, so at most once
@@ -398,6 +397,8 @@ class ProcessorHandler:
             self._last.pop(p, None)
         self._others_moved -= gone
         self._expired -= gone
+        for windows in self.windowed:
+            windows.forget(gone)
         self._swept = {key: t for key, t in self._swept.items() if key[1] not in gone}
 
     def rebase_partitions(self) -> frozenset[int]:

@@ -94,15 +94,38 @@ class MemoryStore:
         size = len(rows)
         deleted = False
         with self._changes.lock:
-            changed = self._changes.rows
+            changed, born = self._changes.rows, self._changes.born
             for key, value, offset, ts in records:
                 if value is None:
                     deleted = rows.pop(key, None) is not None or deleted
                     changed[key] = pack(~partition, offset, ts)
                 else:
+                    if key not in rows and key not in changed:
+                        born.add(key)
                     changed[key] = rows[key] = pack(partition, offset, ts) + value
         if deleted or len(rows) != size:
             self._sorted = None
+
+    def expire(self, partition: int, keys: Sequence[bytes], offset: int, timestamp: int) -> int:
+        """Delete the held ones of *keys* (see :meth:`StateStore.expire`): those born since the
+        change set began leave it, the others get a tombstone there."""
+        rows = self._rows
+        pack = HEADER_STRUCT.pack
+        gone = 0
+        with self._changes.lock:
+            changed, born = self._changes.rows, self._changes.born
+            for key in keys:
+                if rows.pop(key, None) is None:
+                    continue
+                gone += 1
+                if key in born:
+                    born.discard(key)
+                    del changed[key]
+                else:
+                    changed[key] = pack(~partition, offset, timestamp)
+        if gone:
+            self._sorted = None
+        return gone
 
     def apply_messages(self, partition: int, messages: Sequence[KafkaMessage]) -> None:
         rows = self._rows
