@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 
 from statesnap.errors import ConfigError
 from statesnap.processor.context import ProcessorContext, Record
+from statesnap.processor.folds import _COUNT, _Fold
 from statesnap.processor.stores import StoreSpec
 from statesnap.processor.windows import Windows
 from statesnap.serde import Serde
@@ -89,6 +90,10 @@ def _emission(store: str, window: Windows | None, emit: Emit | str | None, to: s
     return how
 
 
+def _zero() -> int:
+    return 0
+
+
 class Aggregations:
     """The aggregation steps of :class:`~statesnap.Processor` (mixed in)."""
 
@@ -116,8 +121,8 @@ class Aggregations:
         go to that topic as *emit* says (see the module docstring)."""
         return self.aggregate(
             store,
-            lambda: 0,
-            lambda count, _record: count + 1,
+            _zero,
+            _COUNT,
             window=window,
             value_serde=value_serde,
             emit=emit,
@@ -209,44 +214,16 @@ class Aggregations:
         reach *fn*."""
         spec = self.add_store(StoreSpec(store, value_serde=value_serde or "json", window=window))
         changes = to if emit is Emit.CHANGES else None
-        if window is None:
-
-            def fold(record: Record, ctx: ProcessorContext) -> None:
-                if record.key is None or (record.is_tombstone and not tombstones):
-                    ctx.skip()
-                    return
-                values = ctx.stores[store]
-                current = values.get(record.key, _ABSENT)
-                values[record.key] = result = fn(initializer() if current is _ABSENT else current, record)
-                if changes is not None:
-                    ctx.emit(changes, record.key, result, value_serde=values.value_serde)
-
-        else:
-            size = window.size_ms
-
-            def fold(record: Record, ctx: ProcessorContext) -> None:
-                if record.key is None or record.timestamp < 0 or (record.is_tombstone and not tombstones):
-                    ctx.skip()
-                    return
-                windows = ctx.window_stores[store]
-                for start in windows.windows_for(record.timestamp):
-                    current = windows.get(record.key, start, _ABSENT)
-                    result = fn(initializer() if current is _ABSENT else current, record)
-                    windows.put(record.key, start, result)
-                    if changes is not None:
-                        envelope = {"start": start, "end": start + size, "value": result}
-                        ctx.emit(changes, record.key, envelope, value_serde=windows.value_serde)
-
-            if emit is Emit.FINAL:
-                assert to is not None
-                # Windows close when stream time reaches n·advance + size + grace: a punctuator
-                # with that period and phase runs exactly then, not at every advance of stream
-                # time (138 k calls for 2 k closes in the final_results benchmark).
-                advance, closes_after = window.advance_ms, window.size_ms + window.grace_ms
-                self.punctuate(
-                    timedelta(milliseconds=advance), offset=timedelta(milliseconds=closes_after % advance)
-                )(_final_results(store, window, to))
-
+        fold = _Fold(store, initializer, fn, window, changes, tombstones=tombstones)
+        if window is not None and emit is Emit.FINAL:
+            assert to is not None
+            # Windows close when stream time reaches n·advance + size + grace: a punctuator
+            # with that period and phase runs exactly then, not at every advance of stream
+            # time (138 k calls for 2 k closes in the final_results benchmark).
+            advance, closes_after = window.advance_ms, window.size_ms + window.grace_ms
+            self.punctuate(
+                timedelta(milliseconds=advance), offset=timedelta(milliseconds=closes_after % advance)
+            )(_final_results(store, window, to))
         fold.__qualname__ = f"{type(self).__name__}.aggregate[{store}]"
         self.handler(fold)
         return spec
@@ -272,6 +249,3 @@ def _final_results(store: str, window: Windows, to: str) -> Callable[[ProcessorC
 
     emit_closed.__qualname__ = f"final_results[{store}]"
     return emit_closed
-
-
-_ABSENT: Any = object()

@@ -93,16 +93,22 @@ class MemoryStore:
         pack = HEADER_STRUCT.pack
         size = len(rows)
         deleted = False
+        held = size
         with self._changes.lock:
             changed, born = self._changes.rows, self._changes.born
             for key, value, offset, ts in records:
                 if value is None:
-                    deleted = rows.pop(key, None) is not None or deleted
+                    if rows.pop(key, None) is not None:
+                        deleted = True
+                        held -= 1
                     changed[key] = pack(~partition, offset, ts)
                 else:
-                    if key not in rows and key not in changed:
-                        born.add(key)
-                    changed[key] = rows[key] = pack(partition, offset, ts) + value
+                    rows[key] = blob = pack(partition, offset, ts) + value
+                    if len(rows) != held:  # a new key (no second lookup of an old one: a cache miss)
+                        held += 1
+                        if key not in changed:
+                            born.add(key)
+                    changed[key] = blob
         if deleted or len(rows) != size:
             self._sorted = None
 
