@@ -143,13 +143,14 @@ class Aggregations:
         of = _value_of(value)
         return self._fold(
             store,
-            lambda: 0,
+            _zero,
             lambda total, record: total + of(record),
             window,
             value_serde,
             _emission(store, window, emit, to),
             to,
             tombstones=False,
+            field=value if isinstance(value, str) else None,
         )
 
     def reduce(
@@ -209,12 +210,13 @@ class Aggregations:
         to: str | None,
         *,
         tombstones: bool,
+        field: str | None = None,
     ) -> StoreSpec:
         """Register the fold (and its emission); *tombstones*: whether records with a null value
-        reach *fn*."""
+        reach *fn*; *field*: *fn* adds that field of the value (a sum's)."""
         spec = self.add_store(StoreSpec(store, value_serde=value_serde or "json", window=window))
         changes = to if emit is Emit.CHANGES else None
-        fold = _Fold(store, initializer, fn, window, changes, tombstones=tombstones)
+        fold = _Fold(store, initializer, fn, window, changes, tombstones=tombstones, field=field)
         if window is not None and emit is Emit.FINAL:
             assert to is not None
             # Windows close when stream time reaches n·advance + size + grace: a punctuator
