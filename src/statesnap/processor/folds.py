@@ -204,8 +204,17 @@ class _Fold:
         currents = _decode_many(view.value_serde, held, self.initializer)
         results = [c + n for c, n in zip(currents, map(tally.__getitem__, last), strict=True)]
         encoded = _encode_many(view.value_serde, results)
-        rows = [(v, messages[i].offset(), stamps[i]) for v, i in zip(encoded, last.values(), strict=True)]
-        buffer.batch.update(zip(stored, rows, strict=True))
+        if buffer.batch:  # something is buffered already: the rows join it, written in order
+            rows = [(v, messages[i].offset(), stamps[i]) for v, i in zip(encoded, last.values(), strict=True)]
+            buffer.batch.update(zip(stored, rows, strict=True))
+        else:  # the batch's only writes (stream time aside, another key): straight to the store
+            buffer.store.apply(
+                partition,
+                [
+                    (k, v, messages[i].offset(), stamps[i])
+                    for k, v, i in zip(stored, encoded, last.values(), strict=True)
+                ],
+            )
         if window is not None and view.expires:
             index = view.index
             for key, (_k, start) in zip(stored, last, strict=True):
