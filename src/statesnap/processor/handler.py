@@ -139,6 +139,8 @@ class ProcessorHandler:
                 )
                 if window_views[spec.name].expires:
                     self.windowed.append(window_views[spec.name])
+        if self.windowed:  # windows that come and go between checkpoints leave no tombstones
+            store.track_births()
         self.context = ProcessorContext(self.cursor, views, window_views, outputs)
         #: A declared aggregation that is the processor's only step folds whole batches
         #: (statesnap.processor.folds): same state, skips and outputs, far fewer calls per record.

@@ -109,6 +109,12 @@ class StateStore(Protocol):
         and export stay bounded by what lives plus what changed. Returns the keys deleted."""
         ...
 
+    def track_births(self) -> None:
+        """From now on, note the keys written that the store did not hold when its change set
+        began (:attr:`ChangeSet.born`), so that :meth:`expire` can forget them: a processor with
+        window stores asks for it; other tables do not pay the lookup per write."""
+        ...
+
     def apply_messages(self, partition: int, messages: Sequence[KafkaMessage]) -> None:
         """Apply Kafka messages of one partition in offset order (the replay hot path).
 
@@ -270,7 +276,7 @@ class ChangeSet:
     fails never marks, and the next ``snapshot()`` folds the newer writes into the handed-out rows.
     """
 
-    __slots__ = ("_handed_out", "born", "lock", "rows")
+    __slots__ = ("_handed_out", "born", "lock", "rows", "tracking")
 
     def __init__(self) -> None:
         self.rows: dict[bytes, bytes] = {}
@@ -280,6 +286,9 @@ class ChangeSet:
         #: expired windows) leave nothing for the next delta, export or merge to walk. Writers
         #: that do not track it leave it empty (their expiries keep tombstones).
         self.born: set[bytes] = set()
+        #: Whether writers track :attr:`born` (a lookup per write: only stores that expire rows
+        #: ask for it, see :meth:`StateStore.track_births`).
+        self.tracking = False
         self._handed_out: dict[bytes, bytes] | None = None
         self.lock = threading.Lock()
 

@@ -167,6 +167,9 @@ class RocksDBStore:
     def apply(self, partition: int, records: Sequence[Record]) -> None:
         self._write(partition, records)
 
+    def track_births(self) -> None:
+        """Nothing to do: telling a new key from an old one would take a read per write."""
+
     def expire(self, partition: int, keys: Sequence[bytes], offset: int, timestamp: int) -> int:
         """Delete the held ones of *keys* (see :meth:`StateStore.expire`). Every deletion keeps a
         tombstone in the change set: knowing which keys were born since it began would take a

@@ -129,8 +129,9 @@ def test_after_a_checkpoint_only_what_changed_and_what_expired_from_it_is_in_the
 
 
 def test_expire_keeps_tombstones_for_rows_held_before_the_change_set_began(store: StateStore) -> None:
-    """The store-level rule: a restored row (or one written before the last checkpoint) gets a
-    tombstone when it expires; a row born since does not; a key never held is no deletion."""
+    """The store-level rule, once asked to track births: a restored row (or one written before
+    the last checkpoint) gets a tombstone when it expires; a row born since does not; a key never
+    held is no deletion. Without tracking every expiry keeps its tombstone (tables never pay)."""
     table = pa.table(
         {
             "key": pa.array([b"old"], pa.binary()),
@@ -139,6 +140,7 @@ def test_expire_keeps_tombstones_for_rows_held_before_the_change_set_began(store
             "timestamp": pa.array([1000], pa.timestamp("ms", tz="UTC")),
         }
     )
+    store.track_births()
     store.load(0, table.cast(datafile.SCHEMA))
     store.apply(0, [(b"new", b"2", 1, NO_TIMESTAMP), (b"old", b"3", 2, NO_TIMESTAMP)])
     assert store.expire(0, [b"old", b"new", b"never"], 3, 5) == 2
@@ -154,3 +156,14 @@ def test_expire_keeps_tombstones_for_rows_held_before_the_change_set_began(store
     if store.kind == "rocksdb":
         expected[b"new"] = None
     assert rows == expected
+
+
+def test_without_tracking_births_every_expiry_keeps_its_tombstone(store: StateStore) -> None:
+    store.apply(0, [(b"new", b"2", 1, NO_TIMESTAMP)])
+    assert store.expire(0, [b"new"], 3, 5) == 1
+    rows = {
+        k: v
+        for t in store.changes().values()
+        for k, v in zip(t.column("key").to_pylist(), t.column("value").to_pylist(), strict=True)
+    }
+    assert rows == {b"new": None}
