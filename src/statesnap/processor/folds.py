@@ -60,7 +60,7 @@ _LONG_DIGITS = re.compile(rb"[0-9]{19}")
 def _decode_many(serde: Serde, held: list[bytes | None], initializer: Callable[[], Any]) -> list[Any]:
     """Each stored value decoded (the initial aggregate where none): JSON in one orjson call
     over the values joined as an array, where that gives exactly what each decode would."""
-    present = [raw for raw in held if raw is not None]
+    present: list[bytes] = held if None not in held else [raw for raw in held if raw is not None]  # type: ignore[assignment]
     values: list[Any] | None = None
     if present and type(serde) is JsonSerde:
         joined = b"[" + b",".join(present) + b"]"
@@ -81,7 +81,7 @@ def _decode_many(serde: Serde, held: list[bytes | None], initializer: Callable[[
 
 def _encode_many(serde: Serde, values: list[Any]) -> list[bytes]:
     """Each value encoded: JSON integers as their digits in one pass (what JsonSerde writes)."""
-    if type(serde) is JsonSerde and all(type(v) is int for v in values):
+    if type(serde) is JsonSerde and (not values or set(map(type, values)) == {int}):
         return [str(v).encode() for v in values]
     return [serde.serialize(v) for v in values]
 
