@@ -19,6 +19,10 @@ Which records count — Kafka Streams' rules, proven against Kafka Streams itsel
 - In a window, so are records without a timestamp and late records (their windows closed: stream
   time passed end + grace); no window starts below 0 (the epoch).
 
+An aggregation that is its processor's only step is folded a polled batch at a time
+(:mod:`statesnap.processor.folds`: each key read and written once per batch), with exactly the
+per-record rules above.
+
 Results reach a topic with ``to=`` (:class:`Emit`): ``emit="changes"`` sends every update, as
 Kafka Streams' ``KTable.toStream().to(topic)`` with the record cache off; ``emit="final"`` sends
 one result per window once stream time passes its end plus grace, as
