@@ -19,6 +19,10 @@ Which records count — Kafka Streams' rules, proven against Kafka Streams itsel
 - In a window, so are records without a timestamp and late records (their windows closed: stream
   time passed end + grace); no window starts below 0 (the epoch).
 
+An aggregation that is its processor's only step is folded a polled batch at a time
+(:mod:`statesnap.processor.folds`: each key read and written once per batch), with exactly the
+per-record rules above.
+
 Results reach a topic with ``to=`` (:class:`Emit`): ``emit="changes"`` sends every update, as
 Kafka Streams' ``KTable.toStream().to(topic)`` with the record cache off; ``emit="final"`` sends
 one result per window once stream time passes its end plus grace, as
@@ -40,6 +44,7 @@ from typing import Any, TypeVar
 
 from statesnap.errors import ConfigError
 from statesnap.processor.context import ProcessorContext, Record
+from statesnap.processor.folds import _COUNT, _Fold
 from statesnap.processor.stores import StoreSpec
 from statesnap.processor.windows import Windows
 from statesnap.serde import Serde
@@ -89,6 +94,10 @@ def _emission(store: str, window: Windows | None, emit: Emit | str | None, to: s
     return how
 
 
+def _zero() -> int:
+    return 0
+
+
 class Aggregations:
     """The aggregation steps of :class:`~statesnap.Processor` (mixed in)."""
 
@@ -116,8 +125,8 @@ class Aggregations:
         go to that topic as *emit* says (see the module docstring)."""
         return self.aggregate(
             store,
-            lambda: 0,
-            lambda count, _record: count + 1,
+            _zero,
+            _COUNT,
             window=window,
             value_serde=value_serde,
             emit=emit,
@@ -138,13 +147,14 @@ class Aggregations:
         of = _value_of(value)
         return self._fold(
             store,
-            lambda: 0,
+            _zero,
             lambda total, record: total + of(record),
             window,
             value_serde,
             _emission(store, window, emit, to),
             to,
             tombstones=False,
+            field=value if isinstance(value, str) else None,
         )
 
     def reduce(
@@ -204,49 +214,22 @@ class Aggregations:
         to: str | None,
         *,
         tombstones: bool,
+        field: str | None = None,
     ) -> StoreSpec:
         """Register the fold (and its emission); *tombstones*: whether records with a null value
-        reach *fn*."""
+        reach *fn*; *field*: *fn* adds that field of the value (a sum's)."""
         spec = self.add_store(StoreSpec(store, value_serde=value_serde or "json", window=window))
         changes = to if emit is Emit.CHANGES else None
-        if window is None:
-
-            def fold(record: Record, ctx: ProcessorContext) -> None:
-                if record.key is None or (record.is_tombstone and not tombstones):
-                    ctx.skip()
-                    return
-                values = ctx.stores[store]
-                current = values.get(record.key, _ABSENT)
-                values[record.key] = result = fn(initializer() if current is _ABSENT else current, record)
-                if changes is not None:
-                    ctx.emit(changes, record.key, result, value_serde=values.value_serde)
-
-        else:
-            size = window.size_ms
-
-            def fold(record: Record, ctx: ProcessorContext) -> None:
-                if record.key is None or record.timestamp < 0 or (record.is_tombstone and not tombstones):
-                    ctx.skip()
-                    return
-                windows = ctx.window_stores[store]
-                for start in windows.windows_for(record.timestamp):
-                    current = windows.get(record.key, start, _ABSENT)
-                    result = fn(initializer() if current is _ABSENT else current, record)
-                    windows.put(record.key, start, result)
-                    if changes is not None:
-                        envelope = {"start": start, "end": start + size, "value": result}
-                        ctx.emit(changes, record.key, envelope, value_serde=windows.value_serde)
-
-            if emit is Emit.FINAL:
-                assert to is not None
-                # Windows close when stream time reaches n·advance + size + grace: a punctuator
-                # with that period and phase runs exactly then, not at every advance of stream
-                # time (138 k calls for 2 k closes in the final_results benchmark).
-                advance, closes_after = window.advance_ms, window.size_ms + window.grace_ms
-                self.punctuate(
-                    timedelta(milliseconds=advance), offset=timedelta(milliseconds=closes_after % advance)
-                )(_final_results(store, window, to))
-
+        fold = _Fold(store, initializer, fn, window, changes, tombstones=tombstones, field=field)
+        if window is not None and emit is Emit.FINAL:
+            assert to is not None
+            # Windows close when stream time reaches n·advance + size + grace: a punctuator
+            # with that period and phase runs exactly then, not at every advance of stream
+            # time (138 k calls for 2 k closes in the final_results benchmark).
+            advance, closes_after = window.advance_ms, window.size_ms + window.grace_ms
+            self.punctuate(
+                timedelta(milliseconds=advance), offset=timedelta(milliseconds=closes_after % advance)
+            )(_final_results(store, window, to))
         fold.__qualname__ = f"{type(self).__name__}.aggregate[{store}]"
         self.handler(fold)
         return spec
@@ -272,6 +255,3 @@ def _final_results(store: str, window: Windows, to: str) -> Callable[[ProcessorC
 
     emit_closed.__qualname__ = f"final_results[{store}]"
     return emit_closed
-
-
-_ABSENT: Any = object()

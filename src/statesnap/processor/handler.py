@@ -28,7 +28,6 @@ from statesnap.errors import HandlerError
 from statesnap.processor.buffer import WriteBuffer
 from statesnap.processor.context import ProcessorContext, Record
 from statesnap.processor.keyspace import (
-    WINDOW_BYTES,
     input_offset_key,
     input_offset_of,
     input_offset_value,
@@ -36,7 +35,6 @@ from statesnap.processor.keyspace import (
     stream_time_key,
     stream_time_of,
     stream_time_value,
-    window_start_of,
 )
 from statesnap.processor.outputs import Outputs
 from statesnap.processor.stores import (
@@ -48,7 +46,6 @@ from statesnap.processor.stores import (
     WindowStore,
     unstamped,
 )
-from statesnap.processor.windows import Windows
 from statesnap.python.hooks import Change
 from statesnap.serde import Serde
 from statesnap.stores import StateStore
@@ -124,7 +121,7 @@ class ProcessorHandler:
         self.cursor = Cursor()
         views: dict[str, KeyValueStore] = {}
         window_views: dict[str, WindowStore] = {}
-        self.windowed: list[tuple[str, Windows]] = []
+        self.windowed: list[WindowStore] = []
         #: TTL stores: (name, ttl ms); and per (store, partition) the stream time of the last sweep.
         self.expiring: list[tuple[str, int]] = []
         self._swept: dict[tuple[str, int], int] = {}
@@ -140,8 +137,16 @@ class ProcessorHandler:
                 window_views[spec.name] = WindowStore(
                     spec.name, ks, vs, self.buffer, self.cursor, spec.window
                 )
-                self.windowed.append((spec.name, spec.window))
+                if window_views[spec.name].expires:
+                    self.windowed.append(window_views[spec.name])
+        if self.windowed:  # windows that come and go between checkpoints leave no tombstones
+            store.track_births()
         self.context = ProcessorContext(self.cursor, views, window_views, outputs)
+        #: A declared aggregation that is the processor's only step folds whole batches
+        #: (statesnap.processor.folds): same state, skips and outputs, far fewer calls per record.
+        self._batched: Any = None
+        if len(self.handlers) == 1 and not self.punctuations and not self.multi:
+            self._batched = getattr(self.handlers[0], "apply_batch", None)
         self.processed = 0
         self.dead_lettered = 0
         #: Records a declared step skipped (no key, a tombstone where none counts).
@@ -190,7 +195,12 @@ class ProcessorHandler:
             replaying = until >= 0 or any(u >= 0 for u in untils.values())
         undo, emitted = buffer.undo, outputs.pending  # the per-record hot path, inlined
         punctuations = bool(self.punctuations)
-        for message in messages:
+        records: Sequence[KafkaMessage] = messages
+        if self._batched is not None and until < 0 and messages:
+            records = ()  # folded per batch: the per-record loop below has nothing to do
+            stream_time, offset, ts = self._batched(self, partition, messages, stream_time)
+            cursor.offset, cursor.timestamp, cursor.stream_time = offset, ts, stream_time
+        for message in records:
             ts_type, ts = message.timestamp()
             if not ts_type:
                 ts = -1
@@ -263,6 +273,8 @@ class ProcessorHandler:
         buffer.apply(partition)
         if offset >= 0:
             self._last[partition] = (offset, ts)
+            if self.windowed and stream_time != started:
+                self._expire_windows_of(partition, stream_time, offset, ts)
 
     def _punctuate(self, before: int, now: int) -> None:
         """Run each punctuator whose period boundary stream time just crossed (once per crossing)."""
@@ -354,20 +366,19 @@ class ProcessorHandler:
             self.outputs.commit(self.positions(), OUTPUT_FLUSH_TIMEOUT)
 
     def _expire_windows(self) -> None:
-        """Delete windows past retention, oldest first (a window store's keys sort by start)."""
+        """Delete windows past retention in every partition (each batch that moves stream time
+        does it for its partition: this catches partitions restored and not processed since)."""
         for partition, (offset, ts) in self._last.items():
-            stream_time = self.stream_time(partition)
-            for store, windows in self.windowed:
-                prefix = partition_prefix(store, partition)
-                gone = []
-                for stored, _ in self.store.scan(prefix=prefix):
-                    rest = stored[len(prefix) :]
-                    if len(rest) < WINDOW_BYTES or not windows.expired(window_start_of(rest), stream_time):
-                        break
-                    gone.append((stored, None, offset, ts))
-                if gone:
-                    self.store.apply(partition, gone)
-                    self._expired.add(partition)
+            self._expire_windows_of(partition, self.stream_time(partition), offset, ts)
+
+    def _expire_windows_of(self, partition: int, stream_time: int, offset: int, ts: int) -> None:
+        """Delete *partition*'s windows past retention at *stream_time*, found by each window
+        store's index of what it holds (see :class:`WindowStore`): the store never holds more
+        than the live windows and those of one batch, and expiry costs what expires."""
+        for windows in self.windowed:
+            dead = windows.expired_keys(partition, stream_time)
+            if dead and self.store.expire(partition, dead, offset, ts):
+                self._expired.add(partition)
 
     def _expire_entries(self, *, every: bool) -> None:
         """Delete TTL stores' expired entries: a pass over a partition's entries, so at most once
@@ -398,6 +409,8 @@ class ProcessorHandler:
             self._last.pop(p, None)
         self._others_moved -= gone
         self._expired -= gone
+        for windows in self.windowed:
+            windows.forget(gone)
         self._swept = {key: t for key, t in self._swept.items() if key[1] not in gone}
 
     def rebase_partitions(self) -> frozenset[int]:

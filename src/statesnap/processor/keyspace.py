@@ -11,7 +11,9 @@ store and the input offsets commit atomically by construction, and everything a 
 checkpoints get (incremental deltas, snapshots, GC, verify, groups, the three store kinds) applies
 to every store unchanged. The partition in the prefix keeps a handler's view to its own task and
 makes a store's rows of one partition one contiguous key range; window starts come first in a
-window store so expiry is a scan of the oldest keys, stopping at the first one still kept.
+window store so a range of windows is a range scan (final results, ``fetch_all``). Expiry walks
+no keys: each window store's view keeps an index of its windows by start (see
+:class:`~statesnap.processor.stores.WindowStore`).
 Store names cannot contain NUL, so the first 0x00 ends the name.
 """
 

@@ -100,6 +100,21 @@ class StateStore(Protocol):
         """Apply changelog records of one partition in offset order."""
         ...
 
+    def expire(self, partition: int, keys: Sequence[bytes], offset: int, timestamp: int) -> int:
+        """Delete those of *keys* the store holds, as a tombstone at *offset*/*timestamp* each
+        would — except that a key the store did not hold when its change set began (written and
+        now deleted between two checkpoints: a processor's window that came and went) leaves the
+        change set instead, where the store tracks that (:attr:`ChangeSet.born`). No checkpoint
+        holds such a key, so none of them needs a tombstone, and the change set, the next delta
+        and export stay bounded by what lives plus what changed. Returns the keys deleted."""
+        ...
+
+    def track_births(self) -> None:
+        """From now on, note the keys written that the store did not hold when its change set
+        began (:attr:`ChangeSet.born`), so that :meth:`expire` can forget them: a processor with
+        window stores asks for it; other tables do not pay the lookup per write."""
+        ...
+
     def apply_messages(self, partition: int, messages: Sequence[KafkaMessage]) -> None:
         """Apply Kafka messages of one partition in offset order (the replay hot path).
 
@@ -261,10 +276,19 @@ class ChangeSet:
     fails never marks, and the next ``snapshot()`` folds the newer writes into the handed-out rows.
     """
 
-    __slots__ = ("_handed_out", "lock", "rows")
+    __slots__ = ("_handed_out", "born", "lock", "rows", "tracking")
 
     def __init__(self) -> None:
         self.rows: dict[bytes, bytes] = {}
+        #: Keys of ``rows`` the store did not hold when ``rows`` began (they are in no checkpoint,
+        #: nor in the handed-out rows): :meth:`StateStore.expire` of one forgets it instead of
+        #: keeping a tombstone, so rows that came and went between checkpoints (a processor's
+        #: expired windows) leave nothing for the next delta, export or merge to walk. Writers
+        #: that do not track it leave it empty (their expiries keep tombstones).
+        self.born: set[bytes] = set()
+        #: Whether writers track :attr:`born` (a lookup per write: only stores that expire rows
+        #: ask for it, see :meth:`StateStore.track_births`).
+        self.tracking = False
         self._handed_out: dict[bytes, bytes] | None = None
         self.lock = threading.Lock()
 
@@ -279,6 +303,7 @@ class ChangeSet:
                 handed.update(self.rows)  # newer writes win
             self._handed_out = handed
             self.rows = {}
+            self.born = set()
         return handed
 
     def mark_checkpointed(self) -> None:
@@ -290,10 +315,12 @@ class ChangeSet:
         prefixes = partition_prefixes(partitions)
         with self.lock:
             self.rows = {k: b for k, b in self.rows.items() if not b.startswith(prefixes)}
+            self.born = {k for k in self.born if k in self.rows}
             if self._handed_out is not None:
                 self._handed_out = {k: b for k, b in self._handed_out.items() if not b.startswith(prefixes)}
 
     def clear(self) -> None:
         with self.lock:
             self.rows = {}
+            self.born = set()
             self._handed_out = None

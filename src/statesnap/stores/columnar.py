@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import cast
 
@@ -223,8 +223,13 @@ class ColumnarStore:
     # --- writes --------------------------------------------------------------------------------
 
     def apply(self, partition: int, records: Sequence[Record]) -> None:
+        """The records' blobs into the overlay and the change set by ``dict.update``; the keys
+        neither held (overlay or base) nor changed yet are *born* (:attr:`ChangeSet.born`, for
+        :meth:`expire`): found by a set difference and one batched base lookup."""
         pack = HEADER_STRUCT.pack
-        self._write(
+        over, base = self._over, self._base
+        size = len(over)
+        batch = dict(
             zip(
                 [k for k, _, _, _ in records],
                 [
@@ -234,6 +239,58 @@ class ColumnarStore:
                 strict=True,
             )
         )
+        with self._changes.lock:
+            changed = self._changes.rows
+            if self._changes.tracking:
+                fresh = list(set(batch).difference(over).difference(changed))  # O(batch) lookups
+                if fresh and base.rows:
+                    fresh = [k for k, row in zip(fresh, base.find_many(fresh), strict=True) if row < 0]
+                self._changes.born.update(fresh)
+            over.update(batch)
+            changed.update(batch)
+            self._version += 1
+        if len(over) != size:
+            self._over_sorted = None
+
+    def track_births(self) -> None:
+        self._changes.tracking = True
+
+    def expire(self, partition: int, keys: Sequence[bytes], offset: int, timestamp: int) -> int:
+        """Delete the held ones of *keys* (see :meth:`StateStore.expire`). A key born since the
+        change set began leaves the change set and the overlay (a tombstone stays only where it
+        hides a base row: the key was folded in since), instead of a tombstone each that every
+        later export, merge and delta would walk."""
+        pack = HEADER_STRUCT.pack
+        over, base = self._over, self._base
+        gone = 0
+        popped = False
+        with self._changes.lock:
+            changed, born = self._changes.rows, self._changes.born
+            for key in keys:
+                blob = over.get(key)
+                if blob is not None and blob[0] >= 0x80:
+                    continue  # deleted already
+                in_base = bool(base.rows) and base.contains(key)
+                if blob is None and not in_base:
+                    continue  # never held
+                gone += 1
+                tombstone = pack(~partition, offset, timestamp)
+                if key in born:
+                    born.discard(key)
+                    del changed[key]
+                    if in_base:
+                        over[key] = tombstone
+                    else:
+                        del over[key]
+                        popped = True
+                else:
+                    changed[key] = over[key] = tombstone
+            if popped:  # the overlay shrank: len() settles its keys again (see _count)
+                self._settled = self._shadowed = 0
+            self._version += 1
+        if gone:
+            self._over_sorted = None
+        return gone
 
     def apply_messages(self, partition: int, messages: Sequence[KafkaMessage]) -> None:
         """The replay hot path, as cheap as the memory store's: each message decoded once into
@@ -256,18 +313,6 @@ class ColumnarStore:
                     changed[key] = over[key] = pack(~partition, msg.offset(), ts)
                 else:
                     changed[key] = over[key] = pack(partition, msg.offset(), ts) + value
-            self._version += 1
-        if len(over) != size:
-            self._over_sorted = None
-
-    def _write(self, rows: Iterable[tuple[bytes, bytes]]) -> None:
-        """Store (key, blob) pairs in the overlay and the change set (C-level ``dict.update``)."""
-        over = self._over
-        size = len(over)
-        with self._changes.lock:
-            batch = dict(rows)
-            over.update(batch)
-            self._changes.rows.update(batch)
             self._version += 1
         if len(over) != size:
             self._over_sorted = None

@@ -94,15 +94,57 @@ class MemoryStore:
         size = len(rows)
         deleted = False
         with self._changes.lock:
-            changed = self._changes.rows
-            for key, value, offset, ts in records:
-                if value is None:
-                    deleted = rows.pop(key, None) is not None or deleted
-                    changed[key] = pack(~partition, offset, ts)
-                else:
-                    changed[key] = rows[key] = pack(partition, offset, ts) + value
+            changed, born = self._changes.rows, self._changes.born
+            if not self._changes.tracking:
+                for key, value, offset, ts in records:
+                    if value is None:
+                        deleted = rows.pop(key, None) is not None or deleted
+                        changed[key] = pack(~partition, offset, ts)
+                    else:
+                        changed[key] = rows[key] = pack(partition, offset, ts) + value
+            else:
+                held = size
+                for key, value, offset, ts in records:
+                    if value is None:
+                        if rows.pop(key, None) is not None:
+                            deleted = True
+                            held -= 1
+                        elif key not in changed:
+                            born.add(key)
+                        changed[key] = pack(~partition, offset, ts)
+                    else:
+                        rows[key] = blob = pack(partition, offset, ts) + value
+                        if len(rows) != held:  # a new key (no second lookup of an old one)
+                            held += 1
+                            if key not in changed:
+                                born.add(key)
+                        changed[key] = blob
         if deleted or len(rows) != size:
             self._sorted = None
+
+    def track_births(self) -> None:
+        self._changes.tracking = True
+
+    def expire(self, partition: int, keys: Sequence[bytes], offset: int, timestamp: int) -> int:
+        """Delete the held ones of *keys* (see :meth:`StateStore.expire`): those born since the
+        change set began leave it, the others get a tombstone there."""
+        rows = self._rows
+        pack = HEADER_STRUCT.pack
+        gone = 0
+        with self._changes.lock:
+            changed, born = self._changes.rows, self._changes.born
+            for key in keys:
+                if rows.pop(key, None) is None:
+                    continue
+                gone += 1
+                if key in born:
+                    born.discard(key)
+                    del changed[key]
+                else:
+                    changed[key] = pack(~partition, offset, timestamp)
+        if gone:
+            self._sorted = None
+        return gone
 
     def apply_messages(self, partition: int, messages: Sequence[KafkaMessage]) -> None:
         rows = self._rows

@@ -167,6 +167,17 @@ class RocksDBStore:
     def apply(self, partition: int, records: Sequence[Record]) -> None:
         self._write(partition, records)
 
+    def track_births(self) -> None:
+        """Nothing to do: telling a new key from an old one would take a read per write."""
+
+    def expire(self, partition: int, keys: Sequence[bytes], offset: int, timestamp: int) -> int:
+        """Delete the held ones of *keys* (see :meth:`StateStore.expire`). Every deletion keeps a
+        tombstone in the change set: knowing which keys were born since it began would take a
+        read per write."""
+        held = [k for k, raw in zip(keys, self.get_many(keys), strict=True) if raw is not None]
+        self._write(partition, [(k, None, offset, timestamp) for k in held])
+        return len(held)
+
     def apply_messages(self, partition: int, messages: Sequence[KafkaMessage]) -> None:
         records: list[Record] = []
         for m in messages:

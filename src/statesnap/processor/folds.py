@@ -1,0 +1,399 @@
+"""The fold of a declared aggregation (:mod:`statesnap.processor.aggregations`), per record and
+per polled batch.
+
+Per record (:meth:`_Fold.__call__`) it is a handler like any other: read the key's aggregate from
+its store, fold the record in, write it back (a store read, a value decode, a value encode and a
+buffered write per record). When the aggregation is the processor's only step (no other handler,
+no punctuator, one input, no exactly-once replay), the task hands it whole batches instead
+(:meth:`_Fold.apply_batch`): each distinct key of the batch is read and decoded once, folded in a
+dict as its records come, and written once at the end with the offset and timestamp of its last
+record — what the per-record path leaves in the store, for a fraction of its calls (a count
+builds no record object at all). Everything a record sees is the same, in the same order: stream
+time moves per record (so lateness and grace are judged per record), the null-key and null-value
+rules, every change emitted as it happens, a fold that raises sends its record to the
+dead-letter topic (or stops) with nothing of it written.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from itertools import accumulate
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from statesnap.processor.context import ProcessorContext, Record
+from statesnap.processor.keyspace import partition_prefix, window_bytes
+from statesnap.processor.windows import Windows
+from statesnap.serde import Serde
+from statesnap.serde.basic import BytesSerde, JsonSerde
+
+if TYPE_CHECKING:
+    from statesnap.processor.handler import ProcessorHandler
+    from statesnap.stores.base import KafkaMessage
+
+__all__ = ["_ABSENT", "_COUNT", "_Fold"]
+
+_ABSENT: Any = object()
+
+
+def _count(count: Any, _record: Record) -> Any:
+    return count + 1
+
+
+#: What ``count`` folds with: the batch path adds 1 without building a record for it.
+_COUNT: Callable[[Any, Record], Any] = _count
+
+
+def _identity(serde: Serde) -> bool:
+    """Whether *serde* stores a key as its Kafka bytes (decoding and encoding change nothing)."""
+    return type(serde) is BytesSerde
+
+
+#: 19 digits in a row: JsonSerde decodes such a document with the standard library (orjson
+#: would read a number that long as a float).
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+
+
+def _decode_many(serde: Serde, held: list[bytes | None], initializer: Callable[[], Any]) -> list[Any]:
+    """Each stored value decoded (the initial aggregate where none): JSON in one orjson call
+    over the values joined as an array, where that gives exactly what each decode would."""
+    present: list[bytes] = held if None not in held else [raw for raw in held if raw is not None]  # type: ignore[assignment]
+    values: list[Any] | None = None
+    if present and type(serde) is JsonSerde:
+        joined = b"[" + b",".join(present) + b"]"
+        if _LONG_DIGITS.search(joined) is None:
+            try:
+                values = orjson.loads(joined)
+            except orjson.JSONDecodeError:
+                values = None
+            if values is not None and len(values) != len(present):
+                values = None
+    if values is None:
+        values = [serde.deserialize(raw) for raw in present]
+    if len(present) == len(held):
+        return values
+    it = iter(values)
+    return [initializer() if raw is None else next(it) for raw in held]
+
+
+def _encode_many(serde: Serde, values: list[Any]) -> list[bytes]:
+    """Each value encoded: JSON integers as their digits in one pass (what JsonSerde writes)."""
+    if type(serde) is JsonSerde and (not values or set(map(type, values)) == {int}):
+        return [str(v).encode() for v in values]
+    return [serde.serialize(v) for v in values]
+
+
+class _Fold:
+    """One aggregation's step: a handler (``fold(record, ctx)``) that also folds whole batches."""
+
+    def __init__(
+        self,
+        store: str,
+        initializer: Callable[[], Any],
+        fn: Callable[[Any, Record], Any],
+        window: Windows | None,
+        changes: str | None,
+        *,
+        tombstones: bool,
+        field: str | None = None,
+    ) -> None:
+        """*field*: *fn* adds this field of the record's (decoded, dict) value (``sum("c",
+        "amount")``), which the batch path then reads without building a record."""
+        self.store = store
+        self.initializer = initializer
+        self.fn = fn
+        self.window = window
+        #: The topic every change goes to (None: the store only).
+        self.changes = changes
+        self.tombstones = tombstones
+        self.field = field
+        self.__qualname__ = f"aggregate[{store}]"
+
+    # --- per record ----------------------------------------------------------------------------
+
+    def __call__(self, record: Record, ctx: ProcessorContext) -> None:
+        store, fn, initializer, changes = self.store, self.fn, self.initializer, self.changes
+        if self.window is None:
+            if record.key is None or (record.is_tombstone and not self.tombstones):
+                ctx.skip()
+                return
+            values = ctx.stores[store]
+            current = values.get(record.key, _ABSENT)
+            values[record.key] = result = fn(initializer() if current is _ABSENT else current, record)
+            if changes is not None:
+                ctx.emit(changes, record.key, result, value_serde=values.value_serde)
+            return
+        if record.key is None or record.timestamp < 0 or (record.is_tombstone and not self.tombstones):
+            ctx.skip()
+            return
+        size = self.window.size_ms
+        windows = ctx.window_stores[store]
+        for start in windows.windows_for(record.timestamp):
+            current = windows.get(record.key, start, _ABSENT)
+            result = fn(initializer() if current is _ABSENT else current, record)
+            windows.put(record.key, start, result)
+            if changes is not None:
+                envelope = {"start": start, "end": start + size, "value": result}
+                ctx.emit(changes, record.key, envelope, value_serde=windows.value_serde)
+
+    # --- per batch -----------------------------------------------------------------------------
+
+    def apply_batch(
+        self, h: ProcessorHandler, partition: int, messages: Sequence[KafkaMessage], stream_time: int
+    ) -> tuple[int, int, int]:
+        """Fold *messages* (one partition's batch, in offset order) as the per-record path would
+        (see the module docstring); returns (stream time, last offset, last timestamp) for the
+        handler's end of batch. The aggregates go into the write buffer, not yet the store."""
+        if self.fn is _COUNT and self.changes is None:
+            counted = self._count_batch(h, partition, messages, stream_time)
+            if counted is not None:
+                return counted
+        if self.window is None:
+            return self._batch_by_key(h, partition, messages, stream_time)
+        return self._batch_by_window(h, partition, messages, stream_time)
+
+    def _count_batch(
+        self, h: ProcessorHandler, partition: int, messages: Sequence[KafkaMessage], stream_time: int
+    ) -> tuple[int, int, int] | None:
+        """A count without emission, columnar: the batch's keys, values and timestamps as lists
+        (one C-level call per record each), the records per key (or per key and tumbling window)
+        by ``Counter``, then per distinct key one batched store read, one batched decode and
+        encode, one buffered write — the state the per-record path leaves. None (nothing done)
+        where a rule needs the per-record path: a record without key, value (a non-windowed
+        count skips it) or timestamp, a key serde that is not the identity, a hopping window."""
+        window = self.window
+        if window is not None and (window.advance_ms != window.size_ms or not self.tombstones):
+            return None
+        if window is None and self.tombstones:
+            return None
+        view: Any = h.context.stores[self.store] if window is None else h.context.window_stores[self.store]
+        if not (_identity(h.key_serde) and _identity(view.key_serde)):
+            return None
+        keys = [m.key() for m in messages]
+        if None in keys:
+            return None
+        if window is None and None in [m.value() for m in messages]:
+            return None
+        stamps = [ts if kind else -1 for kind, ts in [m.timestamp() for m in messages]]
+        newest = max(stamps)
+        prefix = partition_prefix(self.store, partition)
+        if window is None:
+            groups: list[Any] = keys
+            tally = Counter(groups)
+            last = dict(zip(groups, range(len(groups)), strict=True))
+            stored = [prefix + k for k in last]
+        else:
+            if min(stamps) < 0:
+                return None
+            size, closes_after = window.size_ms, window.size_ms + window.grace_ms
+            # stream time at each record (a running max), and each record's window start
+            clock = accumulate(stamps, max, initial=stream_time)
+            next(clock)
+            starts = [t - t % size for t in stamps]
+            open_ = [now < start + closes_after for now, start in zip(clock, starts, strict=True)]
+            groups = [(k, s) for k, s, ok in zip(keys, starts, open_, strict=True) if ok]
+            at = [i for i, ok in enumerate(open_) if ok]
+            tally = Counter(groups)
+            last = {g: at[j] for j, g in enumerate(groups)}
+            stored = [prefix + window_bytes(s) + k for k, s in last]
+        buffer = h.buffer
+        held = buffer.store.get_many(stored) if not buffer.batch else [buffer.get(k) for k in stored]
+        currents = _decode_many(view.value_serde, held, self.initializer)
+        results = [c + n for c, n in zip(currents, map(tally.__getitem__, last), strict=True)]
+        encoded = _encode_many(view.value_serde, results)
+        if buffer.batch:  # something is buffered already: the rows join it, written in order
+            rows = [(v, messages[i].offset(), stamps[i]) for v, i in zip(encoded, last.values(), strict=True)]
+            buffer.batch.update(zip(stored, rows, strict=True))
+        else:  # the batch's only writes (stream time aside, another key): straight to the store
+            buffer.store.apply(
+                partition,
+                [
+                    (k, v, messages[i].offset(), stamps[i])
+                    for k, v, i in zip(stored, encoded, last.values(), strict=True)
+                ],
+            )
+        if window is not None and view.expires:
+            index = view.index
+            for key, (_k, start) in zip(stored, last, strict=True):
+                index(partition, start, key)
+        return max(stream_time, newest), messages[-1].offset(), stamps[-1]
+
+    def _batch_by_key(
+        self, h: ProcessorHandler, partition: int, messages: Sequence[KafkaMessage], stream_time: int
+    ) -> tuple[int, int, int]:
+        view = h.context.stores[self.store]
+        prefix = partition_prefix(self.store, partition)
+        kdes, kser = h.key_serde.deserialize, view.key_serde.serialize
+        vdes = h.value_serde.deserialize
+        load, decode, encode = h.buffer.get, view.value_serde.deserialize, view.value_serde.serialize
+        fn, initializer, tombstones, changes = self.fn, self.initializer, self.tombstones, self.changes
+        counting, field = fn is _COUNT, self.field
+        outputs, serde, topic = h.outputs, view.value_serde, h.topic
+        #: raw key → (decoded key, stored key); stored key → [aggregate, offset, timestamp].
+        keys: dict[bytes, tuple[Any, bytes]] = {}
+        folded: dict[bytes, list[Any]] = {}
+        preloaded = self._preload(h, prefix, messages)
+        skipped = 0
+        offset = ts = -1
+        for message in messages:
+            ts_type, ts = message.timestamp()
+            if not ts_type:
+                ts = -1
+            offset = message.offset()
+            raw_key = message.key()
+            if raw_key is None:
+                skipped += 1  # no key: no group, and no clock moved (see handler.py)
+                continue
+            if ts > stream_time:  # noqa: PLR1730 - a call to max() costs more per record
+                stream_time = ts
+            raw = message.value()
+            try:
+                known = keys.get(raw_key)
+                if known is None:  # the key is decoded before any rule looks at the record
+                    key = kdes(raw_key)
+                    known = keys[raw_key] = (key, prefix + kser(key))
+                key, stored = known
+                if raw is None and not tombstones:
+                    skipped += 1
+                    continue
+                entry = folded.get(stored)
+                if entry is None:
+                    if preloaded is None:
+                        held = load(stored)
+                        current = initializer() if held is None else decode(held)
+                    else:
+                        current = preloaded.get(stored, _ABSENT)
+                        if current is _ABSENT:
+                            current = initializer()
+                    entry = [current, offset, ts]
+                    fresh = True
+                else:
+                    current = entry[0]
+                    fresh = False
+                if counting:
+                    result = current + 1
+                elif field is not None:  # sum of a field: what the fold's own record would read
+                    result = current + vdes(raw)[field]  # type: ignore[arg-type]
+                else:
+                    result = fn(current, Record(key, raw, vdes, topic, partition, offset, ts, message))
+            except Exception as e:
+                h.cursor.partition = partition
+                h._failed(message, partition, e)
+                continue
+            if fresh:
+                folded[stored] = entry
+            entry[0], entry[1], entry[2] = result, offset, ts
+            if changes is not None:
+                outputs.emit(changes, key, result, None, ts, serde)
+                outputs.accept()
+        batch = h.buffer.batch
+        for stored, (value, at, stamp) in folded.items():
+            batch[stored] = (encode(value), at, stamp)
+        h.skipped += skipped
+        return stream_time, offset, ts
+
+    def _preload(
+        self, h: ProcessorHandler, prefix: bytes, messages: Sequence[KafkaMessage]
+    ) -> dict[bytes, Any] | None:
+        """The stored aggregates of the batch's keys, read by one ``get_many`` and decoded at
+        once (absent keys absent), where the keys are stored as their Kafka bytes and nothing is
+        buffered; None otherwise, or if a stored value does not decode (then each is read in
+        turn, its record failing as it would per record)."""
+        view = h.context.stores[self.store]
+        if h.buffer.batch or not (_identity(h.key_serde) and _identity(view.key_serde)):
+            return None
+        stored = [prefix + k for k in dict.fromkeys(m.key() for m in messages) if k is not None]
+        held = h.buffer.store.get_many(stored)
+        present = [(k, raw) for k, raw in zip(stored, held, strict=True) if raw is not None]
+        try:
+            values = _decode_many(view.value_serde, [raw for _, raw in present], self.initializer)
+        except Exception:
+            return None
+        return dict(zip([k for k, _ in present], values, strict=True))
+
+    def _batch_by_window(
+        self, h: ProcessorHandler, partition: int, messages: Sequence[KafkaMessage], stream_time: int
+    ) -> tuple[int, int, int]:
+        window = self.window
+        assert window is not None
+        view = h.context.window_stores[self.store]
+        prefix = partition_prefix(self.store, partition)
+        kdes, kser = h.key_serde.deserialize, view.key_serde.serialize
+        vdes = h.value_serde.deserialize
+        load, decode, encode = h.buffer.get, view.value_serde.deserialize, view.value_serde.serialize
+        fn, initializer, tombstones, changes = self.fn, self.initializer, self.tombstones, self.changes
+        counting = fn is _COUNT
+        outputs, serde, topic = h.outputs, view.value_serde, h.topic
+        size, advance, closes_after = window.size_ms, window.advance_ms, window.size_ms + window.grace_ms
+        keys: dict[bytes, tuple[Any, bytes]] = {}
+        #: stored key → [aggregate, offset, timestamp, window start].
+        folded: dict[bytes, list[Any]] = {}
+        skipped = 0
+        offset = ts = -1
+        for message in messages:
+            ts_type, ts = message.timestamp()
+            if not ts_type:
+                ts = -1
+            offset = message.offset()
+            raw_key = message.key()
+            if raw_key is None:
+                skipped += 1
+                continue
+            if ts > stream_time:  # noqa: PLR1730 - a call to max() costs more per record
+                stream_time = ts
+            raw = message.value()
+            record: Record | None = None
+            try:
+                known = keys.get(raw_key)
+                if known is None:  # the key is decoded before any rule looks at the record
+                    key = kdes(raw_key)
+                    known = keys[raw_key] = (key, kser(key))
+                key, key_bytes = known
+                if ts < 0 or (raw is None and not tombstones):
+                    skipped += 1
+                    continue
+                # Windows.starts, less those closed at this record's stream time (windows_for)
+                first = max((ts - size) // advance + 1, 0)
+                results = []
+                for start in range(first * advance, ts // advance * advance + 1, advance):
+                    if stream_time >= start + closes_after:
+                        continue  # closed: late for this window
+                    stored = prefix + window_bytes(start) + key_bytes
+                    entry = folded.get(stored)
+                    if entry is None:
+                        held = load(stored)
+                        current = initializer() if held is None else decode(held)
+                    else:
+                        current = entry[0]
+                    if counting:
+                        result = current + 1
+                    else:
+                        if record is None:
+                            record = Record(key, raw, vdes, topic, partition, offset, ts, message)
+                        result = fn(current, record)
+                    results.append((stored, start, result, entry))
+            except Exception as e:
+                h.cursor.partition = partition
+                h._failed(message, partition, e)
+                continue
+            for stored, start, result, entry in results:
+                if entry is None:
+                    folded[stored] = [result, offset, ts, start]
+                else:
+                    entry[0], entry[1], entry[2] = result, offset, ts
+                if changes is not None:
+                    envelope = {"start": start, "end": start + size, "value": result}
+                    outputs.emit(changes, key, envelope, None, ts, serde)
+            if changes is not None and results:
+                outputs.accept()
+        batch = h.buffer.batch
+        index = view.index if view.expires else None
+        for stored, (value, at, stamp, start) in folded.items():
+            batch[stored] = (encode(value), at, stamp)
+            if index is not None:
+                index(partition, start, stored)
+        h.skipped += skipped
+        return stream_time, offset, ts
