@@ -1,12 +1,13 @@
 """The recipes of docs/reading-checkpoints.md, run verbatim against a real checkpoint.
 
 Each fenced block of the doc marked ``<!-- docs-test: by tests/… NAME -->`` is picked out with
-``docsite.blocks.by_test`` and executed as it stands (the doc and the test cannot drift). The checkpoint is written by a Python ``Table`` on the embedded
-broker with enough churn that every partition of the newest checkpoint is a ``base`` and two
-``delta`` files holding tombstones, while a pinned older checkpoint keeps its own ``base`` files on
-disk. Ground truth is a replay of the records the broker acknowledged (last write per key wins, a
-tombstone deletes), never statesnap's reader. A naive glob of ``data/**`` is shown to resurrect
-deleted keys in this very store, so the manifest rule is what makes the recipes right.
+``docsite.blocks.by_test`` and executed as it stands (the doc and the test cannot drift). The
+checkpoint is written by a Python ``Table`` on the embedded broker with enough churn that every
+partition of the newest checkpoint is a ``base`` and two ``delta`` files holding tombstones, while a
+pinned older checkpoint keeps its own ``base`` files on disk. Ground truth is a replay of the
+records the broker acknowledged (last write per key wins, a tombstone deletes), never statesnap's
+reader. A naive glob of ``data/**`` is shown to resurrect deleted keys in this very store, so the
+manifest rule is what makes the recipes right.
 """
 
 from __future__ import annotations
