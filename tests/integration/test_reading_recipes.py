@@ -1,19 +1,19 @@
 """The recipes of docs/reading-checkpoints.md, run verbatim against a real checkpoint.
 
-Each fenced block marked ``recipe=NAME`` in the doc is extracted and executed as it stands (the
-doc and the test cannot drift). The checkpoint is written by a Python ``Table`` on the embedded
-broker with enough churn that every partition of the newest checkpoint is a ``base`` and two
-``delta`` files holding tombstones, while a pinned older checkpoint keeps its own ``base`` files on
-disk. Ground truth is a replay of the records the broker acknowledged (last write per key wins, a
-tombstone deletes), never statesnap's reader. A naive glob of ``data/**`` is shown to resurrect
-deleted keys in this very store, so the manifest rule is what makes the recipes right.
+Each fenced block of the doc marked ``<!-- docs-test: by tests/… NAME -->`` is picked out with
+``docsite.blocks.by_test`` and executed as it stands (the doc and the test cannot drift). The
+checkpoint is written by a Python ``Table`` on the embedded broker with enough churn that every
+partition of the newest checkpoint is a ``base`` and two ``delta`` files holding tombstones, while a
+pinned older checkpoint keeps its own ``base`` files on disk. Ground truth is a replay of the
+records the broker acknowledged (last write per key wins, a tombstone deletes), never statesnap's
+reader. A naive glob of ``data/**`` is shown to resurrect deleted keys in this very store, so the
+manifest rule is what makes the recipes right.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+from docsite.blocks import by_test
 from statesnap import CheckpointOptions, RetentionPolicy, Table
 from statesnap.checkpoint import CheckpointManifest
 from statesnap.snapshot.api import SnapshotApi
@@ -37,7 +38,6 @@ from statesnap.snapshot.api import SnapshotApi
 pytestmark = pytest.mark.integration
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "reading-checkpoints.md"
-_BLOCK = re.compile(r"^```(\w+) recipe=([\w-]+)\n(.*?)^```$", re.S | re.M)
 PARTITIONS = 2
 KEYS = 240
 #: key -> (value, partition, offset): what a reader of the table must return.
@@ -45,9 +45,9 @@ Truth = dict[bytes, tuple[bytes, int, int]]
 
 
 def recipe(name: str) -> str:
-    """The one block of the doc marked ``recipe=name``."""
-    found = [m.group(3) for m in _BLOCK.finditer(DOC.read_text()) if m.group(2) == name]
-    assert len(found) == 1, f"{DOC.name} has {len(found)} blocks marked recipe={name}"
+    """The one block of the doc marked ``<!-- docs-test: by … name -->``."""
+    found = by_test(DOC, name)
+    assert len(found) == 1, f"{DOC.name} has {len(found)} blocks marked for {name}"
     return found[0]
 
 
@@ -55,7 +55,7 @@ def python_recipes(*names: str) -> dict[str, Any]:
     """Run the shared file-list block and then *names* in one namespace, as a user pastes them."""
     namespace: dict[str, Any] = {}
     for name in ("files", *names):
-        exec(compile(recipe(name), f"{DOC.name}[recipe={name}]", "exec"), namespace)
+        exec(compile(recipe(name), f"{DOC.name}[{name}]", "exec"), namespace)
     return namespace
 
 
@@ -234,9 +234,16 @@ def test_duckdb_recipe_reads_the_table(written: Written) -> None:
     duckdb = pytest.importorskip("duckdb")
     for generation, manifest in _checkpoints(written):
         con = duckdb.connect()
-        con.execute("SET VARIABLE table_dir = ?", [written.table_dir])
-        if generation is not None:
-            con.execute("SET VARIABLE generation = ?", [generation])
+        # the doc's SET VARIABLE block, its example directory and generation replaced
+        variables = recipe("duckdb-variables").replace(
+            "'/data/statesnap/my-cluster-id_orders'", f"'{written.table_dir}'"
+        )
+        if generation is None:
+            variables = "\n".join(line for line in variables.splitlines() if "generation" not in line)
+        else:
+            variables = variables.replace("generation = 7;", f"generation = {generation};")
+        assert written.table_dir in variables
+        con.execute(variables)
         result = con.sql(recipe("duckdb"))
         types = dict(zip(result.columns, map(str, result.types), strict=True))
         assert types["timestamp"] == "TIMESTAMP WITH TIME ZONE"

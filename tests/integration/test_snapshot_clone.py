@@ -10,7 +10,6 @@ Tansu).
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import uuid
 from datetime import timedelta
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from docsite.blocks import by_test
 from integration.cli_runner import digest, ok, statesnap
 from integration.conftest import KafkaTool, Rec
 from statesnap import CheckpointOptions, RetentionPolicy, Table
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.integration
 
 PARTITIONS = 2
 KEEP_ALL = RetentionPolicy(min_count=100, min_age=timedelta(days=1))
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "migrations.md"
 
 
 def storage_args(options: dict[str, str]) -> list[str]:
@@ -307,18 +307,14 @@ def test_clone_refusals_are_one_typed_line_and_write_nothing(
     assert sorted(p.name for p in root.iterdir()) == before, "a refused clone wrote something"
 
 
-def readme_part(title: str) -> str:
-    """One part (``### title…``) of the README's "Changing your code" section."""
-    text = README.read_text()
-    section = text[text.index("## Changing your code") :]
-    section = section[: section.index("\n## ")]
-    start = section.index(f"### {title}")
-    end = section.find("\n### ", start + 4)
-    return section[start : end if end > 0 else None]
+def doc_block(name: str) -> str:
+    """The one block of docs/how-to/migrations.md marked ``<!-- docs-test: by … name -->``."""
+    (block,) = by_test(DOC, name)
+    return block
 
 
 def run_shell_block(block: str, replacements: dict[str, str]) -> list[Any]:
-    """Every ``statesnap …`` command of a README block, names substituted, in a fresh process."""
+    """Every ``statesnap …`` command of a doc block, names substituted, in a fresh process."""
     outputs = []
     text = block.replace("\\\n", " ")
     for old, new in replacements.items():
@@ -332,12 +328,11 @@ def run_shell_block(block: str, replacements: dict[str, str]) -> list[Any]:
     return outputs
 
 
-def test_readme_blue_green_clone(kafka: KafkaTool, topic_name: str, tmp_path: Path) -> None:
-    """The README's blue/green blocks, run as written (names and the generation substituted): the
-    new version starts from the clone and replays only the tail after it."""
-    part = readme_part("Blue/green")
-    shell = re.findall(r"```bash\n(.*?)```", part, re.S)[0]
-    python = re.findall(r"```python\n(.*?)```", part, re.S)[0]
+def test_docs_blue_green_clone(kafka: KafkaTool, topic_name: str, tmp_path: Path) -> None:
+    """docs/how-to/migrations.md's blue/green blocks, run as written (names and the generation
+    substituted): the new version starts from the clone and replays only the tail after it."""
+    shell = doc_block("clone")
+    python = doc_block("green")
     url = str(tmp_path / "ckpt")
     topic = kafka.create_topic(topic_name, PARTITIONS)
     records, manifests = write_generations(kafka, topic, url, {}, rounds=3)
@@ -350,7 +345,7 @@ def test_readme_blue_green_clone(kafka: KafkaTool, topic_name: str, tmp_path: Pa
     assert cloned["generation"] == gen
     namespace: dict[str, Any] = {"BS": kafka.bootstrap, "URL": url}
     source = python.replace('"orders-v2"', repr(f"{topic}-v2")).replace('"orders"', repr(topic))
-    exec(compile(source, "README.md", "exec"), namespace)
+    exec(compile(source, "migrations.md", "exec"), namespace)
     green = namespace["green"]
     try:
         assert namespace["report"].checkpoint == gen

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import shlex
 from datetime import timedelta
 from pathlib import Path
@@ -21,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
 
+from docsite.blocks import by_test
 from integration.cli_runner import digest, ok, statesnap
 from integration.conftest import KafkaTool, Rec
 from statesnap import CheckpointOptions, Processor, ProcessorContext, Record, RetentionPolicy, Table
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.integration
 
 PARTITIONS = 2
 KEEP_ALL = RetentionPolicy(min_count=100, min_age=timedelta(days=1))
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "how-to" / "incident-sql.md"
 BASE_MS = 1_700_000_040_000
 MINUTE = 60_000
 
@@ -329,12 +329,10 @@ def test_sql_errors_are_one_typed_line(kafka: KafkaTool, topic_name: str, tmp_pa
     assert "statesnap[sql]" in line
 
 
-def test_readme_incident_query(kafka: KafkaTool, topic_name: str, tmp_path: Path) -> None:
-    """The README's incident queries, run as written (names and the generation substituted)."""
-    text = README.read_text()
-    section = text[text.index("## Changing your code") :]
-    part = section[section.index("### Incident") : section.index("\n## ")]
-    block = re.findall(r"```bash\n(.*?)```", part, re.S)[0]
+def test_docs_incident_queries(kafka: KafkaTool, topic_name: str, tmp_path: Path) -> None:
+    """docs/how-to/incident-sql.md's incident queries, run as written (names and the generation
+    substituted)."""
+    (block,) = by_test(DOC, "incident-queries")
     url = str(tmp_path / "ckpt")
     topic = kafka.create_topic(topic_name, PARTITIONS)
     records, manifests = write_table(kafka, topic, url, {}, rounds=3)

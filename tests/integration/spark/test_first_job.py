@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from docsite.blocks import by_test
 from statesnap.devstack.process import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -52,8 +53,6 @@ for r in df.select("partition", "offset", "key", "value").collect():
 spark.stop()
 """
 
-#: Marks docs/spark-cluster.md's standalone-cluster block, which a test runs as written.
-CLUSTER_MARKER = "<!-- run as written by tests/integration/spark/test_first_job.py"
 #: docs/spark-cluster.md's spark-submit line for a venv that is not activated.
 SUBMIT_LINE = 'PYSPARK_PYTHON="$PWD/.venv/bin/python" .venv/bin/spark-submit job.py'
 
@@ -261,7 +260,7 @@ def test_docs_spark_submit_line_runs_from_a_venv_that_is_not_activated(
     activated (``.venv/bin/spark-submit`` alone exits 127: "Could not find valid SPARK_HOME"),
     submits the swapped job and reads what a plain consumer reads."""
     _needs_java_and_venv()
-    assert SUBMIT_LINE in (DOCS / "spark-cluster.md").read_text()
+    assert by_test(DOCS / "spark-cluster.md", "submit-line") == [f"{SUBMIT_LINE}\n"]
     _produce(kafka, topic_name)
     _swapped_job(tmp_path / "job.py")
     (tmp_path / ".venv").symlink_to(VENV, target_is_directory=True)
@@ -279,8 +278,8 @@ def test_docs_spark_submit_line_runs_from_a_venv_that_is_not_activated(
 
 
 def _docs_cluster_block() -> list[str]:
-    text = (DOCS / "spark-cluster.md").read_text()
-    block = text[text.index(CLUSTER_MARKER) :].split("```bash\n", 1)[1].split("```", 1)[0]
+    """The block docs/spark-cluster.md marks ``<!-- docs-test: by … standalone-cluster -->``."""
+    (block,) = by_test(DOCS / "spark-cluster.md", "standalone-cluster")
     return block.strip().splitlines()
 
 

@@ -1,5 +1,6 @@
 """The Spark recipes of docs/reading-checkpoints.md, run verbatim on the shared ``local[2]`` session.
 
+Each block is picked out with ``docsite.blocks.by_test`` (the doc marks it ``<!-- docs-test: by … NAME -->``).
 Same checkpoint and ground truth as tests/integration/test_reading_recipes.py (a Python ``Table``
 with base + two deltas with tombstones per partition and a pinned older checkpoint; truth = a
 replay of the acknowledged records). Also proves the files' ``timestamp`` is UTC-adjusted:
@@ -75,7 +76,7 @@ def test_read_table_one_liner_reads_the_table(spark: Any, written: Written) -> N
         "table": written.topic,
         "generation": written.pinned.generation,
     }
-    exec(compile(recipe("read-table"), "reading-checkpoints.md[recipe=read-table]", "exec"), namespace)
+    exec(compile(recipe("read-table"), "reading-checkpoints.md[read-table]", "exec"), namespace)
     # the newest is read back in test_bootstrap.py; collecting one DataFrame keeps this test short
     assert namespace["table_df"].columns == ["key", "value", "offset", "timestamp", "partition"]
     assert _truth(namespace["older_df"]) == written.truth(written.pinned)

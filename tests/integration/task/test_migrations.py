@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from docsite.blocks import by_test
 from integration.cli_runner import STATESNAP, ok
 from statesnap import CheckpointOptions, Follower, StateVersion, Table
 from statesnap.blob import open_blob_store
@@ -284,21 +285,17 @@ def test_an_exact_generation_equals_reprocessing_up_to_its_offsets_plus_the_rest
         api.close()
 
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "how-to" / "migrations.md"
 
 
-def readme_part(title: str) -> str:
-    """One part (``### title…``) of the README's "Changing your code" section."""
-    text = README.read_text()
-    section = text[text.index("## Changing your code") :]
-    section = section[: section.index("\n## ")]
-    start = section.index(f"### {title}")
-    end = section.find("\n### ", start + 4)
-    return section[start : end if end > 0 else None]
+def doc_block(name: str) -> str:
+    """The one block of docs/how-to/migrations.md marked ``<!-- docs-test: by … name -->``."""
+    (block,) = by_test(DOC, name)
+    return block
 
 
-def run_readme_commands(block: str, names: dict[str, str], cwd: Path) -> list[Any]:
-    """Every ``statesnap …`` line of a README block, arguments substituted, in a fresh process
+def run_doc_commands(block: str, names: dict[str, str], cwd: Path) -> list[Any]:
+    """Every ``statesnap …`` line of a doc block, arguments substituted, in a fresh process
     started in *cwd* (where the user's migration module is)."""
     outputs = []
     for line in block.replace("\\\n", " ").splitlines():
@@ -312,13 +309,14 @@ def run_readme_commands(block: str, names: dict[str, str], cwd: Path) -> list[An
     return outputs
 
 
-def test_readme_migration_and_start_from(kafka: Any, tmp_path: Path) -> None:
-    """The README's "Migrations" and "Start from any snapshot" blocks, run as written (names, the
-    store and the generation substituted): the lazy migration equals a full replay under the new
-    code, the offline one equals the lazy one, and materialize starts from the generation named."""
-    python = re.findall(r"```python\n(.*?)```", readme_part("Migrations"), re.S)[0]
-    offline = re.findall(r"```bash\n(.*?)```", readme_part("Migrations"), re.S)[0]
-    start_from = re.findall(r"```bash\n(.*?)```", readme_part("Start from"), re.S)[0]
+def test_docs_migration_and_start_from(kafka: Any, tmp_path: Path) -> None:
+    """docs/how-to/migrations.md's "Migrations" and "Start from any snapshot" blocks, run as
+    written (names, the store and the generation substituted): the lazy migration equals a full
+    replay under the new code, the offline one equals the lazy one, and materialize starts from the
+    generation named."""
+    python = doc_block("lazy-migration")
+    offline = doc_block("offline-migration")
+    start_from = doc_block("start-from")
     topic = kafka.create_topic(f"orders-{uuid.uuid4().hex[:12]}", PARTITIONS)
     url = str(tmp_path / "ckpt")
     statuses = ["new", "paid", "shipped"]
@@ -341,7 +339,7 @@ def test_readme_migration_and_start_from(kafka: Any, tmp_path: Path) -> None:
         old.close(checkpoint=False)
 
     namespace: dict[str, Any] = {"BS": kafka.bootstrap, "URL": url}
-    exec(compile(python.replace('"orders"', repr(topic)), "README.md", "exec"), namespace)
+    exec(compile(python.replace('"orders"', repr(topic)), "migrations.md", "exec"), namespace)
     orders, status_only = namespace["orders"], namespace["status_only"]
     try:
         assert (namespace["report"].checkpoint, namespace["report"].migrated_from) == (1, 1)
@@ -353,7 +351,7 @@ def test_readme_migration_and_start_from(kafka: Any, tmp_path: Path) -> None:
     migration = re.search(r"def v1_to_v2.*?\n\n", python, re.S)
     assert migration is not None
     (tmp_path / "order_migrations.py").write_text("import json\n\n" + migration.group(0))
-    dry, done = run_readme_commands(offline, {"./ckpt": url, "orders": topic}, tmp_path)
+    dry, done = run_doc_commands(offline, {"./ckpt": url, "orders": topic}, tmp_path)
     assert "0 dropped" in dry
     assert (done["source_generation"], done["generation"], done["to_version"]) == (1, 2, 2)
     repo = locate_table(open_blob_store(url), topic)
@@ -365,7 +363,7 @@ def test_readme_migration_and_start_from(kafka: Any, tmp_path: Path) -> None:
         api.close()
 
     kafka.produce(topic, [(0, b"o-99", json.dumps({"status": "new", "amount": 1}).encode())])
-    (started,) = run_readme_commands(
+    (started,) = run_doc_commands(
         start_from, {"./ckpt": url, "orders": topic, "7": "1", "127.0.0.1:9092": kafka.bootstrap}, tmp_path
     )
     assert (started["restore"]["checkpoint"], started["restore"]["replayed_records"]) == (1, 1)
