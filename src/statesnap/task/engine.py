@@ -19,6 +19,11 @@ the task's :class:`~statesnap.task.writer.TaskWriter`. A read-only task has no w
 
 Reads of the store go through :meth:`Task.readable_store` (refused once consuming failed) and,
 in a consumer group, :meth:`Task.check_key` (the member serves the key's partition).
+
+A catch-up asked to stop (:meth:`Task.stop_catching_up`) stops between two batches with a
+checkpoint of what it read. The module is a little over 600 lines on purpose: it is the task's
+life cycle in one place (open, restore, catch up, run, close, the group's rebalance side), each
+step a few lines that call the helpers beside it; split, the steps' order would be in no file.
 """
 
 from __future__ import annotations
