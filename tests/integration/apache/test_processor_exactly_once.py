@@ -465,7 +465,8 @@ def test_a_failing_handler_aborts_the_open_transaction(kafka: KafkaTool, tmp_pat
 def test_a_restarted_instance_fences_its_zombie(kafka: KafkaTool, tmp_path: Path) -> None:
     """Apache Kafka proved it: a second instance of the same task (same transactional.id) started
     while the first still runs fences it — the first stops with OutputError at its next commit (or
-    a produce before it), its open transaction aborted — and the committed outputs are exactly one per input record."""
+    a produce before it), its open transaction aborted — and the committed outputs are exactly one
+    per input record."""
     cfg = setup(kafka, tmp_path)
     payments(kafka, cfg["topic"], 0, 50)
     zombie = tally(cfg)
