@@ -55,7 +55,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -569,6 +570,19 @@ def print_report(results: list[dict[str, Any]], meta: dict[str, Any]) -> None:
     )
 
 
+@contextmanager
+def broker(bootstrap: str | None) -> Iterator[str]:
+    """The broker given, or a fresh Apache Kafka 4.1.1 one for the run."""
+    if bootstrap:
+        yield bootstrap
+        return
+    missing = apache_kafka_missing()
+    if missing is not None:
+        raise BenchError(missing)
+    with ApacheKafkaBroker(heap="1g") as b:
+        yield b.bootstrap_servers
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=2_000_000)
@@ -598,20 +612,9 @@ def main() -> None:
         if not args.skip_spark:
             spark = SparkSide(2, args.partitions)
             console.print(f"Spark session started in {spark.session_s:.1f}s")
-        with tempfile.TemporaryDirectory() as tmp:
-            if args.bootstrap:
-                bs_list = [args.bootstrap]
-                for window in [False, True][: 1 + args.window]:
-                    results.append(measure(bs_list[0], args, Path(tmp), java, spark, window))
-            else:
-                missing = apache_kafka_missing()
-                if missing is not None:
-                    raise BenchError(missing)
-                with ApacheKafkaBroker(heap="1g") as broker:
-                    for window in [False, True][: 1 + args.window]:
-                        results.append(
-                            measure(broker.bootstrap_servers, args, Path(tmp), java, spark, window)
-                        )
+        with broker(args.bootstrap) as bs, tempfile.TemporaryDirectory() as tmp:
+            for window in [False, True][: 1 + args.window]:
+                results.append(measure(bs, args, Path(tmp), java, spark, window))
     except BenchError as e:
         sys.exit(f"count_peers: {e}")
     finally:
