@@ -38,7 +38,7 @@ def cells(line: str) -> list[str]:
 
 
 @pytest.mark.integration
-@pytest.mark.long  # a benchmark smoke run with two JVM peers (~5 min on a loaded 2-core machine)
+@pytest.mark.long  # a benchmark smoke run with two JVM peers (~3 min here, at load 2-4 on 2 cores)
 def test_quick_run_with_peers_checks_every_state(apache_kafka: ApacheKafkaBroker) -> None:
     """On the suite's Apache Kafka 4.1.1 broker: the quick run (100 k events, the count and the
     window count) ends 0 and prints two tables, each with a row per contender; every contender's
