@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 
 from statesnap.errors import ConfigError
 from statesnap.processor.context import ProcessorContext, Record
-from statesnap.processor.folds import _COUNT, _Fold
+from statesnap.processor.folds import COUNT, Fold
 from statesnap.processor.stores import StoreSpec
 from statesnap.processor.windows import Windows
 from statesnap.serde import Serde
@@ -126,7 +126,7 @@ class Aggregations:
         return self.aggregate(
             store,
             _zero,
-            _COUNT,
+            COUNT,
             window=window,
             value_serde=value_serde,
             emit=emit,
@@ -220,7 +220,7 @@ class Aggregations:
         reach *fn*; *field*: *fn* adds that field of the value (a sum's)."""
         spec = self.add_store(StoreSpec(store, value_serde=value_serde or "json", window=window))
         changes = to if emit is Emit.CHANGES else None
-        fold = _Fold(store, initializer, fn, window, changes, tombstones=tombstones, field=field)
+        fold = Fold(store, initializer, fn, window, changes, tombstones=tombstones, field=field)
         if window is not None and emit is Emit.FINAL:
             assert to is not None
             # Windows close when stream time reaches n·advance + size + grace: a punctuator

@@ -1,11 +1,11 @@
 """The fold of a declared aggregation (:mod:`statesnap.processor.aggregations`), per record and
 per polled batch.
 
-Per record (:meth:`_Fold.__call__`) it is a handler like any other: read the key's aggregate from
+Per record (:meth:`Fold.__call__`) it is a handler like any other: read the key's aggregate from
 its store, fold the record in, write it back (a store read, a value decode, a value encode and a
 buffered write per record). When the aggregation is the processor's only step (no other handler,
 no punctuator, one input, no exactly-once replay), the task hands it whole batches instead
-(:meth:`_Fold.apply_batch`): each distinct key of the batch is read and decoded once, folded in a
+(:meth:`Fold.apply_batch`): each distinct key of the batch is read and decoded once, folded in a
 dict as its records come, and written once at the end with the offset and timestamp of its last
 record — what the per-record path leaves in the store, for a fraction of its calls (a count
 builds no record object at all). Everything a record sees is the same, in the same order: stream
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from statesnap.processor.handler import ProcessorHandler
     from statesnap.stores.base import KafkaMessage
 
-__all__ = ["_ABSENT", "_COUNT", "_Fold"]
+__all__ = ["COUNT", "Fold"]
 
 _ABSENT: Any = object()
 
@@ -44,7 +44,7 @@ def _count(count: Any, _record: Record) -> Any:
 
 
 #: What ``count`` folds with: the batch path adds 1 without building a record for it.
-_COUNT: Callable[[Any, Record], Any] = _count
+COUNT: Callable[[Any, Record], Any] = _count
 
 
 def _identity(serde: Serde) -> bool:
@@ -86,7 +86,7 @@ def _encode_many(serde: Serde, values: list[Any]) -> list[bytes]:
     return [serde.serialize(v) for v in values]
 
 
-class _Fold:
+class Fold:
     """One aggregation's step: a handler (``fold(record, ctx)``) that also folds whole batches."""
 
     def __init__(
@@ -147,7 +147,7 @@ class _Fold:
         """Fold *messages* (one partition's batch, in offset order) as the per-record path would
         (see the module docstring); returns (stream time, last offset, last timestamp) for the
         handler's end of batch. The aggregates go into the write buffer, not yet the store."""
-        if self.fn is _COUNT and self.changes is None:
+        if self.fn is COUNT and self.changes is None:
             counted = self._count_batch(h, partition, messages, stream_time)
             if counted is not None:
                 return counted
@@ -230,7 +230,7 @@ class _Fold:
         vdes = h.value_serde.deserialize
         load, decode, encode = h.buffer.get, view.value_serde.deserialize, view.value_serde.serialize
         fn, initializer, tombstones, changes = self.fn, self.initializer, self.tombstones, self.changes
-        counting, field = fn is _COUNT, self.field
+        counting, field = fn is COUNT, self.field
         outputs, serde, topic = h.outputs, view.value_serde, h.topic
         #: raw key → (decoded key, stored key); stored key → [aggregate, offset, timestamp].
         keys: dict[bytes, tuple[Any, bytes]] = {}
@@ -325,7 +325,7 @@ class _Fold:
         vdes = h.value_serde.deserialize
         load, decode, encode = h.buffer.get, view.value_serde.deserialize, view.value_serde.serialize
         fn, initializer, tombstones, changes = self.fn, self.initializer, self.tombstones, self.changes
-        counting = fn is _COUNT
+        counting = fn is COUNT
         outputs, serde, topic = h.outputs, view.value_serde, h.topic
         size, advance, closes_after = window.size_ms, window.advance_ms, window.size_ms + window.grace_ms
         keys: dict[bytes, tuple[Any, bytes]] = {}
