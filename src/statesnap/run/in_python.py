@@ -277,6 +277,7 @@ def run_processor_in_python(
         processed = handler.processed if isinstance(handler, ProcessorHandler) else 0
         dead_lettered = handler.dead_lettered if isinstance(handler, ProcessorHandler) else 0
         skipped = handler.skipped if isinstance(handler, ProcessorHandler) else 0
+        state_only = handler.outputs.state_only_records if isinstance(handler, ProcessorHandler) else 0
     finally:
         proc.close(checkpoint=False, timeout=run.deadline.remaining())
     result = MaterializeResult.of(
@@ -293,4 +294,4 @@ def run_processor_in_python(
         followed=run.followed,
         shown=task.repo.shown if task.repo else None,
     )
-    return ProcessorRunResult(result, processed, proc.emitted, dead_lettered, stores, skipped)
+    return ProcessorRunResult(result, processed, proc.emitted, dead_lettered, stores, skipped, state_only)

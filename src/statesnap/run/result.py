@@ -172,8 +172,11 @@ class MaterializeResult:
 class ProcessorRunResult:
     """One run of a processor: the table-run figures (``materialize``'s, key for key), and what the
     processor's own code did in this run: records ``processed`` (the tail included), records
-    ``emitted`` and ``dead_lettered``, rows per store at the end of the run (``stores``), and
-    records a declared step skipped (``skipped``: no key, a tombstone where none counts)."""
+    ``emitted`` and ``dead_lettered``, rows per store at the end of the run (``stores``), records
+    a declared step skipped (``skipped``: no key, a tombstone where none counts), and records
+    processed for their state only (``state_only``: with exactly-once, the tail between the
+    checkpoint and the committed offsets, whose outputs were committed before; their emits are
+    not sent again)."""
 
     run: MaterializeResult
     processed: int
@@ -181,6 +184,7 @@ class ProcessorRunResult:
     dead_lettered: int
     stores: Mapping[str, int]
     skipped: int = 0
+    state_only: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stores", MappingProxyType(dict(self.stores)))
@@ -199,13 +203,15 @@ class ProcessorRunResult:
             "emitted": self.emitted,
             "dead_lettered": self.dead_lettered,
             "skipped": self.skipped,
+            "state_only": self.state_only,
             "stores": dict(self.stores),
         }
 
     def summary(self) -> str:
         stores = ", ".join(f"{n} {k:,}" for n, k in self.stores.items()) or "no stores"
+        again = f" ({self.state_only:,} for their state only)" if self.state_only else ""
         return (
-            f"{self.run.summary()}; processed {self.processed:,} records, emitted {self.emitted:,}, "
+            f"{self.run.summary()}; processed {self.processed:,} records{again}, emitted {self.emitted:,}, "
             f"dead-lettered {self.dead_lettered:,}, skipped {self.skipped:,}; rows per store: {stores}"
         )
 
