@@ -138,9 +138,10 @@ def test_materialize_as_a_library_returns_a_typed_result(kafka: Any, tmp_path: P
             fields["keys"],
             fields["url"],
         )
-        # Progress reached the listener, in order: the engine, reading, the replay, the commit.
+        # Progress reached the listener, in order: the engine, the catch-up (the Python engine's
+        # reading stage, where a stop request checkpoints what was read), the replay, the commit.
         assert run["events"][0] == ["engine", "python"]
-        assert ["stage", "READING"] in run["events"]
+        assert ["stage", "CATCHING_UP"] in run["events"]
         assert run["events"][-1] == ["stage", "COMMITTED"]
         replayed = [e for e in run["events"] if e[0] == "replayed"]
         assert replayed == [["replayed", fields["restore"][1], f"restored {topic}"]]
