@@ -281,7 +281,7 @@ class Fold:
                     result = fn(current, Record(key, raw, vdes, topic, partition, offset, ts, message))
             except Exception as e:
                 h.cursor.partition = partition
-                h._failed(message, partition, e)
+                h.fail_record(message, partition, e)
                 continue
             if fresh:
                 folded[stored] = entry
@@ -377,7 +377,7 @@ class Fold:
                     results.append((stored, start, result, entry))
             except Exception as e:
                 h.cursor.partition = partition
-                h._failed(message, partition, e)
+                h.fail_record(message, partition, e)
                 continue
             for stored, start, result, entry in results:
                 if entry is None:

@@ -246,7 +246,7 @@ class ProcessorHandler:
                 outputs.reject()
                 cursor.thread = NO_CALL
                 cursor.skipped = False
-                self._failed(message, partition, e)
+                self.fail_record(message, partition, e)
             else:
                 if undo:
                     undo.clear()
@@ -298,7 +298,10 @@ class ProcessorHandler:
                 self.buffer.accept()
                 self.outputs.accept()
 
-    def _failed(self, message: KafkaMessage, partition: int, error: Exception) -> None:
+    def fail_record(self, message: KafkaMessage, partition: int, error: Exception) -> None:
+        """A record the processor's code failed on, per record or in a batch fold
+        (:mod:`statesnap.processor.folds`): set aside on the dead-letter topic with the error in
+        its headers, or, without one, a :class:`HandlerError` that stops the processor."""
         topic = message.topic() if self.multi else self.topic  # type: ignore[attr-defined]
         where = f"{topic}[{partition}]@{message.offset()}"
         reason = f"{type(error).__name__}: {error}"
