@@ -13,9 +13,14 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
-__all__ = ["parse_or_run_child", "run_child"]
+__all__ = ["ChildFailedError", "parse_or_run_child", "run_child"]
+
+
+class ChildFailedError(RuntimeError):
+    """A measurement's child process failed: the last line it wrote to stderr says why."""
 
 
 def run_child(
@@ -31,11 +36,14 @@ def run_child(
             environ[name] = value
     out = subprocess.run(
         [sys.executable, script, "--child", json.dumps(args)],
-        check=True,
+        check=False,
         capture_output=True,
         text=True,
         env=environ,
     )
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise ChildFailedError(f"{Path(script).name}'s child exited with {out.returncode}: {last}")
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
