@@ -26,7 +26,7 @@ from typing import Any
 
 from statesnap.errors import HandlerError
 from statesnap.processor.buffer import WriteBuffer
-from statesnap.processor.context import ProcessorContext, Record
+from statesnap.processor.context import ProcessorContext, Record, record_of
 from statesnap.processor.keyspace import (
     input_offset_key,
     input_offset_of,
@@ -241,7 +241,7 @@ class ProcessorHandler:
             offset = message.offset()
             cursor.offset, cursor.timestamp, cursor.stream_time = offset, ts, stream_time
             try:
-                record = Record(
+                record = record_of(
                     raw_key if kdes is None or raw_key is None else kdes(raw_key),
                     message.value(),
                     vdes,
@@ -330,7 +330,7 @@ class ProcessorHandler:
                 outputs.state_only_records += outputs.state_only
             cursor.offset, cursor.timestamp, cursor.stream_time = offset, ts, stream_time
             try:
-                record = Record(
+                record = record_of(
                     None if raw_key is None else kdes(raw_key),
                     message.value(),
                     vdes,
