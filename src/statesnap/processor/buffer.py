@@ -10,7 +10,8 @@ store (read your writes): one dictionary lookup before the store's, on the per-r
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from operator import add
 
 from statesnap.stores import StateStore
 
@@ -25,23 +26,25 @@ _ABSENT: Write = (b"", -1, -1)
 class WriteBuffer:
     """Buffered writes of one task (all stores share its keyspace)."""
 
-    __slots__ = ("batch", "store", "undo")
+    __slots__ = ("_stored", "batch", "store", "undo")
 
     def __init__(self, store: StateStore) -> None:
         self.store = store
         self.batch: dict[bytes, Write] = {}
         self.undo: dict[bytes, Write] = {}
+        #: ``store.get``, bound once: a handler's store read that misses ``batch`` calls it.
+        self._stored: Callable[[bytes], bytes | None] = store.get
 
     def get(self, key: bytes) -> bytes | None:
         write = self.batch.get(key)
         if write is not None:
             return write[0]
-        return self.store.get(key)
+        return self._stored(key)
 
     def put(self, key: bytes, value: bytes | None, offset: int, timestamp: int) -> None:
-        batch = self.batch
-        if key not in self.undo:
-            self.undo[key] = batch.get(key, _ABSENT)
+        batch, undo = self.batch, self.undo
+        if key not in undo:
+            undo[key] = batch.get(key, _ABSENT)
         batch[key] = (value, offset, timestamp)
 
     def accept(self) -> None:
@@ -61,9 +64,12 @@ class WriteBuffer:
 
     def apply(self, partition: int) -> None:
         """Hand the batch's writes to the store (end of a partition's batch)."""
-        if self.batch:
-            self.store.apply(partition, [(k, v, off, ts) for k, (v, off, ts) in self.batch.items()])
-            self.batch.clear()
+        batch = self.batch
+        if batch:
+            # (key,) + (value, offset, timestamp) per key, built at C speed (a comprehension
+            # unpacking each write costs about twice as much per row)
+            self.store.apply(partition, list(map(add, zip(batch), batch.values())))
+            batch.clear()
 
     def keys(self, prefix: bytes) -> Iterator[bytes]:
         """Live keys starting with *prefix*, in byte order, buffered writes included."""

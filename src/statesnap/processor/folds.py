@@ -20,7 +20,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from itertools import accumulate
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
@@ -32,6 +32,7 @@ from statesnap.serde.basic import BytesSerde, JsonSerde
 
 if TYPE_CHECKING:
     from statesnap.processor.handler import ProcessorHandler
+    from statesnap.processor.outputs import Outputs
     from statesnap.stores.base import KafkaMessage
 
 __all__ = ["COUNT", "Fold"]
@@ -84,6 +85,22 @@ def _encode_many(serde: Serde, values: list[Any]) -> list[bytes]:
     if type(serde) is JsonSerde and (not values or set(map(type, values)) == {int}):
         return [str(v).encode() for v in values]
     return [serde.serialize(v) for v in values]
+
+
+class _Lookups(NamedTuple):
+    """A batch fold's per-batch lookups (:meth:`Fold._prelude`), unpacked into locals."""
+
+    view: Any
+    prefix: bytes
+    kdes: Callable[[bytes], Any]
+    kser: Callable[[Any], bytes]
+    vdes: Callable[[bytes], Any]
+    load: Callable[[bytes], bytes | None]
+    decode: Callable[[bytes], Any]
+    encode: Callable[[Any], bytes]
+    serde: Serde
+    outputs: Outputs
+    topic: str
 
 
 class Fold:
@@ -221,17 +238,33 @@ class Fold:
                 index(partition, start, key)
         return max(stream_time, newest), messages[-1].offset(), stamps[-1]
 
+    def _prelude(self, h: ProcessorHandler, partition: int) -> _Lookups:
+        """What both batch folds (by key, by window) look up once per batch: the aggregation's
+        store view, the partition's key prefix, the serdes' and the buffer's bound methods, the
+        store's value serde, the outputs and the input topic."""
+        view: Any = (h.context.stores if self.window is None else h.context.window_stores)[self.store]
+        return _Lookups(
+            view,
+            partition_prefix(self.store, partition),
+            h.key_serde.deserialize,
+            view.key_serde.serialize,
+            h.value_serde.deserialize,
+            h.buffer.get,
+            view.value_serde.deserialize,
+            view.value_serde.serialize,
+            view.value_serde,
+            h.outputs,
+            h.topic,
+        )
+
     def _batch_by_key(
         self, h: ProcessorHandler, partition: int, messages: Sequence[KafkaMessage], stream_time: int
     ) -> tuple[int, int, int]:
-        view = h.context.stores[self.store]
-        prefix = partition_prefix(self.store, partition)
-        kdes, kser = h.key_serde.deserialize, view.key_serde.serialize
-        vdes = h.value_serde.deserialize
-        load, decode, encode = h.buffer.get, view.value_serde.deserialize, view.value_serde.serialize
+        (_view, prefix, kdes, kser, vdes, load, decode, encode, serde, outputs, topic) = self._prelude(
+            h, partition
+        )
         fn, initializer, tombstones, changes = self.fn, self.initializer, self.tombstones, self.changes
         counting, field = fn is COUNT, self.field
-        outputs, serde, topic = h.outputs, view.value_serde, h.topic
         #: raw key → (decoded key, stored key); stored key → [aggregate, offset, timestamp].
         keys: dict[bytes, tuple[Any, bytes]] = {}
         folded: dict[bytes, list[Any]] = {}
@@ -319,14 +352,11 @@ class Fold:
     ) -> tuple[int, int, int]:
         window = self.window
         assert window is not None
-        view = h.context.window_stores[self.store]
-        prefix = partition_prefix(self.store, partition)
-        kdes, kser = h.key_serde.deserialize, view.key_serde.serialize
-        vdes = h.value_serde.deserialize
-        load, decode, encode = h.buffer.get, view.value_serde.deserialize, view.value_serde.serialize
+        (view, prefix, kdes, kser, vdes, load, decode, encode, serde, outputs, topic) = self._prelude(
+            h, partition
+        )
         fn, initializer, tombstones, changes = self.fn, self.initializer, self.tombstones, self.changes
         counting = fn is COUNT
-        outputs, serde, topic = h.outputs, view.value_serde, h.topic
         size, advance, closes_after = window.size_ms, window.advance_ms, window.size_ms + window.grace_ms
         keys: dict[bytes, tuple[Any, bytes]] = {}
         #: stored key → [aggregate, offset, timestamp, window start].

@@ -26,7 +26,7 @@ from typing import Any
 
 from statesnap.errors import HandlerError
 from statesnap.processor.buffer import WriteBuffer
-from statesnap.processor.context import ProcessorContext, Record
+from statesnap.processor.context import ProcessorContext, Record, record_of
 from statesnap.processor.keyspace import (
     input_offset_key,
     input_offset_of,
@@ -48,6 +48,7 @@ from statesnap.processor.stores import (
 )
 from statesnap.python.hooks import Change
 from statesnap.serde import Serde
+from statesnap.serde.basic import BytesSerde
 from statesnap.stores import StateStore
 from statesnap.stores.base import KafkaMessage
 
@@ -170,8 +171,6 @@ class ProcessorHandler:
     def apply(self, partition: int, messages: Sequence[KafkaMessage], changes: list[Change] | None) -> None:
         del changes  # processors have no on_update hook: handlers see every record
         cursor, buffer, outputs = self.cursor, self.buffer, self.outputs
-        handlers, context, topic = self.handlers, self.context, self.topic
-        kdes, vdes = self.key_serde.deserialize, self.value_serde.deserialize
         if outputs.failure is not None:  # outputs that never committed: the state must not move on
             raise outputs.failure
         if outputs.due():  # the positions and the producer hold exactly the batches before this one
@@ -179,8 +178,117 @@ class ProcessorHandler:
         # Exactly-once restore: below this offset the outputs are committed, re-process for state only.
         until = outputs.replay_until.get(partition, -1)
         cursor.partition = partition
-        thread = get_ident()  # the call's thread: the only one its stores answer (see stores.py)
         started = stream_time = self.stream_time(partition)
+        offset = ts = -1
+        others: dict[str, int] = {}
+        if not messages:
+            pass
+        elif self._batched is not None and until < 0:  # folded per batch (statesnap.processor.folds)
+            stream_time, offset, ts = self._batched(self, partition, messages, stream_time)
+            cursor.offset, cursor.timestamp, cursor.stream_time = offset, ts, stream_time
+        else:
+            # The call's thread, for the whole batch: the only one its stores answer (see
+            # stores.py); no code but the handlers' and punctuators' runs on it meanwhile.
+            cursor.thread = get_ident()
+            try:
+                if self.multi or until >= 0:
+                    stream_time, offset, ts = self._handle_inputs(
+                        partition, messages, stream_time, until, others
+                    )
+                else:
+                    stream_time, offset, ts = self._handle(partition, messages, stream_time)
+            finally:
+                cursor.thread = NO_CALL
+        self.processed += len(messages)
+        if stream_time != started:
+            buffer.put(stream_time_key(partition), stream_time_value(stream_time), offset, ts)
+            buffer.accept()
+        if others:
+            self._others_moved.add(partition)
+            for other, next_offset in others.items():
+                buffer.put(input_offset_key(partition, other), input_offset_value(next_offset), offset, ts)
+            buffer.accept()
+        buffer.apply(partition)
+        if offset >= 0:
+            self._last[partition] = (offset, ts)
+            if self.windowed and stream_time != started:
+                self._expire_windows_of(partition, stream_time, offset, ts)
+
+    def _handle(
+        self, partition: int, messages: Sequence[KafkaMessage], stream_time: int
+    ) -> tuple[int, int, int]:
+        """The handlers over one input's batch, nothing to replay: the per-record hot path, so
+        it looks up nothing per record it can look up per batch, calls the one handler most
+        processors have directly, and skips the key decode where the key serde is the identity.
+        Returns (stream time, last offset, last timestamp)."""
+        cursor, buffer, outputs, context = self.cursor, self.buffer, self.outputs, self.context
+        topic, handlers = self.topic, self.handlers
+        only = handlers[0] if len(handlers) == 1 else None
+        kdes = None if type(self.key_serde) is BytesSerde else self.key_serde.deserialize
+        vdes = self.value_serde.deserialize
+        undo, emitted = buffer.undo, outputs.pending
+        punctuations = bool(self.punctuations)
+        thread = cursor.thread
+        offset = ts = -1
+        for message in messages:
+            ts_type, ts = message.timestamp()
+            if not ts_type:
+                ts = -1
+            before = stream_time
+            raw_key = message.key()
+            if ts > stream_time and raw_key is not None:
+                stream_time = ts  # a record without a key moves no clock (see the module docstring)
+            offset = message.offset()
+            cursor.offset, cursor.timestamp, cursor.stream_time = offset, ts, stream_time
+            try:
+                record = record_of(
+                    raw_key if kdes is None or raw_key is None else kdes(raw_key),
+                    message.value(),
+                    vdes,
+                    topic,
+                    partition,
+                    offset,
+                    ts,
+                    message,
+                )
+                if only is not None:
+                    only(record, context)
+                else:
+                    for handler in handlers:
+                        handler(record, context)
+            except Exception as e:
+                buffer.reject()
+                outputs.reject()
+                cursor.skipped = False
+                self.fail_record(message, partition, e)
+                continue
+            if undo:
+                undo.clear()
+            if emitted:
+                outputs.accept()
+            if cursor.skipped:
+                self.skipped += 1
+                cursor.skipped = False
+            if punctuations and stream_time > before >= 0:
+                self._punctuate(before, stream_time)
+                cursor.thread = thread
+        return stream_time, offset, ts
+
+    def _handle_inputs(
+        self,
+        partition: int,
+        messages: Sequence[KafkaMessage],
+        stream_time: int,
+        until: int,
+        others: dict[str, int],
+    ) -> tuple[int, int, int]:
+        """:meth:`_handle` with several inputs or records to re-process for their state only
+        (exactly-once restore): each record's row offset and replay bound by its input. The
+        other inputs' next offsets go into *others*."""
+        cursor, buffer, outputs = self.cursor, self.buffer, self.outputs
+        handlers, context, topic = self.handlers, self.context, self.topic
+        kdes, vdes = self.key_serde.deserialize, self.value_serde.deserialize
+        thread = cursor.thread
         offset = ts = -1
         multi = self.multi
         if multi:
@@ -189,18 +297,12 @@ class ProcessorHandler:
             first_next = int(self.positions().get(partition, 0))
             base = self._first_at_checkpoint.setdefault(partition, first_next)
             last_first = first_next - 1
-            others: dict[str, int] = {}
             untils = {t: u.get(partition, -1) for t, u in outputs.replay_until_of.items()}
             first_topic = self.topic
             replaying = until >= 0 or any(u >= 0 for u in untils.values())
-        undo, emitted = buffer.undo, outputs.pending  # the per-record hot path, inlined
+        undo, emitted = buffer.undo, outputs.pending
         punctuations = bool(self.punctuations)
-        records: Sequence[KafkaMessage] = messages
-        if self._batched is not None and until < 0 and messages:
-            records = ()  # folded per batch: the per-record loop below has nothing to do
-            stream_time, offset, ts = self._batched(self, partition, messages, stream_time)
-            cursor.offset, cursor.timestamp, cursor.stream_time = offset, ts, stream_time
-        for message in records:
+        for message in messages:
             ts_type, ts = message.timestamp()
             if not ts_type:
                 ts = -1
@@ -223,13 +325,12 @@ class ProcessorHandler:
                 if replaying:  # each input's records below its own committed offset
                     outputs.state_only = record_offset < record_until
                     outputs.state_only_records += outputs.state_only
-            elif until >= 0:
+            else:
                 outputs.state_only = offset < until
                 outputs.state_only_records += outputs.state_only
             cursor.offset, cursor.timestamp, cursor.stream_time = offset, ts, stream_time
-            cursor.thread = thread
             try:
-                record = Record(
+                record = record_of(
                     None if raw_key is None else kdes(raw_key),
                     message.value(),
                     vdes,
@@ -244,37 +345,22 @@ class ProcessorHandler:
             except Exception as e:
                 buffer.reject()
                 outputs.reject()
-                cursor.thread = NO_CALL
                 cursor.skipped = False
                 self.fail_record(message, partition, e)
-            else:
-                if undo:
-                    undo.clear()
-                if emitted:
-                    outputs.accept()
-                if cursor.skipped:
-                    self.skipped += 1
-                    cursor.skipped = False
-                if punctuations and stream_time > before >= 0:
-                    self._punctuate(before, stream_time)
-            finally:
-                cursor.thread = NO_CALL
+                continue
+            if undo:
+                undo.clear()
+            if emitted:
+                outputs.accept()
+            if cursor.skipped:
+                self.skipped += 1
+                cursor.skipped = False
+            if punctuations and stream_time > before >= 0:
+                self._punctuate(before, stream_time)
+                cursor.thread = thread
         if until >= 0 or (multi and replaying):
             outputs.state_only = False
-        self.processed += len(messages)
-        if stream_time != started:
-            buffer.put(stream_time_key(partition), stream_time_value(stream_time), offset, ts)
-            buffer.accept()
-        if multi and others:
-            self._others_moved.add(partition)
-            for other, next_offset in others.items():
-                buffer.put(input_offset_key(partition, other), input_offset_value(next_offset), offset, ts)
-            buffer.accept()
-        buffer.apply(partition)
-        if offset >= 0:
-            self._last[partition] = (offset, ts)
-            if self.windowed and stream_time != started:
-                self._expire_windows_of(partition, stream_time, offset, ts)
+        return stream_time, offset, ts
 
     def _punctuate(self, before: int, now: int) -> None:
         """Run each punctuator whose period boundary stream time just crossed (once per crossing)."""

@@ -1,0 +1,219 @@
+"""The per-record handler path has two loops (statesnap.processor.handler): ``_handle`` for one
+input with nothing to replay, the hot one, and ``_handle_inputs`` for several inputs or an
+exactly-once replay. Both must leave the same state, skips, dead letters and outputs for the same
+records: here the general loop is forced by a replay bound of 0 (nothing below it, so nothing
+is state-only), over a real store, no broker."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable
+from typing import Any, Literal
+
+import pytest
+
+from statesnap import ProcessingOptions, Processor
+from statesnap.errors import HandlerError, StoreAccessError
+from statesnap.kafka.config import KafkaSettings
+from statesnap.processor.context import ProcessorContext, Record
+from statesnap.processor.handler import ProcessorHandler
+from statesnap.processor.outputs import Outputs
+from statesnap.stores import open_state_store
+
+T0 = 1_700_000_000_000
+
+
+class Message:
+    __slots__ = ("_key", "_offset", "_ts", "_value")
+
+    def __init__(self, key: bytes | None, value: bytes | None, offset: int, ts: int | None) -> None:
+        self._key, self._value, self._offset, self._ts = key, value, offset, ts
+
+    def key(self) -> bytes | None:
+        return self._key
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def offset(self) -> int:
+        return self._offset
+
+    def timestamp(self) -> tuple[int, int]:
+        return (0, -1) if self._ts is None else (1, self._ts)
+
+    def topic(self) -> str:
+        return "events"
+
+    def headers(self) -> None:
+        return None
+
+
+class Recorded(Outputs):
+    """Outputs whose producer is a list: what would have been sent, in order."""
+
+    def __init__(self, proc: Processor) -> None:
+        super().__init__(KafkaSettings("localhost:1"), proc.key_serde, proc.value_serde)
+        self.sent: list[tuple[str, bytes | None, bytes | None, int]] = []
+
+    @property
+    def producer(self) -> Any:
+        return None
+
+    def _produce(
+        self,
+        producer: Any,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None,
+        ts: int,
+    ) -> None:
+        self.sent.append((topic, key, value, ts))
+
+
+def history(seed: int, *, n: int, keys: int) -> list[list[Message]]:
+    """Batches of one partition: rising timestamps with some late ones, and records without key,
+    value or timestamp, and values the handler cannot add (dead letters)."""
+    rng = random.Random(seed)
+    out: list[Message] = []
+    ts = T0
+    for offset in range(n):
+        ts += rng.randrange(0, 400)
+        stamp: int | None = ts - rng.randrange(0, 90_000) if rng.random() < 0.1 else ts
+        key: bytes | None = b"k%d" % rng.randrange(keys)
+        value: bytes | None = b'{"amount": %d}' % rng.randrange(100)
+        roll = rng.random()
+        if roll < 0.03:
+            key = None
+        elif roll < 0.06:
+            value = None
+        elif roll < 0.08:
+            stamp = None
+        elif roll < 0.09:
+            value = b'{"amount": "x"}'
+        out.append(Message(key, value, offset, stamp))
+    cuts = sorted(rng.sample(range(1, n), 12))
+    return [out[a:b] for a, b in zip([0, *cuts], [*cuts, n], strict=True)]
+
+
+def tally(record: Record, ctx: ProcessorContext) -> None:
+    """Reads and writes a store, emits every change, fails on values it cannot add."""
+    if record.key is None:
+        ctx.skip()
+        return
+    totals = ctx.stores["t"]
+    value = record.value
+    amount = 0 if value is None else value["amount"] + 0  # a str amount raises: a dead letter
+    totals[record.key] = total = totals.get(record.key, 0) + amount
+    ctx.emit("out", record.key, total)
+
+
+def last_offset(record: Record, ctx: ProcessorContext) -> None:
+    if record.key is not None:
+        ctx.stores["o"][record.key] = record.offset
+
+
+def declare(proc: Processor, *, two: bool, punctuate: bool, tick_key: object) -> list[int]:
+    proc.handler(tally)
+    if two:
+        proc.handler(last_offset)
+    fired: list[int] = []
+    if punctuate:
+
+        @proc.punctuate("30s")
+        def tick(ctx: ProcessorContext) -> None:
+            fired.append(ctx.stream_time)
+            ctx.stores["t"][tick_key] = ctx.stores["t"].get(tick_key, 0) + 1
+
+    return fired
+
+
+def run(*, general: bool, key_serde: Literal["string"] | None, two: bool, punctuate: bool) -> dict[str, Any]:
+    proc = Processor(
+        "p",
+        inputs=["events"],
+        bootstrap_servers="localhost:1",
+        stores=["t", "o"],
+        key_serde=key_serde,
+        value_serde="json",
+        processing=ProcessingOptions(dead_letter_topic="dead"),
+    )
+    fired = declare(proc, two=two, punctuate=punctuate, tick_key=b"ticks" if key_serde is None else "ticks")
+    store = open_state_store("memory")
+    outputs = Recorded(proc)
+    handler: ProcessorHandler = proc.handler_for(store, outputs)
+    if general:
+        outputs.replay_until[0] = 0
+    for batch in history(7, n=2000, keys=30):
+        handler.apply(0, batch, None)
+    rows = {
+        p: list(zip(*(t.column(c).to_pylist() for c in ("key", "value", "offset", "timestamp")), strict=True))
+        for p, t in store.export().items()
+    }
+    assert handler.cursor.thread == 0  # no call runs between batches: stores refuse every access
+    return {
+        "rows": rows,
+        "skipped": handler.skipped,
+        "dead": handler.dead_lettered,
+        "processed": handler.processed,
+        "sent": outputs.sent,
+        "stream_time": handler.stream_time(0),
+        "fired": fired,
+    }
+
+
+@pytest.mark.parametrize("key_serde", [None, "string"])
+@pytest.mark.parametrize(("two", "punctuate"), [(False, False), (True, False), (False, True), (True, True)])
+def test_the_hot_loop_equals_the_general_one(
+    key_serde: Literal["string"] | None, two: bool, punctuate: bool
+) -> None:
+    hot = run(general=False, key_serde=key_serde, two=two, punctuate=punctuate)
+    general = run(general=True, key_serde=key_serde, two=two, punctuate=punctuate)
+    assert hot == general
+    assert hot["rows"]
+    assert hot["sent"]
+    assert hot["skipped"] > 0
+    assert hot["dead"] > 0
+    assert not punctuate or hot["fired"]
+
+
+def test_a_failing_record_without_dead_letters_stops_with_nothing_of_it_written() -> None:
+    proc = Processor(
+        "p", inputs=["events"], bootstrap_servers="localhost:1", stores=["t"], value_serde="json"
+    )
+    proc.handler(tally)
+    store = open_state_store("memory")
+    handler = proc.handler_for(store, Recorded(proc))
+    batch = [Message(b"a", b'{"amount": 1}', 0, 10), Message(b"a", b'{"amount": "x"}', 1, 11)]
+    with pytest.raises(HandlerError, match=r"events\[0\]@1"):
+        handler.apply(0, batch, None)
+    assert handler.buffer.batch == {b"t\x00\x00\x00\x00\x00a": (b"1", 0, 10)}  # record 0's write only
+    assert handler.cursor.thread == 0
+
+
+def test_another_thread_is_refused_while_a_batch_runs() -> None:
+    """The call's thread is set once per batch: a thread a handler starts still cannot use the
+    stores, between records as during a call."""
+    proc = Processor("p", inputs=["events"], bootstrap_servers="localhost:1", stores=["t"])
+    errors: list[BaseException] = []
+    seen: list[Callable[[], None]] = []
+
+    @proc.handler
+    def spawn(record: Record, ctx: ProcessorContext) -> None:
+        def use() -> None:
+            try:
+                ctx.stores["t"][b"x"] = b"1"
+            except StoreAccessError as e:
+                errors.append(e)
+
+        thread = threading.Thread(target=use)
+        thread.start()
+        thread.join()
+        seen.append(use)
+
+    handler = proc.handler_for(open_state_store("memory"), Recorded(proc))
+    handler.apply(0, [Message(b"a", b"v", 0, 10), Message(b"b", b"v", 1, 11)], None)
+    assert len(seen) == 2
+    assert len(errors) == 2
+    assert b"t\x00\x00\x00\x00\x00x" not in handler.buffer.batch
