@@ -333,14 +333,12 @@ def _change_options(cache: Cache) -> Options:
 
 
 def _table_options(cache: Cache) -> BlockBasedOptions:
-    """Index and filter blocks live in the block cache (RocksDB's default keeps every SST file's
-    outside it, which grows with the state), the level-0 ones pinned there; a Bloom filter per
-    file answers the reads of keys the table does not hold yet (most of a catch-up's) without a
-    data block read."""
+    """A Bloom filter per file answers the reads of keys the table does not hold yet (most of a
+    catch-up's) without a data block read: 0.7 against 2.9 us a miss at 4 M keys. Index and
+    filter blocks stay outside the block cache (~2-3 B a key): in a 128 MB cache they were
+    evicted and re-read, and lookups of present keys took 22 against 7.5 us."""
     table = BlockBasedOptions()
     table.set_block_cache(cache)
-    table.set_cache_index_and_filter_blocks(True)
-    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
     table.set_bloom_filter(10, False)
     return table
 
