@@ -51,31 +51,23 @@ import argparse
 import gc
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from rich.console import Console
 from rich.table import Table as RichTable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kafka_sources import connector_jars
-from peers import PeerBuildError, peer_classpath
-from processors import FETCH_CONFIG, BenchError, children_cpu
-
-from statesnap.devstack.apache import ApacheKafkaBroker, apache_kafka_missing
-from statesnap.kafka.admin import KafkaAdmin
-from statesnap.kafka.config import KafkaSettings
-from statesnap.kafka.reader import BATCH_SIZE
+from peers import peer_java, run_json_peer
+from processors import BenchError, children_cpu, given_or_apache, plain_consumer, produce_keyed, read_loop
 
 console = Console(stderr=True)
 
@@ -83,7 +75,6 @@ WINDOW_MS = 60_000
 #: The history + tail spans at most this much event time (Kafka Streams' window changelog keeps a
 #: day beyond the window's retention; the broker deletes what is older).
 SPAN_MS = 6 * 3600 * 1000
-LOOP_TIMEOUT_S = 900.0
 PEER_TIMEOUT_S = 1800
 STORE = "counts"
 
@@ -109,17 +100,6 @@ class Timeline:
 
 def produce(bs: str, topic: str, partitions: int, keys: int, lo: int, n: int, tl: Timeline) -> float:
     """Events ``lo .. lo+n`` of the stream into *topic* (created with retention.ms=-1 first)."""
-    t0 = time.monotonic()
-    KafkaAdmin(KafkaSettings(bs)).create_topic(topic, partitions, config={"retention.ms": "-1"})
-    producer = Producer(
-        {
-            "bootstrap.servers": bs,
-            "enable.idempotence": True,  # a partition's records stay in timestamp order
-            "linger.ms": 20,
-            "batch.num.messages": 10_000,
-            "queue.buffering.max.messages": 500_000,
-        }
-    )
     perm = np.random.default_rng([7, keys]).permutation(keys)
     rng = np.random.default_rng([1, lo])
     idx = np.arange(lo, lo + n)
@@ -127,33 +107,7 @@ def produce(bs: str, topic: str, partitions: int, keys: int, lo: int, n: int, tl
     first = idx < keys
     ids[first] = perm[idx[first]]
     amounts = rng.integers(1, 1000, size=n)
-    stamps = tl.first_ms + idx * tl.spacing_ms
-    errors: list[str] = []
-
-    def on_delivery(err: object, _msg: object) -> None:
-        if err is not None:
-            errors.append(str(err))
-
-    deadline = t0 + LOOP_TIMEOUT_S
-    for kid, amount, ts in zip(ids.tolist(), amounts.tolist(), stamps.tolist(), strict=True):
-        while True:
-            try:
-                producer.produce(
-                    topic,
-                    b'{"amount": %d}' % amount,
-                    b"key-%d" % kid,
-                    partition=kid % partitions,
-                    timestamp=ts,
-                    on_delivery=on_delivery,
-                )
-                break
-            except BufferError:
-                if time.monotonic() > deadline:
-                    raise BenchError(f"producing to {topic!r}: the broker took nothing for long") from None
-                producer.poll(0.05)
-    if producer.flush(120) or errors:
-        raise BenchError(f"producing to {topic!r}: records undelivered {errors[:1]}")
-    return time.monotonic() - t0
+    return produce_keyed(bs, topic, partitions, ids, amounts, tl.first_ms + idx * tl.spacing_ms)
 
 
 def partition_of(key: bytes, partitions: int) -> int:
@@ -168,52 +122,28 @@ def plain_loop(bs: str, topic: str, partitions: int, window: bool) -> tuple[floa
     holding its stream time lives (timestamps rise within a partition; retention = size), keys
     ``(key, start)``. Seconds, CPU seconds, records, the counts."""
     gc.collect()
-    c = Consumer(
-        {
-            "bootstrap.servers": bs,
-            "group.id": f"plain-{uuid.uuid4()}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            **FETCH_CONFIG,
-        }
-    )
     counts: dict[bytes, int] = {}
     live: dict[int, tuple[int, dict[bytes, int]]] = {}
-    n = 0
+
+    def on_window(m: Any) -> None:
+        ts, p = m.timestamp()[1], m.partition()
+        start = ts - ts % WINDOW_MS
+        cur = live.get(p)
+        if cur is None or cur[0] != start:
+            cur = live[p] = (start, {})
+        w, k = cur[1], m.key()
+        w[k] = w.get(k, 0) + 1
+
+    c = plain_consumer(bs)
     try:
         t0, cpu0 = time.monotonic(), time.process_time()
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        open_parts, deadline = set(range(partitions)), t0 + LOOP_TIMEOUT_S
-        get = counts.get
-        while open_parts:
-            if time.monotonic() > deadline:
-                raise BenchError(f"the plain loop over {topic!r} did not end in {LOOP_TIMEOUT_S:.0f}s")
-            batch: list[Any] = c.consume(BATCH_SIZE, 0.05)
-            for m in batch:
-                err = m.error()
-                if err is None:
-                    k = m.key()
-                    if window:
-                        ts, p = m.timestamp()[1], m.partition()
-                        start = ts - ts % WINDOW_MS
-                        cur = live.get(p)
-                        if cur is None or cur[0] != start:
-                            cur = live[p] = (start, {})
-                        w = cur[1]
-                        w[k] = w.get(k, 0) + 1
-                    else:
-                        counts[k] = get(k, 0) + 1
-                    n += 1
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    open_parts.discard(m.partition())
-                else:
-                    raise BenchError(f"plain loop over {topic!r}: {err}")
+        n = read_loop(c, topic, partitions, counts, on_record=on_window if window else None)
         seconds, cpu = time.monotonic() - t0, time.process_time() - cpu0
     finally:
         c.close()
     if window:
         return seconds, cpu, n, {(k, s): v for s, w in live.values() for k, v in w.items()}
-    return seconds, cpu, n, dict(counts)
+    return seconds, cpu, n, counts
 
 
 def check(got: State, truth: State, window: bool, partitions: int) -> str:
@@ -283,18 +213,7 @@ class KsApp:
 
 
 def ks_java() -> list[str]:
-    try:
-        cp = peer_classpath()
-    except PeerBuildError as e:
-        raise BenchError(str(e)) from None
-    return [
-        "java",
-        "-Xmx1g",
-        "-Dorg.slf4j.simpleLogger.defaultLogLevel=error",
-        "-cp",
-        cp,
-        "dev.statesnap.peers.CountPeer",
-    ]
+    return peer_java("CountPeer")
 
 
 def ks_run(
@@ -305,15 +224,9 @@ def ks_run(
     cmd = [*java, bs, topic, app.app_id, str(app.state_dir), str(PEER_TIMEOUT_S), str(dump)]
     cmd += (["window"] if window else []) + (["eos"] if app.guarantee == "exactly_once_v2" else [])
     cmd += ["wipe"] if wipe else []
-    t0, cpu0 = time.monotonic(), children_cpu()
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=PEER_TIMEOUT_S + 120, check=False)
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise BenchError(
-            f"Kafka Streams {app.app_id} failed (exit {done.returncode}): {done.stderr.strip()[-1500:]}"
-        )
-    out: dict[str, Any] = json.loads(lines[-1])
-    out.update(process_wall_s=time.monotonic() - t0, cpu_s=children_cpu() - cpu0)
+    cpu0 = children_cpu()
+    out = run_json_peer(cmd, PEER_TIMEOUT_S + 120, app.app_id)
+    out["cpu_s"] = children_cpu() - cpu0
     state: State = {}
     for line in dump.read_text().splitlines():
         parts = line.split("\t")
@@ -588,19 +501,6 @@ def print_report(results: list[dict[str, Any]], meta: dict[str, Any]) -> None:
     )
 
 
-@contextmanager
-def broker(bootstrap: str | None) -> Iterator[str]:
-    """The broker given, or a fresh Apache Kafka 4.1.1 one for the run."""
-    if bootstrap:
-        yield bootstrap
-        return
-    missing = apache_kafka_missing()
-    if missing is not None:
-        raise BenchError(missing)
-    with ApacheKafkaBroker(heap="1g") as b:
-        yield b.bootstrap_servers
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--events", type=int, default=2_000_000)
@@ -630,7 +530,7 @@ def main() -> None:
         if not args.skip_spark:
             spark = SparkSide(2, args.partitions)
             console.print(f"Spark session started in {spark.session_s:.1f}s")
-        with broker(args.bootstrap) as bs, tempfile.TemporaryDirectory() as tmp:
+        with given_or_apache(args.bootstrap) as bs, tempfile.TemporaryDirectory() as tmp:
             for window in [False, True][: 1 + args.window]:
                 results.append(measure(bs, args, Path(tmp), java, spark, window))
     except BenchError as e:

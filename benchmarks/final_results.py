@@ -69,15 +69,26 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from rich.console import Console
 from rich.table import Table as RichTable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from peers import PeerBuildError, peer_classpath
-from processors import FETCH_CONFIG, QUIX_CONSUMER_CONFIG, QUIX_DIR, BenchError, children_cpu, quix_python
+from peers import peer_java
+from processors import (
+    QUIX_CONSUMER_CONFIG,
+    QUIX_DIR,
+    BenchError,
+    children_cpu,
+    create_topic,
+    given_or_apache,
+    idempotent_producer,
+    plain_consumer,
+    produce_keyed,
+    quix_python,
+    read_loop,
+)
 
-from statesnap.devstack.apache import ApacheKafkaBroker, apache_kafka_missing
 from statesnap.kafka.admin import KafkaAdmin
 from statesnap.kafka.config import KafkaSettings
 from statesnap.kafka.reader import BATCH_SIZE
@@ -159,93 +170,28 @@ def envelope(start: int, size_ms: int, count: int) -> bytes:
 # ------------------------------------------------------------------------------ topics and data
 
 
-def create_topic(bs: str, name: str, partitions: int) -> None:
-    KafkaAdmin(KafkaSettings(bs)).create_topic(name, partitions, config={"retention.ms": "-1"})
-
-
-def new_producer(bs: str, **extra: Any) -> Producer:
-    """Idempotent: a partition's records stay in the order produced (the closing record of a
-    window is then known from the produce order)."""
-    return Producer({"bootstrap.servers": bs, "enable.idempotence": True, "acks": "all", **extra})
-
-
 def key_of(kid: int) -> bytes:
     return b"key-%d" % kid
 
 
 def produce_backlog(bs: str, topic: str, partitions: int, events: int, keys: int) -> float:
     """*events* records, 60 ms apart with up to 5 s of disorder; seconds taken."""
-    t0 = time.monotonic()
-    create_topic(bs, topic, partitions)
-    producer = new_producer(
-        bs, **{"linger.ms": 20, "batch.num.messages": 10_000, "queue.buffering.max.messages": 500_000}
-    )
     rng = np.random.default_rng(33)
-    ids = rng.integers(0, keys, size=events).tolist()
-    amounts = rng.integers(1, 1000, size=events).tolist()
+    ids = rng.integers(0, keys, size=events)
+    amounts = rng.integers(1, 1000, size=events)
     stamps = T_BASE_MS + np.arange(events) * BACKLOG_MS_PER_EVENT - rng.integers(0, BACKLOG_JITTER_MS, events)
-    errors: list[str] = []
-
-    def on_delivery(err: object, _msg: object) -> None:
-        if err is not None:
-            errors.append(str(err))
-
-    deadline = t0 + BACKLOG_TIMEOUT_S
-    for kid, amount, ts in zip(ids, amounts, stamps.tolist(), strict=True):
-        while True:
-            try:
-                producer.produce(
-                    topic,
-                    b'{"amount": %d}' % amount,
-                    key_of(kid),
-                    partition=kid % partitions,
-                    timestamp=ts,
-                    on_delivery=on_delivery,
-                )
-                break
-            except BufferError:
-                if time.monotonic() > deadline:
-                    raise BenchError(f"producing to {topic!r}: the broker took nothing for long") from None
-                producer.poll(0.05)
-    if producer.flush(120) or errors:
-        raise BenchError(f"producing to {topic!r}: records undelivered {errors[:1]}")
-    return time.monotonic() - t0
+    return produce_keyed(bs, topic, partitions, ids, amounts, stamps)
 
 
-def output_consumer(bs: str) -> Consumer:
-    return Consumer(
-        {
-            "bootstrap.servers": bs,
-            "group.id": f"final-reader-{uuid.uuid4()}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "isolation.level": "read_committed",
-            **FETCH_CONFIG,
-            "fetch.wait.max.ms": 10,
-        }
-    )
+def output_consumer(bs: str) -> Any:
+    return plain_consumer(bs, **{"isolation.level": "read_committed", "fetch.wait.max.ms": 10})
 
 
 def read_to_eof(bs: str, topic: str, partitions: int, on_record: Any, timeout: float = 300.0) -> int:
     """Every record of *topic* through *on_record*, to each partition's EOF; records read."""
     c = output_consumer(bs)
-    n = 0
     try:
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        open_parts, deadline = set(range(partitions)), time.monotonic() + timeout
-        while open_parts:
-            if time.monotonic() > deadline:
-                raise BenchError(f"reading {topic!r} to its end took over {timeout:.0f}s")
-            for m in c.consume(BATCH_SIZE, 0.05):
-                err = m.error()
-                if err is None:
-                    on_record(m)
-                    n += 1
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    open_parts.discard(m.partition())
-                else:
-                    raise BenchError(f"reading {topic!r}: {err}")
-        return n
+        return read_loop(c, topic, partitions, on_record=on_record, timeout=timeout)
     finally:
         c.close()
 
@@ -345,18 +291,7 @@ def contenders(skip_peers: bool, exactly_once: bool) -> list[Contender]:
 
 def build_kafka_streams() -> list[str]:
     """The java command line that runs FinalCountPeer (built first when needed)."""
-    try:
-        cp = peer_classpath()
-    except PeerBuildError as e:
-        raise BenchError(str(e)) from None
-    return [
-        "java",
-        "-Xmx512m",
-        "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-        "-cp",
-        cp,
-        "dev.statesnap.peers.FinalCountPeer",
-    ]
+    return peer_java("FinalCountPeer", heap="512m", log_level="warn")
 
 
 def command(
@@ -514,7 +449,7 @@ class LiveInput:
             rate,
             seconds,
         )
-        self.producer = new_producer(bs, **{"linger.ms": 1})
+        self.producer = idempotent_producer(bs, **{"linger.ms": 1})
         self.sent: dict[int, list[tuple[int, float, bytes]]] = {p: [] for p in range(partitions)}
         self.error: str | None = None
         self.thread = threading.Thread(target=self._run, name="live-input", daemon=True)
@@ -657,15 +592,8 @@ def plain_loop(bs: str, inp: str, out: str, window: tuple[int, int]) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     partitions = len(KafkaAdmin(KafkaSettings(bs)).partitions(inp))
-    c = Consumer(
-        {
-            "bootstrap.servers": bs,
-            "group.id": f"plain-{uuid.uuid4()}",
-            "enable.auto.commit": False,
-            **FETCH_CONFIG,
-        }
-    )
-    producer = new_producer(bs, **{"linger.ms": 5})
+    c = plain_consumer(bs, **{"enable.partition.eof": False})
+    producer = idempotent_producer(bs, **{"linger.ms": 5})
     counter = WindowCounter(*window)
     size = window[0]
     c.assign([TopicPartition(inp, p, OFFSET_BEGINNING) for p in range(partitions)])
@@ -782,7 +710,7 @@ def main() -> None:
         if not args.skip_peers:
             tools["java"] = build_kafka_streams()
             tools["quix"] = quix_python()
-        with broker(args.bootstrap) as bs, tempfile.TemporaryDirectory() as tmp:
+        with given_or_apache(args.bootstrap) as bs, tempfile.TemporaryDirectory() as tmp:
             r = run(bs, args, Path(tmp), tools)
     except BenchError as e:
         sys.exit(f"final_results: {e}")
@@ -794,18 +722,6 @@ def main() -> None:
         for row in ours
     ):
         sys.exit(1)
-
-
-@contextmanager
-def broker(bootstrap: str | None) -> Iterator[str]:
-    if bootstrap:
-        yield bootstrap
-        return
-    missing = apache_kafka_missing()
-    if missing is not None:
-        raise BenchError(missing)
-    with ApacheKafkaBroker(heap="1g") as b:
-        yield b.bootstrap_servers
 
 
 def run(bs: str, args: argparse.Namespace, work: Path, tools: dict[str, Any]) -> dict[str, Any]:

@@ -38,15 +38,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 from rich.console import Console
 from rich.table import Table as RichTable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from processors import BenchError, plain_consumer, read_loop
 
 from statesnap import Table
 from statesnap.devstack.apache import ApacheKafkaBroker, apache_kafka_missing
 from statesnap.digest import table_digest
 from statesnap.kafka.config import KafkaSettings
-from statesnap.kafka.reader import BATCH_SIZE, FETCH_WAIT_MS
 from statesnap.sample import SampleSpec, produce_sample
 
 console = Console(stderr=True)
@@ -73,7 +74,7 @@ class Row:
     ks_restore: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-class PeerBuildError(Exception):
+class PeerBuildError(BenchError):
     """The Kafka Streams peer could not be built (no Maven, or ``mvn package`` failed)."""
 
 
@@ -107,20 +108,33 @@ def peer_classpath() -> str:
     return os.pathsep.join([str(classes), str(lib / "*")])
 
 
-def build_peer() -> list[str]:
-    """The java command line that runs the restore peer (built first when needed)."""
-    try:
-        cp = peer_classpath()
-    except PeerBuildError as e:
-        sys.exit(f"peers: {e}")
+def peer_java(main_class: str, heap: str = "1g", log_level: str = "error") -> list[str]:
+    """The java command line that runs ``dev.statesnap.peers.<main_class>`` (the peers built first
+    when needed: :class:`PeerBuildError`)."""
     return [
         "java",
-        "-Xmx1g",
-        "-Dorg.slf4j.simpleLogger.defaultLogLevel=error",
+        f"-Xmx{heap}",
+        f"-Dorg.slf4j.simpleLogger.defaultLogLevel={log_level}",
         "-cp",
-        cp,
-        "dev.statesnap.peers.StreamsPeer",
+        peer_classpath(),
+        f"dev.statesnap.peers.{main_class}",
     ]
+
+
+def run_json_peer(cmd: list[str], timeout: float, what: str) -> dict[str, Any]:
+    """Run a peer that prints one JSON line on stdout (everything else on stderr): that JSON plus
+    the process's wall time, ``process_wall_s`` (JVM start included). BenchError when it fails."""
+    t0 = time.monotonic()
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    wall = time.monotonic() - t0
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise BenchError(
+            f"Kafka Streams {what} failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}"
+        )
+    out: dict[str, Any] = json.loads(lines[-1])
+    out["process_wall_s"] = wall
+    return out
 
 
 def flags(args: argparse.Namespace, variant: str) -> list[str]:
@@ -131,19 +145,9 @@ def flags(args: argparse.Namespace, variant: str) -> list[str]:
 def run_peer(
     java: list[str], mode: str, bs: str, topic: str, app_id: str, state_dir: str, peer_flags: list[str]
 ) -> dict[str, Any]:
-    """One run of the Java peer; its JSON line plus the process's wall time (JVM start included)."""
+    """One run of the StreamsPeer: its JSON line plus the process's wall time."""
     cmd = [*java, mode, bs, topic, app_id, state_dir, str(PEER_TIMEOUT_S), *peer_flags]
-    t0 = time.monotonic()
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=PEER_TIMEOUT_S + 60, check=False)
-    wall = time.monotonic() - t0
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
-    if done.returncode != 0 or not lines:
-        sys.exit(
-            f"peers: Kafka Streams {mode} failed (exit {done.returncode}): {done.stderr.strip()[-2000:]}"
-        )
-    out: dict[str, Any] = json.loads(lines[-1])
-    out["process_wall_s"] = wall
-    return out
+    return run_json_peer(cmd, PEER_TIMEOUT_S + 60, mode)
 
 
 def floor_read(bs: str, topic: str, partitions: int) -> tuple[float, int]:
@@ -152,37 +156,10 @@ def floor_read(bs: str, topic: str, partitions: int) -> tuple[float, int]:
     It gets the fetch settings statesnap's reader uses: with librdkafka's defaults
     (``fetch.queue.backoff.ms`` 1 s after every partial fetch) a plain loop took 12.4 s for 2 M
     records here, three times statesnap's full replay, and would be no floor."""
-    c = Consumer(
-        {
-            "bootstrap.servers": bs,
-            "group.id": f"floor-{uuid.uuid4()}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "fetch.wait.max.ms": FETCH_WAIT_MS,
-            "fetch.queue.backoff.ms": 5,
-            "fetch.max.bytes": 64 * 1024 * 1024,
-            "max.partition.fetch.bytes": 16 * 1024 * 1024,
-            "queued.max.messages.kbytes": 256 * 1024,
-        }
-    )
+    c = plain_consumer(bs)
     try:
         t0 = time.monotonic()
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-        open_parts, n = set(range(partitions)), 0
-        deadline = t0 + FLOOR_TIMEOUT_S
-        while open_parts:
-            if time.monotonic() > deadline:
-                sys.exit(
-                    f"peers: the floor read of {topic!r} did not reach the end in {FLOOR_TIMEOUT_S:.0f}s"
-                )
-            for m in c.consume(BATCH_SIZE, 0.05):
-                err = m.error()
-                if err is None:
-                    n += 1
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    open_parts.discard(m.partition())
-                else:
-                    sys.exit(f"peers: floor read of {topic!r}: {err}")
+        n = read_loop(c, topic, partitions, timeout=FLOOR_TIMEOUT_S)  # nothing done per record
         return time.monotonic() - t0, n
     finally:
         c.close()
@@ -345,7 +322,10 @@ def main() -> None:
         sys.exit(f"peers: {missing}")
     if shutil.which("mvn") is None and not (PEER_DIR / "target" / "lib").is_dir():
         sys.exit("peers: mvn not found: install Maven to build benchmarks/peers/kafka-streams")
-    java = build_peer()
+    try:
+        java = peer_java("StreamsPeer")
+    except BenchError as e:
+        sys.exit(f"peers: {e}")
     console.print(f"load average at start: {os.getloadavg()[0]:.2f} (2-core machine shared with others)")
     rows: list[Row] = []
     with (
@@ -353,8 +333,11 @@ def main() -> None:
         tempfile.TemporaryDirectory() as root,
         tempfile.TemporaryDirectory() as work,
     ):
-        for m in args.multipliers:
-            rows.append(run(broker.bootstrap_servers, java, m, args, root, work))
+        try:
+            for m in args.multipliers:
+                rows.append(run(broker.bootstrap_servers, java, m, args, root, work))
+        except BenchError as e:
+            sys.exit(f"peers: {e}")
     console.print(f"load average at end: {os.getloadavg()[0]:.2f}")
     print_report(rows, args)
 

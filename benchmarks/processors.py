@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from rich.console import Console
 from rich.table import Table as RichTable
 
@@ -180,10 +180,63 @@ def produce(settings: KafkaSettings, topic: str, partitions: int, events: Events
     return time.monotonic() - t0
 
 
+def create_topic(bs: str, name: str, partitions: int) -> None:
+    """*name* with *partitions* partitions and no time retention (histories with old timestamps
+    stay); nothing when it exists."""
+    KafkaAdmin(KafkaSettings(bs)).create_topic(name, partitions, config={"retention.ms": "-1"})
+
+
+def idempotent_producer(bs: str, **extra: Any) -> Producer:
+    """Idempotent (acks all): a partition's records stay in the order produced, so the driver
+    knows which record came after which (timestamp order, a window's closing record)."""
+    return Producer({"bootstrap.servers": bs, "enable.idempotence": True, "acks": "all", **extra})
+
+
+def produce_keyed(
+    bs: str, topic: str, partitions: int, ids: np.ndarray, amounts: np.ndarray, stamps: np.ndarray
+) -> float:
+    """Create *topic* (:func:`create_topic`), then one record per key id in order: key ``key-<id>``
+    in partition ``id % partitions``, value ``{"amount": n}``, the timestamp given; seconds taken,
+    topic creation included. The produce loop of count_peers.py and final_results.py."""
+    t0 = time.monotonic()
+    create_topic(bs, topic, partitions)
+    producer = idempotent_producer(
+        bs, **{"linger.ms": 20, "batch.num.messages": 10_000, "queue.buffering.max.messages": 500_000}
+    )
+    errors: list[str] = []
+
+    def on_delivery(err: object, _msg: object) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    deadline = t0 + PRODUCE_TIMEOUT_S
+    for kid, amount, ts in zip(ids.tolist(), amounts.tolist(), stamps.tolist(), strict=True):
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    b'{"amount": %d}' % amount,
+                    b"key-%d" % kid,
+                    partition=kid % partitions,
+                    timestamp=ts,
+                    on_delivery=on_delivery,
+                )
+                break
+            except BufferError:
+                if time.monotonic() > deadline:
+                    raise BenchError(f"producing to {topic!r}: the broker took nothing for long") from None
+                producer.poll(0.05)
+    if producer.flush(120) or errors:
+        raise BenchError(f"producing to {topic!r}: records undelivered {errors[:1]}")
+    return time.monotonic() - t0
+
+
 # ------------------------------------------------------------------------------------ plain loop
 
 
-def plain_consumer(bs: str) -> Any:
+def plain_consumer(bs: str, **extra: Any) -> Any:
+    """A bare confluent-kafka consumer, no group membership, partition EOF on, statesnap's reader's
+    fetch settings; *extra* adds to or overrides the config."""
     return Consumer(
         {
             "bootstrap.servers": bs,
@@ -191,8 +244,52 @@ def plain_consumer(bs: str) -> Any:
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             **FETCH_CONFIG,
+            **extra,
         }
     )
+
+
+def read_loop(
+    c: Any,
+    topic: str,
+    partitions: int,
+    counts: dict[bytes, int] | None = None,
+    start: dict[int, int] | None = None,
+    on_record: Callable[[Any], None] | None = None,
+    *,
+    timeout: float = LOOP_TIMEOUT_S,
+    offsets: dict[int, int] | None = None,
+) -> int:
+    """The benchmarks' one read-to-the-end loop, with consumer *c* (partition EOF on): every record
+    of *topic* from *start* (next offsets; default the beginning) to each partition's end, told by
+    partition EOF (the dev broker's high watermark is wrong). Each record is counted per key into
+    *counts*, or given to *on_record*, or only counted (a floor); *offsets* gets the next offset
+    per partition read. Records read. Not timed: the callers time what they measure."""
+    n = 0
+    c.assign([TopicPartition(topic, p, (start or {}).get(p, OFFSET_BEGINNING)) for p in range(partitions)])
+    open_parts = set(range(partitions))
+    deadline = time.monotonic() + timeout
+    counting, tally = counts is not None, counts if counts is not None else {}
+    get = tally.get
+    while open_parts:
+        if time.monotonic() > deadline:
+            raise BenchError(f"reading {topic!r} did not reach its end in {timeout:.0f}s")
+        for m in c.consume(BATCH_SIZE, 0.05):
+            err = m.error()
+            if err is None:
+                n += 1
+                if on_record is not None:
+                    on_record(m)
+                elif counting:
+                    k = m.key()
+                    tally[k] = get(k, 0) + 1
+                if offsets is not None:
+                    offsets[m.partition()] = m.offset() + 1
+            elif err.code() == KafkaError._PARTITION_EOF:
+                open_parts.discard(m.partition())
+            else:
+                raise BenchError(f"reading {topic!r}: {err}")
+    return n
 
 
 def count_loop(
@@ -203,35 +300,14 @@ def count_loop(
     start: dict[int, int] | None = None,
     on_record: Callable[[Any], None] | None = None,
 ) -> tuple[float, int, dict[int, int]]:
-    """Count records per key of *topic* into *counts*, from *start* (next offsets; default the
-    beginning) to every partition's end, told by partition EOF (the dev broker's high watermark is
-    wrong). Seconds, records read, next offset per partition. *on_record* replaces the counting."""
+    """Count records per key of *topic* into *counts* (or give them to *on_record*), from *start*
+    (next offsets; default the beginning) to every partition's end (:func:`read_loop`, a fresh
+    :func:`plain_consumer`). Seconds from the assignment, records read, next offset per partition."""
     c = plain_consumer(bs)
     offsets = dict(start or {})
-    n = 0
     try:
         t0 = time.monotonic()
-        c.assign([TopicPartition(topic, p, offsets.get(p, OFFSET_BEGINNING)) for p in range(partitions)])
-        open_parts = set(range(partitions))
-        deadline = t0 + LOOP_TIMEOUT_S
-        get = counts.get
-        while open_parts:
-            if time.monotonic() > deadline:
-                raise BenchError(f"the plain loop over {topic!r} did not end in {LOOP_TIMEOUT_S:.0f}s")
-            for m in c.consume(BATCH_SIZE, 0.05):
-                err = m.error()
-                if err is None:
-                    if on_record is None:
-                        k = m.key()
-                        counts[k] = get(k, 0) + 1
-                    else:
-                        on_record(m)
-                    n += 1
-                    offsets[m.partition()] = m.offset() + 1
-                elif err.code() == KafkaError._PARTITION_EOF:
-                    open_parts.discard(m.partition())
-                else:
-                    raise BenchError(f"plain loop over {topic!r}: {err}")
+        n = read_loop(c, topic, partitions, counts, start, on_record, offsets=offsets)
         return time.monotonic() - t0, n, offsets
     finally:
         c.close()
@@ -799,6 +875,20 @@ def print_report(r: dict[str, Any], as_json: bool) -> None:
     for row in rows:
         out.add_row(*row)
     Console(width=160).print(out)
+
+
+@contextmanager
+def given_or_apache(bootstrap: str | None) -> Iterator[str]:
+    """The broker *bootstrap* names, or a fresh Apache Kafka 4.1.1 one for the run (BenchError
+    when its jars are missing: ``bash scripts/setup.sh``)."""
+    if bootstrap:
+        yield bootstrap
+        return
+    missing = apache_kafka_missing()
+    if missing is not None:
+        raise BenchError(missing)
+    with ApacheKafkaBroker(heap="1g") as b:
+        yield b.bootstrap_servers
 
 
 @contextmanager

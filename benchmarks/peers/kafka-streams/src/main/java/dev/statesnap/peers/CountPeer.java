@@ -6,23 +6,11 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
-import java.util.Comparator;
-import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
-import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
-import java.util.concurrent.atomic.AtomicLong;
-import java.util.stream.Stream;
 import org.apache.kafka.clients.admin.Admin;
-import org.apache.kafka.clients.admin.AdminClientConfig;
-import org.apache.kafka.clients.admin.OffsetSpec;
-import org.apache.kafka.clients.admin.RemoveMembersFromConsumerGroupOptions;
-import org.apache.kafka.clients.admin.TopicDescription;
-import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.utils.Bytes;
 import org.apache.kafka.streams.KafkaStreams;
@@ -35,10 +23,6 @@ import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.Windowed;
-import org.apache.kafka.streams.processor.StateRestoreListener;
-import org.apache.kafka.streams.processor.api.FixedKeyProcessor;
-import org.apache.kafka.streams.processor.api.FixedKeyProcessorContext;
-import org.apache.kafka.streams.processor.api.FixedKeyRecord;
 import org.apache.kafka.streams.state.KeyValueIterator;
 import org.apache.kafka.streams.state.QueryableStoreTypes;
 import org.apache.kafka.streams.state.ReadOnlyKeyValueStore;
@@ -67,51 +51,7 @@ public final class CountPeer {
   private static final String STORE = "counts";
   private static final long WINDOW_MS = 60_000;
 
-  /** Highest processed offset + 1 per input partition, written by the stream thread. */
-  private static final Map<Integer, Long> PROCESSED = new ConcurrentHashMap<>();
-
-  private static final AtomicLong PROCESSED_RECORDS = new AtomicLong();
-
   private CountPeer() {}
-
-  /** Records each input record's position; forwards nothing (a probe, not part of the result). */
-  static final class Probe implements FixedKeyProcessor<Bytes, Bytes, Bytes> {
-    private FixedKeyProcessorContext<Bytes, Bytes> context;
-
-    @Override
-    public void init(FixedKeyProcessorContext<Bytes, Bytes> context) {
-      this.context = context;
-    }
-
-    @Override
-    public void process(FixedKeyRecord<Bytes, Bytes> record) {
-      PROCESSED_RECORDS.incrementAndGet();
-      context
-          .recordMetadata()
-          .ifPresent(m -> PROCESSED.merge(m.partition(), m.offset() + 1, Math::max));
-    }
-  }
-
-  /** Sums what the restore consumer replays, and when restores start and end. */
-  static final class Restores implements StateRestoreListener {
-    final AtomicLong records = new AtomicLong();
-    final AtomicLong firstStartNanos = new AtomicLong(0);
-    final AtomicLong lastEndNanos = new AtomicLong(0);
-
-    @Override
-    public void onRestoreStart(TopicPartition tp, String store, long start, long end) {
-      firstStartNanos.compareAndSet(0, System.nanoTime());
-    }
-
-    @Override
-    public void onBatchRestored(TopicPartition tp, String store, long batchEnd, long n) {}
-
-    @Override
-    public void onRestoreEnd(TopicPartition tp, String store, long total) {
-      records.addAndGet(total);
-      lastEndNanos.set(System.nanoTime());
-    }
-  }
 
   public static void main(String[] args) throws Exception {
     if (args.length < 6) {
@@ -129,32 +69,18 @@ public final class CountPeer {
     boolean windowed = flags.contains("window");
     boolean eos = flags.contains("eos");
     if (flags.contains("wipe")) {
-      wipe(stateDir); // the local state is gone: a new host or a lost disk
+      PeerRun.wipe(stateDir); // the local state is gone: a new host or a lost disk
     }
     Files.createDirectories(stateDir);
 
-    Properties adminProps = new Properties();
-    adminProps.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-    try (Admin admin = Admin.create(adminProps)) {
-      Map<Integer, Long> ends = endOffsets(admin, topic);
-      // A partition with no records since the last commit has nothing to process: the probe starts
-      // at the committed offsets so it does not wait for records that will never come.
-      admin
-          .listConsumerGroupOffsets(appId)
-          .partitionsToOffsetAndMetadata()
-          .get(30, TimeUnit.SECONDS)
-          .forEach(
-              (tp, om) -> {
-                if (om != null && tp.topic().equals(topic)) {
-                  PROCESSED.put(tp.partition(), om.offset());
-                }
-              });
-      boolean restart = !PROCESSED.isEmpty();
+    try (Admin admin = PeerRun.admin(bootstrap)) {
+      Map<Integer, Long> ends = PeerRun.endOffsets(admin, topic);
+      boolean restart = PeerRun.startFromCommitted(admin, appId, topic);
 
       StreamsBuilder builder = new StreamsBuilder();
       KStream<Bytes, Bytes> input =
           builder.stream(topic, Consumed.with(Serdes.Bytes(), Serdes.Bytes()));
-      input.processValues(Probe::new);
+      input.processValues(PeerRun.Probe::new);
       if (windowed) {
         input
             .groupByKey()
@@ -164,66 +90,31 @@ public final class CountPeer {
         input.groupByKey().count(Materialized.as(STORE));
       }
 
-      Properties props = new Properties();
-      props.put(StreamsConfig.APPLICATION_ID_CONFIG, appId);
-      props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-      props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.toString());
-      props.put(
-          StreamsConfig.PROCESSING_GUARANTEE_CONFIG,
-          eos ? StreamsConfig.EXACTLY_ONCE_V2 : StreamsConfig.AT_LEAST_ONCE);
-      props.put(StreamsConfig.consumerPrefix("auto.offset.reset"), "earliest");
+      Properties props = PeerRun.props(appId, bootstrap, stateDir.toString());
+      props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, PeerRun.guarantee(eos));
       props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1); // one broker
 
-      Restores restores = new Restores();
-      AtomicLong runningNanos = new AtomicLong(0);
-      KafkaStreams streams = new KafkaStreams(builder.build(), props);
-      streams.setGlobalStateRestoreListener(restores);
-      streams.setStateListener(
-          (now, before) -> {
-            if (now == KafkaStreams.State.RUNNING) {
-              runningNanos.compareAndSet(0, System.nanoTime());
-            }
-          });
+      PeerRun run = new PeerRun(builder.build(), props);
       if (restart) {
-        evictOldMembers(admin, appId);
+        PeerRun.evictOldMembers(admin, appId);
       }
-      long t0 = System.nanoTime();
-      streams.start();
-      while (runningNanos.get() == 0 || !caughtUp(ends)) {
-        if (System.nanoTime() > deadline) {
-          streams.close(Duration.ofSeconds(10));
-          throw new TimeoutException(
-              "Kafka Streams did not catch up with " + topic + " before the deadline: "
-                  + PROCESSED + " of " + ends);
-        }
-        if (streams.state() == KafkaStreams.State.ERROR) {
-          throw new IllegalStateException("Kafka Streams went to ERROR (see stderr)");
-        }
-        Thread.sleep(5);
-      }
-      long caughtUp = System.nanoTime();
-      long rows = windowed ? dumpWindows(streams, dump) : dumpCounts(streams, dump);
+      long caughtUp = run.startAndAwait(ends, topic, deadline, 5, () -> true);
+      long rows = windowed ? dumpWindows(run.streams, dump) : dumpCounts(run.streams, dump);
       long dumped = System.nanoTime();
-      streams.close(
-          new KafkaStreams.CloseOptions().timeout(Duration.ofSeconds(60)).leaveGroup(true));
+      run.close();
       long closed = System.nanoTime();
 
-      StringBuilder out = new StringBuilder("{");
-      out.append("\"input_records\":").append(ends.values().stream().mapToLong(x -> x).sum());
-      out.append(",\"processed_records\":").append(PROCESSED_RECORDS.get());
-      out.append(",\"seconds_to_running\":").append(secs(t0, runningNanos.get()));
-      out.append(",\"seconds_to_caught_up\":").append(secs(t0, caughtUp));
-      out.append(",\"restore_seconds\":")
-          .append(
-              restores.firstStartNanos.get() == 0
-                  ? "0"
-                  : secs(restores.firstStartNanos.get(), restores.lastEndNanos.get()));
-      out.append(",\"records_restored\":").append(restores.records.get());
-      out.append(",\"dump_seconds\":").append(secs(caughtUp, dumped));
-      out.append(",\"close_seconds\":").append(secs(dumped, closed));
-      out.append(",\"state_rows\":").append(rows);
-      out.append('}');
-      System.out.println(out);
+      new PeerRun.JsonLine()
+          .put("input_records", PeerRun.sum(ends))
+          .put("processed_records", PeerRun.PROCESSED_RECORDS.get())
+          .put("seconds_to_running", PeerRun.secs(run.startNanos, run.runningNanos.get()))
+          .put("seconds_to_caught_up", PeerRun.secs(run.startNanos, caughtUp))
+          .put("restore_seconds", run.restores.seconds())
+          .put("records_restored", run.restores.total())
+          .put("dump_seconds", PeerRun.secs(caughtUp, dumped))
+          .put("close_seconds", PeerRun.secs(dumped, closed))
+          .put("state_rows", rows)
+          .print();
     }
   }
 
@@ -268,62 +159,5 @@ public final class CountPeer {
       }
     }
     return n;
-  }
-
-  /**
-   * The previous run's member stays in the group until session.timeout.ms (45 s) unless removed
-   * (see StreamsPeer#evictOldMembers): removed first, as an operator replacing a host would, so the
-   * timing is restore and tail cost, not a session timeout.
-   */
-  private static void evictOldMembers(Admin admin, String appId) {
-    try {
-      admin
-          .removeMembersFromConsumerGroup(appId, new RemoveMembersFromConsumerGroupOptions())
-          .all()
-          .get(30, TimeUnit.SECONDS);
-    } catch (ExecutionException e) {
-      System.err.println("no old members to remove from " + appId + ": " + e.getCause());
-    } catch (InterruptedException | TimeoutException e) {
-      throw new IllegalStateException("removing old members of " + appId + ": " + e, e);
-    }
-  }
-
-  private static boolean caughtUp(Map<Integer, Long> ends) {
-    for (Map.Entry<Integer, Long> e : ends.entrySet()) {
-      if (e.getValue() > 0 && PROCESSED.getOrDefault(e.getKey(), 0L) < e.getValue()) {
-        return false;
-      }
-    }
-    return true;
-  }
-
-  private static String secs(long from, long to) {
-    return to == 0 ? "null" : String.format("%.3f", (to - from) / 1e9);
-  }
-
-  private static Map<Integer, Long> endOffsets(Admin admin, String topic)
-      throws InterruptedException, ExecutionException, TimeoutException {
-    TopicDescription d =
-        admin.describeTopics(List.of(topic)).allTopicNames().get(30, TimeUnit.SECONDS).get(topic);
-    Map<TopicPartition, OffsetSpec> req = new HashMap<>();
-    d.partitions().forEach(p -> req.put(new TopicPartition(topic, p.partition()), OffsetSpec.latest()));
-    Map<Integer, Long> ends = new HashMap<>();
-    admin
-        .listOffsets(req)
-        .all()
-        .get(30, TimeUnit.SECONDS)
-        .forEach((tp, info) -> ends.put(tp.partition(), info.offset()));
-    return ends;
-  }
-
-  private static void wipe(Path dir) throws IOException {
-    if (!Files.exists(dir)) {
-      return;
-    }
-    try (Stream<Path> paths = Files.walk(dir)) {
-      for (Path p : paths.sorted(Comparator.reverseOrder()).toList()) {
-        Files.delete(p);
-      }
-    }
   }
 }

@@ -50,16 +50,10 @@ public final class FinalCountPeer {
     long timeoutS = Long.parseLong(args[9]);
     boolean eos = args.length > 10 && args[10].equals("eos");
 
-    Properties props = new Properties();
-    props.put(StreamsConfig.APPLICATION_ID_CONFIG, args[3]);
-    props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-    props.put(StreamsConfig.STATE_DIR_CONFIG, args[4]);
+    Properties props = PeerRun.props(args[3], bootstrap, args[4]);
     props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, Long.parseLong(args[7]));
     props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, Long.parseLong(args[8]));
-    props.put(
-        StreamsConfig.PROCESSING_GUARANTEE_CONFIG,
-        eos ? StreamsConfig.EXACTLY_ONCE_V2 : StreamsConfig.AT_LEAST_ONCE);
-    props.put(StreamsConfig.consumerPrefix("auto.offset.reset"), "earliest");
+    props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, PeerRun.guarantee(eos));
     // One broker: internal topics (changelogs) with one replica.
     props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
 
