@@ -1,4 +1,4 @@
-"""benchmarks/window_checkpoint.py and benchmarks/aggregations.py (issue #36) stay runnable and
+"""benchmarks/window_checkpoint.py, aggregations.py and rocksdb_state.py (issue #36) stay runnable and
 keep checking what they measure: small runs on the dev broker each script starts itself (Tansu
 proved them), in a fresh interpreter, their JSON read back."""
 
@@ -47,3 +47,34 @@ def test_aggregations_run_equals_the_plain_loop() -> None:
     contenders = {row["contender"]: row for row in r["rows"]}
     assert len(contenders) == 8
     assert all(row["equal"] for row in r["rows"] if "equal" in row)
+
+
+@pytest.mark.integration
+@pytest.mark.long
+def test_rocksdb_state_run_checks_its_counts_and_checkpoints_while_catching_up() -> None:
+    """The script fails unless the sampled counts and the key count equal numpy.bincount's, in the
+    catch-up and in the restore from the checkpoint its close wrote (a run this small is caught
+    up before its first interval: the 20 M-key run shows the checkpoints during the catch-up)."""
+    r = run(
+        "rocksdb_state.py",
+        "--events",
+        "60000",
+        "--keys",
+        "40000",
+        "--broker",
+        "tansu",
+        "--checkpoint-interval",
+        "1",
+        "--verify",
+        "500",
+    )
+    rows = {(row["store"], row["phase"]): row for row in r["rows"]}
+    assert set(rows) == {
+        ("rocksdb", "catch-up"),
+        ("rocksdb", "restore"),
+        ("auto", "catch-up"),
+        ("auto", "restore"),
+    }
+    assert all(row["wrong"] is None for row in r["rows"])
+    assert rows[("rocksdb", "restore")]["manifests"] > rows[("rocksdb", "catch-up")]["manifests"]
+    assert rows[("rocksdb", "catch-up")]["rss_peak_mb"] > 0
