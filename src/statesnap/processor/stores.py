@@ -110,8 +110,10 @@ class Cursor:
     """Where processing is: the record being handled, the task's stream time, and the thread a
     handler (or punctuator) call runs on — the only thread, and the only time, stores may be used.
 
-    ``thread`` is ``threading.get_ident()`` of the running call, :data:`NO_CALL` between calls:
-    one integer comparison tells "outside any call" and "another thread during a call" alike."""
+    ``thread`` is ``threading.get_ident()`` of the thread running a batch's handler (or a
+    punctuator) calls, :data:`NO_CALL` between batches: it is set once per batch, since no code
+    but those calls runs on that thread meanwhile. One integer comparison tells "outside any
+    batch" and "another thread during a batch" alike."""
 
     partition: int = -1
     offset: int = -1
