@@ -61,7 +61,7 @@ __all__ = ["MARKER", "RocksDBStore"]
 
 #: Rows turned into Python objects at once by a load: bounds its memory (~30 MB at 100-byte rows).
 _LOAD_BATCH = 128 * 1024
-#: The block cache shared by the table and its change families (data, index and filter blocks).
+#: The block cache shared by the table and its change families (data blocks: see _table_options).
 _BLOCK_CACHE_BYTES = 128 * 1024 * 1024
 #: One memtable's size, and all memtables' bound (table and change families together).
 _WRITE_BUFFER_BYTES = 64 * 1024 * 1024
@@ -308,8 +308,9 @@ class RocksDBStore:
 
 
 def _options(cache: Cache) -> Options:
-    """The table's options: memory bounded by the block cache and the write buffers whatever the
-    state's size (the change families' memtables count against the same bound)."""
+    """The table's options: memory bounded by the block cache and the write buffers (the change
+    families' memtables count against the same bound), plus ~2-3 B a key of index and filter
+    blocks, whatever the state's size."""
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     opts.increase_parallelism(2)
