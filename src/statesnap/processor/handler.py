@@ -191,12 +191,7 @@ class ProcessorHandler:
             # stores.py); no code but the handlers' and punctuators' runs on it meanwhile.
             cursor.thread = get_ident()
             try:
-                if self.multi or until >= 0:
-                    stream_time, offset, ts = self._handle_inputs(
-                        partition, messages, stream_time, until, others
-                    )
-                else:
-                    stream_time, offset, ts = self._handle(partition, messages, stream_time)
+                stream_time, offset, ts = self._handle(partition, messages, stream_time, until, others)
             finally:
                 cursor.thread = NO_CALL
         self.processed += len(messages)
@@ -215,66 +210,6 @@ class ProcessorHandler:
                 self._expire_windows_of(partition, stream_time, offset, ts)
 
     def _handle(
-        self, partition: int, messages: Sequence[KafkaMessage], stream_time: int
-    ) -> tuple[int, int, int]:
-        """The handlers over one input's batch, nothing to replay: the per-record hot path, so
-        it looks up nothing per record it can look up per batch, calls the one handler most
-        processors have directly, and skips the key decode where the key serde is the identity.
-        Returns (stream time, last offset, last timestamp)."""
-        cursor, buffer, outputs, context = self.cursor, self.buffer, self.outputs, self.context
-        topic, handlers = self.topic, self.handlers
-        only = handlers[0] if len(handlers) == 1 else None
-        kdes = None if type(self.key_serde) is BytesSerde else self.key_serde.deserialize
-        vdes = self.value_serde.deserialize
-        undo, emitted = buffer.undo, outputs.pending
-        punctuations = bool(self.punctuations)
-        thread = cursor.thread
-        offset = ts = -1
-        for message in messages:
-            ts_type, ts = message.timestamp()
-            if not ts_type:
-                ts = -1
-            before = stream_time
-            raw_key = message.key()
-            if ts > stream_time and raw_key is not None:
-                stream_time = ts  # a record without a key moves no clock (see the module docstring)
-            offset = message.offset()
-            cursor.offset, cursor.timestamp, cursor.stream_time = offset, ts, stream_time
-            try:
-                record = record_of(
-                    raw_key if kdes is None or raw_key is None else kdes(raw_key),
-                    message.value(),
-                    vdes,
-                    topic,
-                    partition,
-                    offset,
-                    ts,
-                    message,
-                )
-                if only is not None:
-                    only(record, context)
-                else:
-                    for handler in handlers:
-                        handler(record, context)
-            except Exception as e:
-                buffer.reject()
-                outputs.reject()
-                cursor.skipped = False
-                self.fail_record(message, partition, e)
-                continue
-            if undo:
-                undo.clear()
-            if emitted:
-                outputs.accept()
-            if cursor.skipped:
-                self.skipped += 1
-                cursor.skipped = False
-            if punctuations and stream_time > before >= 0:
-                self._punctuate(before, stream_time)
-                cursor.thread = thread
-        return stream_time, offset, ts
-
-    def _handle_inputs(
         self,
         partition: int,
         messages: Sequence[KafkaMessage],
@@ -282,12 +217,17 @@ class ProcessorHandler:
         until: int,
         others: dict[str, int],
     ) -> tuple[int, int, int]:
-        """:meth:`_handle` with several inputs or records to re-process for their state only
-        (exactly-once restore): each record's row offset and replay bound by its input. The
-        other inputs' next offsets go into *others*."""
-        cursor, buffer, outputs = self.cursor, self.buffer, self.outputs
-        handlers, context, topic = self.handlers, self.context, self.topic
-        kdes, vdes = self.key_serde.deserialize, self.value_serde.deserialize
+        """The handlers over one batch, a record at a time: the per-record hot path, so it looks
+        up nothing per record it can look up per batch, calls the one handler most processors
+        have directly and skips the key decode where the key serde is the identity. With several
+        inputs each record's row offset and replay bound are its input's, and the other inputs'
+        next offsets go into *others*; below a replay bound (exactly-once restore) records are
+        re-processed for their state only. Returns (stream time, last offset, last timestamp)."""
+        cursor, buffer, outputs, context = self.cursor, self.buffer, self.outputs, self.context
+        topic, handlers = self.topic, self.handlers
+        only = handlers[0] if len(handlers) == 1 else None
+        kdes = None if type(self.key_serde) is BytesSerde else self.key_serde.deserialize
+        vdes = self.value_serde.deserialize
         thread = cursor.thread
         offset = ts = -1
         multi = self.multi
@@ -325,13 +265,13 @@ class ProcessorHandler:
                 if replaying:  # each input's records below its own committed offset
                     outputs.state_only = record_offset < record_until
                     outputs.state_only_records += outputs.state_only
-            else:
+            elif until >= 0:
                 outputs.state_only = offset < until
                 outputs.state_only_records += outputs.state_only
             cursor.offset, cursor.timestamp, cursor.stream_time = offset, ts, stream_time
             try:
                 record = record_of(
-                    None if raw_key is None else kdes(raw_key),
+                    raw_key if kdes is None or raw_key is None else kdes(raw_key),
                     message.value(),
                     vdes,
                     topic,
@@ -340,8 +280,11 @@ class ProcessorHandler:
                     ts,
                     message,
                 )
-                for handler in handlers:
-                    handler(record, context)
+                if only is not None:
+                    only(record, context)
+                else:
+                    for handler in handlers:
+                        handler(record, context)
             except Exception as e:
                 buffer.reject()
                 outputs.reject()

@@ -1,8 +1,7 @@
-"""The per-record handler path has two loops (statesnap.processor.handler): ``_handle`` for one
-input with nothing to replay, the hot one, and ``_handle_inputs`` for several inputs or an
-exactly-once replay. Both must leave the same state, skips, dead letters and outputs for the same
-records: here the general loop is forced by a replay bound of 0 (nothing below it, so nothing
-is state-only), over a real store, no broker."""
+"""The per-record handler path (statesnap.processor.handler's ``_handle``) with nothing to replay
+and with an exactly-once replay bound must leave the same state, skips, dead letters and outputs
+for the same records: here the replay branch is forced by a bound of 0 (nothing below it, so
+nothing is state-only), over a real store, no broker."""
 
 from __future__ import annotations
 
@@ -129,7 +128,7 @@ def declare(proc: Processor, *, two: bool, punctuate: bool, tick_key: object) ->
     return fired
 
 
-def run(*, general: bool, key_serde: Literal["string"] | None, two: bool, punctuate: bool) -> dict[str, Any]:
+def run(*, bounded: bool, key_serde: Literal["string"] | None, two: bool, punctuate: bool) -> dict[str, Any]:
     proc = Processor(
         "p",
         inputs=["events"],
@@ -143,7 +142,7 @@ def run(*, general: bool, key_serde: Literal["string"] | None, two: bool, punctu
     store = open_state_store("memory")
     outputs = Recorded(proc)
     handler: ProcessorHandler = proc.handler_for(store, outputs)
-    if general:
+    if bounded:
         outputs.replay_until[0] = 0
     for batch in history(7, n=2000, keys=30):
         handler.apply(0, batch, None)
@@ -165,17 +164,17 @@ def run(*, general: bool, key_serde: Literal["string"] | None, two: bool, punctu
 
 @pytest.mark.parametrize("key_serde", [None, "string"])
 @pytest.mark.parametrize(("two", "punctuate"), [(False, False), (True, False), (False, True), (True, True)])
-def test_the_hot_loop_equals_the_general_one(
+def test_a_replay_bound_below_every_record_changes_nothing_they_leave(
     key_serde: Literal["string"] | None, two: bool, punctuate: bool
 ) -> None:
-    hot = run(general=False, key_serde=key_serde, two=two, punctuate=punctuate)
-    general = run(general=True, key_serde=key_serde, two=two, punctuate=punctuate)
-    assert hot == general
-    assert hot["rows"]
-    assert hot["sent"]
-    assert hot["skipped"] > 0
-    assert hot["dead"] > 0
-    assert not punctuate or hot["fired"]
+    plain = run(bounded=False, key_serde=key_serde, two=two, punctuate=punctuate)
+    bounded = run(bounded=True, key_serde=key_serde, two=two, punctuate=punctuate)
+    assert plain == bounded
+    assert plain["rows"]
+    assert plain["sent"]
+    assert plain["skipped"] > 0
+    assert plain["dead"] > 0
+    assert not punctuate or plain["fired"]
 
 
 def test_a_failing_record_without_dead_letters_stops_with_nothing_of_it_written() -> None:
