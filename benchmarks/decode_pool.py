@@ -33,8 +33,8 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import scale  # the checkpoint writer and the RSS readers of benchmarks/scale.py
-from fresh_process import parse_or_run_child, run_child
+import scale  # the checkpoint writer of benchmarks/scale.py
+from fresh_process import parse_or_run_child, peak_rss, rss_now, run_child
 
 #: The pools compared, and the environment that chooses each.
 POOLS = {"jemalloc (statesnap)": {}, "mimalloc (Arrow's default)": {"ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}}
@@ -49,7 +49,7 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
     repo = CheckpointRepository.for_table(open_blob_store(args["url"]), scale.CLUSTER, scale.TABLE)
     manifest = repo.latest()
     assert manifest is not None
-    before = scale.rss_now()
+    before = rss_now()
     with tempfile.TemporaryDirectory() as tmp:
         store = open_state_store("columnar", path=tmp, name="bench")
         started = time.perf_counter()
@@ -58,7 +58,7 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
         store.get(b"key-0")
         ready = time.perf_counter() - started
         store.wait_indexed(600)  # type: ignore[attr-defined]
-        peak = scale.peak_rss() - before
+        peak = peak_rss() - before
         rng = random.Random(1)
         probe = [b"key-%d" % rng.randrange(args["keys"]) for _ in range(200_000)]
         rates = []

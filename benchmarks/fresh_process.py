@@ -2,7 +2,8 @@
 interpreter, so each measurement has its own peak RSS, its own allocator state and no warm caches.
 
 The script re-runs itself with ``--child JSON``; the child prints its result as the last line of
-stdout, as JSON. Used by scale.py, decode_pool.py and auto_store.py.
+stdout, as JSON. Used by scale.py, decode_pool.py, auto_store.py and rocksdb_state.py, with the RSS
+readers below.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ChildFailedError", "parse_or_run_child", "run_child"]
+__all__ = ["ChildFailedError", "parse_or_run_child", "peak_rss", "rss_now", "run_child"]
 
 
 class ChildFailedError(RuntimeError):
@@ -58,3 +59,19 @@ def parse_or_run_child(
         print(json.dumps(child(json.loads(args.child))))
         return None
     return args
+
+
+def rss_now() -> int:
+    """Current resident set size (bytes): the baseline a measurement's peak is taken from."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss() -> int:
+    """This process's RSS high-water mark. Not ``ru_maxrss``: Linux carries that over from the
+    parent across fork + exec, so a child would report the parent's peak."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")

@@ -42,7 +42,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fresh_process import ChildFailedError, parse_or_run_child, run_child
+from fresh_process import ChildFailedError, parse_or_run_child, rss_now, run_child
 from processors import BenchError, Events, broker_for, produce
 
 from statesnap import CheckpointOptions, Processor, StoreOptions
@@ -52,11 +52,7 @@ SAMPLE_S = 0.2
 
 
 def rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
+    return rss_now() / 2**20
 
 
 class RssSampler:

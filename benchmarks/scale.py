@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from fresh_process import parse_or_run_child, run_child
+from fresh_process import parse_or_run_child, peak_rss, rss_now, run_child
 
 VALUE_BYTES = 100
 CLUSTER = "bench-cluster"
@@ -161,22 +161,6 @@ class _Msg:
 
     def timestamp(self) -> tuple[int, int]:
         return (1, 1_700_000_000_001)
-
-
-def rss_now() -> int:
-    """Current resident set size (bytes): the baseline the restore's peak is measured from."""
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def peak_rss() -> int:
-    """This process's RSS high-water mark. Not ``ru_maxrss``: Linux carries that over from the
-    parent across fork + exec, so a child would report the parent's peak."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 def workload(n: int) -> tuple[list[bytes], list[_Msg]]:
