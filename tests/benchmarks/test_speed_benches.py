@@ -1,6 +1,6 @@
-"""benchmarks/window_checkpoint.py, aggregations.py and rocksdb_state.py (issue #36) stay runnable and
-keep checking what they measure: small runs on the dev broker each script starts itself (Tansu
-proved them), in a fresh interpreter, their JSON read back."""
+"""benchmarks/window_checkpoint.py, aggregations.py, rocksdb_state.py and store_write_path.py (issue
+#36) stay runnable and keep checking what they measure: small runs on the dev broker each script
+starts itself (Tansu proved them), in a fresh interpreter, their JSON read back."""
 
 from __future__ import annotations
 
@@ -78,3 +78,17 @@ def test_rocksdb_state_run_checks_its_counts_and_checkpoints_while_catching_up()
     assert all(row["wrong"] is None for row in r["rows"])
     assert rows[("rocksdb", "restore")]["manifests"] > rows[("rocksdb", "catch-up")]["manifests"]
     assert rows[("rocksdb", "catch-up")]["rss_peak_mb"] > 0
+
+
+@pytest.mark.long  # a benchmark smoke run (~5 s, no broker): the store tests prove the behaviour
+def test_store_write_path_run_checks_every_stores_counts() -> None:
+    """The script fails unless each store's sampled counts equal numpy.bincount's; its rows split
+    each store's time into the batch fold's two store calls."""
+    r = run("store_write_path.py", "--records", "60000", "--keys", "40000")
+    rows = {row["store"]: row for row in r["rows"]}
+    assert set(rows) == {"memory", "columnar", "rocksdb"}
+    for row in rows.values():
+        assert row["counts_wrong"] == 0
+        assert row["counts_checked"] == 2_000
+        assert set(row["spent_s"]) == {"get_many", "apply", "python"}
+        assert 0 < sum(row["spent_s"].values()) <= row["wall_s"]
