@@ -9,7 +9,7 @@ in the benchmark's own Python between them (building keys and counts), and the r
 total to the ``memory`` store's; then the final counts of 2,000 sampled keys are checked against
 ``numpy.bincount`` of the generated ids, so a store that lost or repeated a write fails the run.
 
-    .venv/bin/python benchmarks/store_write_path.py                       # 3 M records, ~2 min
+    .venv/bin/python benchmarks/store_write_path.py                       # 3 M records, ~40 s
     .venv/bin/python benchmarks/store_write_path.py --records 300000 --stores rocksdb,memory
 
 It answers what ``benchmarks/rocksdb_state.py`` cannot: how much of the RocksDB store's catch-up
