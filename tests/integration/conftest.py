@@ -65,6 +65,10 @@ class KafkaTool:
                     "linger.ms": 2,
                     "acks": "all",
                     "enable.idempotence": False,
+                    # One request in flight: a retry (a new topic's first produce may meet
+                    # "not leader yet") can then never reorder a partition's records; a test
+                    # that wrote a key twice read the older value once.
+                    "max.in.flight.requests.per.connection": 1,
                 }
             )
         return self._producer
