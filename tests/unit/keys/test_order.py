@@ -55,3 +55,21 @@ def test_negative_groups_are_sorted_too() -> None:
     keys = [b"b", b"a", b"c", b"a"]
     groups = [0, -1, -1, 2]
     assert key_order(pa.array(keys, pa.binary()), np.array(groups)).tolist() == _expected(keys, groups)
+
+
+@pytest.mark.parametrize(
+    ("n", "width", "group_count"),
+    [
+        (300, 6, 4),  # one chunk pass carries both the length and the group
+        (300, 20, 4),  # the last chunk's pass the length, the first one's the group
+        (5000, 7, 41),  # the length rides along, the group (6 bits) gets a pass of its own
+        (5000, 9, 3),  # the length (4 bits) gets a pass of its own, the group rides along
+        (5000, 9, 41),  # neither fits: four passes, as without the folding
+    ],
+)
+def test_length_and_group_in_spare_bits_or_in_passes_of_their_own(n: int, width: int, group_count: int) -> None:
+    rng = np.random.default_rng(n + width + group_count)
+    keys = [rng.bytes(int(rng.integers(0, width + 1))) for _ in range(n - 2)] + [b"", b"\x00" * width]
+    groups = rng.integers(0, group_count, n)
+    assert key_order(pa.array(keys, pa.binary()), groups).tolist() == _expected(keys, groups.tolist())
+    assert key_order(pa.array(keys, pa.binary())).tolist() == _expected(keys)
