@@ -82,6 +82,7 @@ def key_order(keys: pa.Array | pa.ChunkedArray, groups: np.ndarray | None = None
         order = _pass(groups[order].astype(np.uint64), position, shift, mask, order)
     return order
 
+
 def _pass(
     values: np.ndarray, position: np.ndarray, shift: np.uint64, mask: np.uint64, order: np.ndarray | None
 ) -> np.ndarray:

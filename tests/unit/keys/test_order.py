@@ -67,7 +67,7 @@ def test_negative_groups_are_sorted_too() -> None:
         (5000, 9, 41),  # neither fits: four passes, as without the folding
     ],
 )
-def test_length_and_group_in_spare_bits_or_in_passes_of_their_own(n: int, width: int, group_count: int) -> None:
+def test_length_and_group_in_spare_bits_or_in_own_passes(n: int, width: int, group_count: int) -> None:
     rng = np.random.default_rng(n + width + group_count)
     keys = [rng.bytes(int(rng.integers(0, width + 1))) for _ in range(n - 2)] + [b"", b"\x00" * width]
     groups = rng.integers(0, group_count, n)
