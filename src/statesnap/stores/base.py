@@ -189,13 +189,14 @@ def encode_rows(partition: int, rows: pa.Table) -> pa.Array:
     return pc.binary_join_element_wise(fixed.cast(pa.binary()), values, b"")
 
 
-def decode_rows(keys: pa.Array, blobs: pa.Array) -> dict[int, pa.Table]:
+def decode_rows(keys: pa.Array, blobs: pa.Array, *, keys_sorted: bool = False) -> dict[int, pa.Table]:
     """Split header + value blobs back into per-partition data-file tables sorted by key.
 
     Tombstone blobs become rows with a null value in their partition. The header fields are
     gathered by numpy straight from the blobs' buffer; rows are ordered by partition, then key, in
     one radix sort (:func:`~statesnap.keys.order.key_order`), so the whole table is reordered
-    by one ``take`` and each partition is a zero-copy slice.
+    by one ``take`` and each partition is a zero-copy slice. *keys_sorted* (a scan of an ordered
+    store): the keys ascend already, and a stable sort of the partitions alone orders the rows.
     """
     n = len(keys)
     if n == 0:
@@ -203,7 +204,10 @@ def decode_rows(keys: pa.Array, blobs: pa.Array) -> dict[int, pa.Table]:
     raw_part, offsets, ts = header_fields(blobs)
     dead = raw_part < 0
     partitions = np.where(dead, ~raw_part, raw_part)
-    order = key_order(keys, partitions)
+    if keys_sorted and int(partitions.max()) < 1 << 16:  # numpy's stable sort of 16 bits is a radix sort
+        order = np.argsort(partitions.astype(np.uint16), kind="stable").astype(np.int64)
+    else:
+        order = key_order(keys, partitions)
     by_part = partitions[order]
     cuts = (np.flatnonzero(np.diff(by_part)) + 1).tolist()
     bounds = list(zip([0, *cuts], [*cuts, n], strict=True))
@@ -296,14 +300,19 @@ class ChangeSet:
         """Every change not yet marked as checkpointed. Read it before the next call: that call
         may add newer writes to the same dict."""
         with self.lock:
-            handed = self._handed_out
-            if handed is None:
-                handed = self.rows
-            elif self.rows:
-                handed.update(self.rows)  # newer writes win
-            self._handed_out = handed
-            self.rows = {}
-            self.born = set()
+            return self.snapshot_locked()
+
+    def snapshot_locked(self) -> dict[bytes, bytes]:
+        """:meth:`snapshot`, for a caller that holds :attr:`lock` (an export reading the rows
+        that go with it)."""
+        handed = self._handed_out
+        if handed is None:
+            handed = self.rows
+        elif self.rows:
+            handed.update(self.rows)  # newer writes win
+        self._handed_out = handed
+        self.rows = {}
+        self.born = set()
         return handed
 
     def mark_checkpointed(self) -> None:

@@ -177,11 +177,11 @@ class MemoryStore:
         self._sorted = None
 
     def export(self) -> dict[int, pa.Table]:
-        self._changes.snapshot()  # what mark_checkpointed() may forget once this is written
-        snapshot = self._rows.copy()  # C-level copy: consistent even if a writer thread runs
-        keys = pa.array(list(snapshot.keys()), pa.binary())
-        blobs = pa.array(list(snapshot.values()), pa.binary())
-        return decode_rows(keys, blobs)
+        with self._changes.lock:  # writers apply whole batches under it: the two lists agree
+            self._changes.snapshot_locked()  # what mark_checkpointed() may forget once this is written
+            rows = self._rows
+            keys, blobs = list(rows), list(rows.values())
+        return decode_rows(pa.array(keys, pa.binary()), pa.array(blobs, pa.binary()))
 
     def changes(self) -> dict[int, pa.Table]:
         return decode_changes(self._changes.snapshot())
