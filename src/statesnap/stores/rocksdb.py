@@ -91,6 +91,7 @@ class RocksDBStore:
         self.path = root if temporary else root / f"statesnap-{_safe_name(name)}"
         self._lock_file: IO[str] | None = None
         self._encoder: ThreadPoolExecutor | None = None
+        self._tracking_births = False  # kept across clear(), whose change families are new
         self._claim()
         self._open()
 
@@ -122,6 +123,8 @@ class RocksDBStore:
         cache = Cache(_BLOCK_CACHE_BYTES)
         self._db = Rdict(str(self.path / "db"), options=_options(cache))
         self._changes = ChangeFamilies(self._db, _change_options(cache))
+        if self._tracking_births:
+            self._changes.track_births()
         # The changelog is the source of truth and the directory is rebuilt at start-up, so the
         # write-ahead log would only double the write cost.
         self._write_opts = WriteOptions()
@@ -178,14 +181,33 @@ class RocksDBStore:
         self._write(partition, records)
 
     def track_births(self) -> None:
-        """Nothing to do: telling a new key from an old one would take a read per write."""
+        """Keep a RocksDB snapshot of the table as each change family begins: an expiry then
+        reads it to tell a key born since (no read per write, see :meth:`expire`)."""
+        self._tracking_births = True
+        self._changes.track_births()
 
     def expire(self, partition: int, keys: Sequence[bytes], offset: int, timestamp: int) -> int:
-        """Delete the held ones of *keys* (see :meth:`StateStore.expire`). Every deletion keeps a
-        tombstone in the change set: knowing which keys were born since it began would take a
-        read per write."""
+        """Delete the held ones of *keys* (see :meth:`StateStore.expire`). A key the table did
+        not hold when the current change family began (births tracked: the family's snapshot
+        does not have it) leaves the family; the others get a tombstone in it. Decided under
+        the family's lock, with the write: a checkpoint handing the family out between the two
+        would otherwise keep a row that was born before it and never deleted."""
         held = [k for k, raw in zip(keys, self.get_many(keys), strict=True) if raw is not None]
-        self._write(partition, [(k, None, offset, timestamp) for k in held])
+        if not held:
+            return 0
+        batch = WriteBatch(raw_mode=True)
+        tombstone = HEADER_STRUCT.pack(~partition, offset, timestamp)
+        with self._changes.lock:
+            changed = self._changes.family()
+            born = self._changes.born(held)
+            for key in held:
+                batch.delete(key)
+                if key in born:
+                    batch.delete(key, changed)
+                else:
+                    batch.put(key, tombstone, changed)
+            self._db.write(batch)
+        self._count = None
         return len(held)
 
     def apply_messages(self, partition: int, messages: Sequence[KafkaMessage]) -> None:
@@ -246,6 +268,8 @@ class RocksDBStore:
         release_unused()
         if self._count is not None:
             self._count += rows.num_rows  # partitions hold disjoint keys
+        with self._changes.lock:
+            self._changes.births_from_now()  # restored rows were held before the family began
 
     def export(self) -> dict[int, pa.Table]:
         self._changes.snapshot()  # what mark_checkpointed() may forget once this is written
@@ -285,6 +309,7 @@ class RocksDBStore:
         return dropped
 
     def clear(self) -> None:
+        self._changes.release()
         self._db.close()
         shutil.rmtree(self.path / "db", ignore_errors=True)
         self._open()  # with a fresh change set
@@ -294,6 +319,7 @@ class RocksDBStore:
 
     def close(self) -> None:
         """Close the database and delete the directory this store created (only that one)."""
+        self._changes.release()
         self._db.close()
         if self._encoder is not None:
             self._encoder.shutdown()

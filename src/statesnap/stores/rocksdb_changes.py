@@ -23,7 +23,7 @@ from operator import itemgetter
 from typing import Any, cast
 
 import pyarrow as pa
-from rocksdict import ColumnFamily, Options, Rdict, WriteBatch
+from rocksdict import ColumnFamily, Options, Rdict, Snapshot, WriteBatch
 
 from statesnap.stores.base import decode_rows, partition_prefixes
 
@@ -67,6 +67,44 @@ class ChangeFamilies:
         self._handed_out: str | None = None
         self.lock = threading.Lock()
         self._current = self._create()
+        #: The table as the current family began (a RocksDB snapshot), once births are tracked:
+        #: a key it does not hold was born since, so no checkpoint holds it (see :meth:`born`).
+        self._before: Snapshot | None = None
+
+    def track_births(self) -> None:
+        """From now on, tell the keys born since the current family began (:meth:`born`)."""
+        with self.lock:
+            self._before = self._db.snapshot()
+
+    def births_from_now(self) -> None:
+        """Count births from the table as it is now: a new family began, or rows reached the
+        table outside a write batch (a restore's SST files), which count as held before it.
+        Call with :attr:`lock` held."""
+        if self._before is not None:
+            self._before = self._db.snapshot()
+
+    def release(self) -> None:
+        """Let the snapshot go (before the database closes)."""
+        with self.lock:
+            self._before = None
+
+    def born(self, keys: Iterable[bytes]) -> set[bytes]:
+        """Those of *keys* the table did not hold when the current family began (none unless
+        births are tracked): deleting one needs no tombstone. Call with :attr:`lock` held.
+
+        One read per key of the snapshot, and only on expiry, not per write: RocksDB keeps for it
+        only the versions rows had when the family began and that were overwritten since; for
+        the window stores that track births those are the windows then live."""
+        before = self._before
+        if before is None:
+            return set()
+        born = set()
+        for key in keys:
+            try:
+                before[key]
+            except Exception:  # rocksdict's Snapshot raises a bare Exception for a missing key
+                born.add(key)
+        return born
 
     def _create(self) -> str:
         self._serial += 1
@@ -88,6 +126,7 @@ class ChangeFamilies:
                 self._fold(self._current, self._handed_out)
                 self._db.drop_column_family(self._current)
             self._current = self._create()
+            self.births_from_now()
             return self._handed_out
 
     def _fold(self, newer: str, into: str) -> None:
@@ -133,3 +172,4 @@ class ChangeFamilies:
                     self._db.drop_column_family(name)
             self._handed_out = None
             self._current = self._create()
+            self.births_from_now()
