@@ -32,6 +32,8 @@ __all__ = ["ChangeFamilies", "decode_scan"]
 #: Rows turned into Arrow arrays at once when a change family is read or folded.
 _CHUNK = 256 * 1024
 _PREFIX = "changes-"
+#: What rocksdict's ``Snapshot[key]`` says of a key it does not hold (a bare ``Exception``).
+_NOT_FOUND = "key not found"
 
 
 def decode_scan(items: Iterable[tuple[Any, Any]]) -> dict[int, pa.Table]:
@@ -102,7 +104,9 @@ class ChangeFamilies:
         for key in keys:
             try:
                 before[key]
-            except Exception:  # rocksdict's Snapshot raises a bare Exception for a missing key
+            except Exception as e:  # rocksdict's Snapshot raises a bare Exception for a missing key
+                if _NOT_FOUND not in str(e):
+                    raise  # a read that failed is no answer: guessing "born" would drop a tombstone
                 born.add(key)
         return born
 
