@@ -6,6 +6,7 @@ Every confluent-kafka error is translated here, so callers only see statesnap's 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -108,7 +109,10 @@ class KafkaAdmin:
         config: Mapping[str, str] | None = None,
         replication_factor: int = -1,
     ) -> bool:
-        """Create *topic* if missing; returns whether this call created it."""
+        """Create *topic* if missing; returns whether this call created it. Returns once the
+        broker's metadata shows every partition: CreateTopics answers when the controller has
+        the topic, and a metadata request right after can still miss it (a produce or a
+        partition lookup then fails with "does not exist")."""
         try:
             self.partitions(topic)
             return False
@@ -124,7 +128,25 @@ class KafkaAdmin:
             if e.args and e.args[0].code() == RdKafkaError.TOPIC_ALREADY_EXISTS:
                 return False
             raise KafkaError(f"cannot create topic {topic!r}: {e}") from e
+        self._wait_for_partitions(topic, partitions)
         return True
+
+    def _wait_for_partitions(self, topic: str, partitions: int) -> None:
+        deadline = time.monotonic() + self.settings.timeout
+        while True:
+            try:
+                if len(self.partitions(topic)) >= partitions:
+                    return
+            except BrokerUnavailableError:
+                raise
+            except KafkaError:  # not there yet, or there without a leader yet
+                pass
+            if time.monotonic() >= deadline:
+                raise KafkaError(
+                    f"topic {topic!r} was created, but {self.settings.bootstrap_servers} did not show its "
+                    f"{partitions} partitions within {self.settings.timeout:g} s"
+                )
+            time.sleep(0.05)
 
 
 def _reason(e: Exception) -> str:
