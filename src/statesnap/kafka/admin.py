@@ -18,6 +18,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ResourceType,
 )
 
+from statesnap.deadline import Deadline
 from statesnap.errors import BrokerUnavailableError, KafkaError, TopicNotFoundError
 from statesnap.kafka.clients import new_consumer, new_watched_admin
 from statesnap.kafka.config import KafkaSettings
@@ -132,7 +133,7 @@ class KafkaAdmin:
         return True
 
     def _wait_for_partitions(self, topic: str, partitions: int) -> None:
-        deadline = time.monotonic() + self.settings.timeout
+        deadline = Deadline(self.settings.timeout)
         while True:
             try:
                 if len(self.partitions(topic)) >= partitions:
@@ -141,7 +142,7 @@ class KafkaAdmin:
                 raise
             except KafkaError:  # not there yet, or there without a leader yet
                 pass
-            if time.monotonic() >= deadline:
+            if not deadline.remaining():
                 raise KafkaError(
                     f"topic {topic!r} was created, but {self.settings.bootstrap_servers} did not show its "
                     f"{partitions} partitions within {self.settings.timeout:g} s"
