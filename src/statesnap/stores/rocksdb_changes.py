@@ -34,6 +34,8 @@ _CHUNK = 256 * 1024
 _PREFIX = "changes-"
 #: What rocksdict's ``Snapshot[key]`` says of a key it does not hold (a bare ``Exception``).
 _NOT_FOUND = "key not found"
+#: A scanned (key, blob) pair's halves, taken at C speed.
+_KEY, _BLOB = itemgetter(0), itemgetter(1)
 
 
 def decode_scan(items: Iterable[tuple[Any, Any]]) -> dict[int, pa.Table]:
@@ -50,9 +52,6 @@ def decode_scan(items: Iterable[tuple[Any, Any]]) -> dict[int, pa.Table]:
         for p, t in decode_rows(keys, blobs, keys_sorted=True).items():
             parts.setdefault(p, []).append(t)
     return {p: pa.concat_tables(ts) for p, ts in parts.items()}
-
-
-_KEY, _BLOB = itemgetter(0), itemgetter(1)
 
 
 class ChangeFamilies:
