@@ -35,6 +35,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from confluent_kafka import KafkaError as RdKafkaError
 
 from statesnap.checkpoint.manifest import NextOffset, leader_epoch_of
+from statesnap.deadline import Deadline
 from statesnap.errors import (
     BrokerUnavailableError,
     KafkaError,
@@ -404,18 +405,45 @@ def cached_high(consumer: Any, topic: str, partition: int) -> int | None:
     return int(high) if high is not None and high >= 0 else None
 
 
+#: Answers of a partition whose leadership is moving: a topic just created (the metadata names
+#: a leader the broker has not taken up yet), a failover, a leader election. The Java client
+#: retries ListOffsets on these; so do we, within the settings' timeout.
+_LEADER_MOVING = frozenset(
+    {
+        RdKafkaError.NOT_LEADER_FOR_PARTITION,
+        RdKafkaError.LEADER_NOT_AVAILABLE,
+        RdKafkaError.REPLICA_NOT_AVAILABLE,
+        RdKafkaError.FENCED_LEADER_EPOCH,
+        RdKafkaError.UNKNOWN_LEADER_EPOCH,
+        RdKafkaError.OFFSET_NOT_AVAILABLE,
+    }
+)
+#: Pause between two asks while leadership moves (librdkafka refreshes its metadata meanwhile).
+_LEADER_RETRY_PAUSE = 0.1
+
+
 def watermarks(consumer: Any, settings: KafkaSettings, topic: str, partition: int) -> tuple[int, int]:
     """(log start, reported end) of one partition, asked of the broker; a broker that does not
-    answer within the settings' timeout is a :class:`BrokerUnavailableError` naming it."""
-    try:
-        low, high = consumer.get_watermark_offsets(
-            TopicPartition(topic, partition), timeout=settings.timeout, cached=False
-        )
-    except KafkaException as e:
-        raise BrokerUnavailableError(
-            f"cannot read the offsets of {topic!r} [{partition}] from {settings.bootstrap_servers}: {e}"
-        ) from e
-    return int(low), int(high)
+    answer within the settings' timeout is a :class:`BrokerUnavailableError` naming it, and so is
+    a partition whose leadership is still moving when the timeout is up (asked again until then)."""
+    deadline = Deadline(settings.timeout)
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=deadline.remaining(), cached=False
+            )
+        except KafkaException as e:
+            left = deadline.remaining()
+            moving = e.args[0].code() in _LEADER_MOVING
+            if moving and (left is None or left > _LEADER_RETRY_PAUSE):
+                time.sleep(_LEADER_RETRY_PAUSE)
+                continue
+            waited = f" (its leader still moving after {settings.timeout:g} s)" if moving else ""
+            raise BrokerUnavailableError(
+                f"cannot read the offsets of {topic!r} [{partition}] from {settings.bootstrap_servers}"
+                f"{waited}: {e}"
+            ) from e
+        return int(low), int(high)
 
 
 def resume_after_lost_offsets(
