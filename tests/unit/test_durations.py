@@ -82,6 +82,18 @@ def test_garbage_is_rejected_with_a_typed_error(bad: object) -> None:
         assert repr(bad) in str(info.value)  # the message names the offending text
 
 
+@pytest.mark.parametrize("secret", ["sk-live-AAAABBBBCCCC", "hunter2secret", "p@ss", "-SeCrEt-token", "1Ab$"])
+def test_a_value_that_is_no_duration_at_all_is_described_not_echoed(secret: str) -> None:
+    """Something pasted into the wrong option (a password, a token) must never be printed: the
+    error echoes only what starts like a duration or is a short word, and describes the rest."""
+    with pytest.raises(InvalidDurationError) as info:
+        parse_duration(secret)
+    message = str(info.value)
+    assert secret not in message
+    assert f"of {len(secret)} characters (not shown" in message
+    assert "use a number with a unit" in message or "negative" in message
+
+
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), "9999999999d", "99999999999999999999w"])
 def test_non_finite_and_overflowing_durations_are_typed_errors(bad: object) -> None:
     """Non-finite numbers and durations beyond ``timedelta.max`` must not escape as a bare
