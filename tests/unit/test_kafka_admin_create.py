@@ -28,6 +28,7 @@ class FakeAdmin:
         self.leaderless = leaderless
         self.created: dict[str, int] = {}
         self.lookups = 0
+        self.timeouts: list[float] = []
 
     def create_topics(self, topics: list[Any], request_timeout: float) -> dict[str, Future[None]]:
         del request_timeout
@@ -38,7 +39,7 @@ class FakeAdmin:
         return {t.topic: done for t in topics}
 
     def list_topics(self, timeout: float) -> Any:
-        del timeout
+        self.timeouts.append(timeout)
         self.lookups += 1
         shown = {} if self.lookups <= self.hidden else self.created
         error = None
@@ -68,7 +69,8 @@ def test_create_topic_returns_once_its_partitions_show(monkeypatch: pytest.Monke
 
 
 def test_a_created_topic_that_never_shows_is_a_typed_error_in_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    admin = admin_with(FakeAdmin(hidden=10**9), monkeypatch, timeout=0.3)
+    fake = FakeAdmin(hidden=10**9)
+    admin = admin_with(fake, monkeypatch, timeout=0.3)
     started = time.monotonic()
     with pytest.raises(
         KafkaError,
@@ -76,3 +78,8 @@ def test_a_created_topic_that_never_shows_is_a_typed_error_in_time(monkeypatch: 
     ):
         admin.create_topic("t", 3)
     assert time.monotonic() - started < 2
+    # Each lookup of the wait has what is left of it, not the whole timeout again.
+    waits = fake.timeouts[1:]
+    assert waits == sorted(waits, reverse=True)
+    assert waits[0] <= 0.3
+    assert waits[-1] < 0.1

@@ -75,11 +75,12 @@ class KafkaAdmin:
             raise KafkaError(f"cluster at {self.settings.bootstrap_servers} reported no cluster id")
         return str(cid)
 
-    def partitions(self, topic: str) -> tuple[int, ...]:
+    def partitions(self, topic: str, *, timeout: float | None = None) -> tuple[int, ...]:
+        """The topic's partition ids, asked within *timeout* seconds (else the settings')."""
         # Ask for all topics: a metadata request naming a missing topic makes brokers with
         # auto.create.topics.enable (Tansu, many Kafka defaults) create it with default settings.
         try:
-            md = self._admin.list_topics(timeout=self.settings.timeout)
+            md = self._admin.list_topics(timeout=self.settings.timeout if timeout is None else timeout)
         except KafkaException as e:
             raise self._unreachable(e) from e
         tmd = md.topics.get(topic)
@@ -135,8 +136,8 @@ class KafkaAdmin:
     def _wait_for_partitions(self, topic: str, partitions: int) -> None:
         deadline = Deadline(self.settings.timeout)
         while True:
-            try:
-                if len(self.partitions(topic)) >= partitions:
+            try:  # each lookup within what is left: the whole wait stays within the timeout
+                if len(self.partitions(topic, timeout=max(0.05, deadline.remaining() or 0.0))) >= partitions:
                     return
             except BrokerUnavailableError:
                 raise
