@@ -37,6 +37,7 @@ from typing import Any, NoReturn
 from confluent_kafka import KafkaError as RdKafkaError
 from confluent_kafka import KafkaException, TopicPartition
 
+from statesnap.deadline import call_within
 from statesnap.errors import FatalClientError, OutputError
 from statesnap.kafka.clients import new_consumer
 from statesnap.kafka.config import KafkaSettings
@@ -55,6 +56,9 @@ TRANSACTION_TIMEOUT_MS = 60_000
 MAX_OPEN_SECONDS = 10.0
 
 
+#: How long past its own timeout a transactional call of the producer may take before the
+#: processor gives it up (see :meth:`TransactionalOutputs._bounded`).
+STUCK_GRACE_SECONDS = 5.0
 #: Answers of a group coordinator that is starting, moving or finishing a transaction: ask again.
 _COORDINATOR_BUSY = frozenset(
     {
@@ -318,10 +322,14 @@ class TransactionalOutputs(Outputs):
                 if self.group_metadata is None
                 else self.group_metadata()
             )
-            producer.send_offsets_to_transaction(tps, metadata, max(0.0, deadline - time.monotonic()))
+            self._bounded(
+                "send_offsets_to_transaction",
+                deadline,
+                lambda left: producer.send_offsets_to_transaction(tps, metadata, left),
+            )
             while True:
                 try:
-                    producer.commit_transaction(max(0.0, deadline - time.monotonic()))
+                    self._bounded("commit_transaction", deadline, producer.commit_transaction)
                     break
                 except KafkaException as e:
                     error = _error_of(e)
@@ -334,6 +342,28 @@ class TransactionalOutputs(Outputs):
         for topic, moved in other_offsets.items():
             self._committed_of[topic].update(moved)
         self.transactions += 1
+
+    def _bounded(self, call: str, deadline: float, fn: Callable[[float], object]) -> None:
+        """``fn(seconds left)``, a transactional call of the producer, given until *deadline*
+        plus :data:`STUCK_GRACE_SECONDS` to return. librdkafka 2.16 does not always honour the
+        timeout: with the node coordinating the offsets group SIGKILLed, send_offsets_to_transaction
+        blocked for minutes. Past the grace the processor stops with a typed error instead of
+        looking alive: the call is left to its thread, the producer is given up without an abort
+        (one would conflict with the call in progress; the broker aborts the transaction within
+        ``transaction.timeout.ms``, or the task's next incarnation fences it), and a restart
+        re-processes from the checkpoint."""
+        left = max(0.0, deadline - time.monotonic())
+
+        def stuck() -> OutputError:
+            self._in_transaction = False
+            self._producer = None
+            return self._failed(
+                f"{call} did not return within {left + STUCK_GRACE_SECONDS:.0f} s (is the node "
+                "coordinating the transaction or the offsets group down?); the broker aborts the "
+                "transaction"
+            )
+
+        call_within(left + STUCK_GRACE_SECONDS, lambda _abandoned: fn(left), stuck, f"statesnap-{call}")
 
     def _abort(self, reason: str) -> NoReturn:
         """Abort the open transaction (its records never reach read_committed readers) and fail.
@@ -351,12 +381,16 @@ class TransactionalOutputs(Outputs):
             self._fail(f"{reason}; the transaction could not be aborted{why}: the broker aborts it")
         self._fail(f"{reason}; the transaction was aborted")
 
-    def _fail(self, reason: str) -> NoReturn:
+    def _failed(self, reason: str) -> OutputError:
+        """The outputs' failure, kept: every later use raises it."""
         self.failure = OutputError(
             f"exactly-once outputs {self.transactional_id!r}: {reason}; the processor stops (a restart "
             "re-processes from its checkpoint)"
         )
-        raise self.failure
+        return self.failure
+
+    def _fail(self, reason: str) -> NoReturn:
+        raise self._failed(reason)
 
     def close(self) -> None:
         """Abort what no commit point committed (a restart re-processes those records), close."""
