@@ -143,9 +143,10 @@ def child(arg: str) -> None:
             die()
 
     report = proc.start()
-    manifest = proc.checkpoint()  # None when nothing changed since the restored one
-    checkpointed = True
-    print("started", manifest.generation if manifest is not None else report.checkpoint, flush=True)
+    proc.checkpoint()  # None when nothing changed since the newest one (restored, or taken at a
+    checkpointed = True  # commit point meanwhile: interval="0s")
+    newest = proc.last_checkpoint
+    print("started", newest.generation if newest is not None else report.checkpoint, flush=True)
     while True:
         time.sleep(0.5)
 
