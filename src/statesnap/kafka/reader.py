@@ -434,8 +434,8 @@ def watermarks(consumer: Any, settings: KafkaSettings, topic: str, partition: in
             )
         except KafkaException as e:
             left = deadline.remaining()
-            moving = e.args[0].code() in _LEADER_MOVING
-            if moving and (left is None or left > _LEADER_RETRY_PAUSE):
+            moving = bool(e.args) and e.args[0].code() in _LEADER_MOVING
+            if moving and (left is None or left > 2 * _LEADER_RETRY_PAUSE):
                 time.sleep(_LEADER_RETRY_PAUSE)
                 continue
             waited = f" (its leader still moving after {settings.timeout:g} s)" if moving else ""

@@ -261,7 +261,7 @@ def spreads(seed: HashSeed) -> bool:
     tried. For ~5 % of random seeds the hash's polynomial (a square of a multiple: module
     docstring) piles a run of sequential keys into a few regions of the table at some sizes (mean
     probes 2-38 slots where uniform hashes give 0.87): a probe stays correct, only slower, and a
-    drawn seed that does so is drawn again (~10 ms a draw)."""
+    drawn seed that does so is drawn again (~15 ms a draw)."""
     for kind in _TRIAL_KINDS:
         hashes = _trial_hashes(_TRIAL_SIZES[-1], kind, seed)
         for n in _TRIAL_SIZES:  # the keys 0..n-1 are a prefix of the largest trial's
