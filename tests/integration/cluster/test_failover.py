@@ -188,17 +188,15 @@ def _close_within(proc: Processor, seconds: float) -> tuple[bool, BaseException 
     return not closer.is_alive(), raised[0] if raised else None
 
 
-#: Seen in five of six runs (Apache Kafka 4.1.1, three nodes): SIGKILL of the node coordinating
-#: the processor's offsets group left the processor's thread in librdkafka 2.16's
-#: send_offsets_to_transaction for minutes, its 30 s timeout notwithstanding, emitting nothing
-#: more; close() then blocked on the task's lock. The call now has its timeout plus a grace
-#: (``TransactionalOutputs._bounded``): past it the processor stops with a typed OutputError, and
-#: a restart completes the outputs exactly once. A run may also ride the kill out (one in three).
-
-
 def _keep_up_or_stop(proc: Processor, inputs: int, roles: str, ledger: CaseLedger) -> OutputError | None:
     """Wait a minute for *proc* to emit one output per input record; its typed stop instead
-    (an :class:`OutputError`) is returned, anything else fails the test."""
+    (an :class:`OutputError`) is returned, anything else fails the test.
+
+    Seen in five of six runs before the stop existed (Apache Kafka 4.1.1, three nodes): a SIGKILL
+    of the node coordinating the processor's offsets group left its thread in librdkafka 2.16's
+    send_offsets_to_transaction for minutes, its 30 s timeout notwithstanding, emitting nothing
+    more; close() then blocked on the task's lock. The call now has its timeout plus a grace
+    (``TransactionalOutputs._bounded``); a run may also ride the kill out (one in three)."""
     deadline = time.monotonic() + 60
     while proc.emitted < inputs:
         try:
@@ -239,7 +237,7 @@ def test_exactly_once_outputs_survive_a_leader_kill(
     """Apache Kafka 4.1.1, three nodes: an exactly-once Processor (transactional producer;
     transaction log replicated 3, min ISR 2) runs while a node is SIGKILLed: a leader of its
     output's or its input's partitions that is not the group coordinator (proved: both pass), or
-    the coordinator of the group its transactions commit offsets to (known defect: ``_STALLS``).
+    the coordinator of the group its transactions commit offsets to.
     Its read_committed outputs must hold exactly one record per input record — none lost, none
     duplicated: the transaction in flight commits on the new leader or is aborted and redone —
     and the processor must keep up within a minute, or (the coordinator's kill: librdkafka's
@@ -281,7 +279,7 @@ def test_exactly_once_outputs_survive_a_leader_kill(
             returned, error = _close_within(proc, 45)
             if not returned:
                 ledger.fail("hangs", f"close() of the restarted processor did not return ({roles})")
-        if error is not None and stopped is None:
+        if error is not None and error is not stopped:
             raise error
     finally:
         if not closed and not _close_within(proc, 45)[0]:
