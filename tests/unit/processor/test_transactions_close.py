@@ -18,14 +18,19 @@ from statesnap.processor.transactions import TransactionalOutputs
 from statesnap.serde import resolve_serde
 
 
-def test_an_abort_after_close_is_the_typed_failure() -> None:
-    outputs = TransactionalOutputs(
+def _outputs() -> TransactionalOutputs:
+    """Exactly-once outputs that never reach a broker (no producer is created by these tests)."""
+    return TransactionalOutputs(
         KafkaSettings("127.0.0.1:1", {}, 1.0),
         resolve_serde("bytes"),
         resolve_serde("bytes"),
         topic="in",
         group_id="g",
     )
+
+
+def test_an_abort_after_close_is_the_typed_failure() -> None:
+    outputs = _outputs()
     outputs.close()
     with pytest.raises(OutputError, match="closed meanwhile"):
         outputs._abort("commit failed: the coordinator is gone")
@@ -59,13 +64,7 @@ def test_a_transactional_call_that_never_returns_stops_the_outputs_with_a_typed_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(transactions, "STUCK_GRACE_SECONDS", 0.3)
-    outputs = TransactionalOutputs(
-        KafkaSettings("127.0.0.1:1", {}, 1.0),
-        resolve_serde("bytes"),
-        resolve_serde("bytes"),
-        topic="in",
-        group_id="g",
-    )
+    outputs = _outputs()
     outputs.transactional_id = "t-p0"
     outputs.group_metadata = object
     producer = StuckProducer()
