@@ -1,39 +1,69 @@
-"""The writes of the batch being processed, kept apart from the task's store until they count.
+"""The writes of the records being processed, kept apart from the task's store until they count
+and, on the per-record path, held across batches as a write-back cache.
 
-A handler's writes go straight into ``batch``, and the first write of a key by the record being
-handled saves what ``batch`` held for it in ``undo``. When the handlers return, the record's
-writes count (``undo`` is forgotten); if one raises, ``undo`` puts ``batch`` back, so a record sent
-to the dead-letter topic leaves no half of its writes behind. ``batch`` reaches the store in one
-``apply`` per partition batch — the store's fast path — and a read looks in ``batch``, then the
-store (read your writes): one dictionary lookup before the store's, on the per-record hot path.
+A handler's writes go straight into ``batch`` (the current partition's writes), and the first
+write of a key by the record being handled saves what ``batch`` held for it in ``undo``. When
+the handlers return, the record's writes count (``undo`` is forgotten); if one raises, ``undo``
+puts ``batch`` back, so a record sent to the dead-letter topic leaves no half of its writes
+behind. A read looks in ``batch``, then the store (read your writes).
+
+When each partition's writes reach the store depends on :attr:`WriteBuffer.hold`:
+
+- 0 (what a declared aggregation's batch fold and windowed or TTL stores use): at the end of
+  every partition's batch, in one ``apply`` — the store's fast path.
+- N > 0 (a Python task's per-record handlers over plain key-value stores): they stay here,
+  across batches, until more than N keys are held or a commit point comes (:meth:`flush`), as
+  Kafka Streams' record cache holds a task's writes until its commit or until the cache is full.
+  A key written by many records between two commit points then reaches the store once, and its
+  reads are one dictionary lookup: while catching up over 200 k keys that is a quarter of the
+  per-record path's cost (``benchmarks/aggregations.py --only handler``). Readers from outside
+  the handlers read through :class:`HeldReads`, so what a processor's store shows and what its
+  positions claim stay the same (they may see a write of the record being handled a moment
+  before it counts: a rejected record's writes are put back as they are now).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from operator import add
+from typing import Protocol
 
 from statesnap.stores import StateStore
 
-__all__ = ["WriteBuffer"]
+__all__ = ["HELD_KEYS", "HeldReads", "StoreReads", "WriteBuffer"]
 
 #: A buffered write: (value or None for a delete, input offset, input timestamp).
 Write = tuple[bytes | None, int, int]
 #: What ``undo`` saves for a key the batch did not hold yet.
 _ABSENT: Write = (b"", -1, -1)
 
+#: Keys a per-record processor holds across batches before they go to the store (about 250 B
+#: each with their values: ~64 MB at most; Kafka Streams' record cache defaults to 10 MB).
+HELD_KEYS = 262_144
+
 
 class WriteBuffer:
-    """Buffered writes of one task (all stores share its keyspace)."""
+    """Buffered writes of one task (all stores share its keyspace), per partition."""
 
-    __slots__ = ("_stored", "batch", "store", "undo")
+    __slots__ = ("_partitions", "_stored", "batch", "hold", "store", "undo")
 
-    def __init__(self, store: StateStore) -> None:
+    def __init__(self, store: StateStore, *, hold: int = 0) -> None:
         self.store = store
+        #: Writes not yet in the store, per partition; ``batch`` is the current partition's.
+        self._partitions: dict[int, dict[bytes, Write]] = {}
         self.batch: dict[bytes, Write] = {}
         self.undo: dict[bytes, Write] = {}
+        #: Keys held across batches before :meth:`apply` hands them over (0: none, see module).
+        self.hold = hold
         #: ``store.get``, bound once: a handler's store read that misses ``batch`` calls it.
         self._stored: Callable[[bytes], bytes | None] = store.get
+
+    def switch(self, partition: int) -> None:
+        """The records handled next are *partition*'s: ``batch`` becomes its writes."""
+        batch = self._partitions.get(partition)
+        if batch is None:
+            batch = self._partitions[partition] = {}
+        self.batch = batch
 
     def get(self, key: bytes) -> bytes | None:
         write = self.batch.get(key)
@@ -63,17 +93,100 @@ class WriteBuffer:
         self.undo.clear()
 
     def apply(self, partition: int) -> None:
-        """Hand the batch's writes to the store (end of a partition's batch)."""
-        batch = self.batch
+        """End of *partition*'s batch: its writes go to the store, unless they may be held (fewer
+        than :attr:`hold` keys in all)."""
+        if self.hold and sum(map(len, self._partitions.values())) <= self.hold:
+            return
+        if self.hold:
+            self.flush()
+        else:
+            self._hand_over(partition, self._partitions.get(partition))
+
+    def flush(self) -> None:
+        """Every held write to the store (a commit point, a partition leaving, the cache full)."""
+        for partition, batch in self._partitions.items():
+            self._hand_over(partition, batch)
+
+    def _hand_over(self, partition: int, batch: dict[bytes, Write] | None) -> None:
         if batch:
             # (key,) + (value, offset, timestamp) per key, built at C speed (a comprehension
-            # unpacking each write costs about twice as much per row)
+            # unpacking each write costs about twice as much per row). The store has them before
+            # they leave the buffer: a reader never finds a key in neither.
             self.store.apply(partition, list(map(add, zip(batch), batch.values())))
             batch.clear()
 
     def keys(self, prefix: bytes) -> Iterator[bytes]:
-        """Live keys starting with *prefix*, in byte order, buffered writes included."""
+        """Live keys starting with *prefix*, in byte order, buffered writes included (*prefix*
+        is the current partition's)."""
         mine = {k: w for k, w in self.batch.items() if k.startswith(prefix)}
         stored = (k for k, _ in self.store.scan(prefix=prefix) if k not in mine)
         live = [k for k, w in mine.items() if w[0] is not None]
         yield from sorted([*stored, *live])
+
+    def held(self, key: bytes) -> Write | None:
+        """The write of *key* not yet in the store, in any partition (readers from other
+        threads: each lookup is one atomic dictionary read)."""
+        for batch in list(self._partitions.values()):
+            write = batch.get(key)
+            if write is not None:
+                return write
+        return None
+
+    def held_items(self, prefix: bytes) -> list[tuple[bytes, bytes | None]]:
+        """Writes not yet in the store under *prefix*, in key order (a copy: see :meth:`held`)."""
+        found: list[tuple[bytes, bytes | None]] = []
+        for batch in list(self._partitions.values()):
+            found += [(k, w[0]) for k, w in list(batch.items()) if k.startswith(prefix)]
+        found.sort()
+        return found
+
+
+class StoreReads(Protocol):
+    """The reads a store's readers outside the handlers make (a store, or :class:`HeldReads`)."""
+
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]: ...
+
+    def scan(self, *, prefix: bytes) -> Iterator[tuple[bytes, bytes]]: ...
+
+
+class HeldReads:
+    """The task's store as readers outside the handlers see it: writes the buffer still holds
+    over the store's rows (the reads :class:`~statesnap.processor.stores.StoreReader` makes)."""
+
+    __slots__ = ("_buffer", "_store")
+
+    def __init__(self, buffer: WriteBuffer) -> None:
+        self._buffer = buffer
+        self._store = buffer.store
+
+    def get(self, key: bytes) -> bytes | None:
+        write = self._buffer.held(key)
+        return self._store.get(key) if write is None else write[0]
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        if not self._buffer.hold:
+            return self._store.get_many(keys)
+        return [self.get(key) for key in keys]
+
+    def scan(self, *, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """(key, value) under *prefix* in key order, held writes winning over stored rows."""
+        held = self._buffer.held_items(prefix) if self._buffer.hold else []
+        if not held:
+            yield from self._store.scan(prefix=prefix)
+            return
+        i, n = 0, len(held)
+        for key, value in self._store.scan(prefix=prefix):
+            while i < n and held[i][0] <= key:
+                held_key, held_value = held[i]
+                i += 1
+                if held_value is not None:
+                    yield held_key, held_value
+                if held_key == key:  # the held write replaces the stored row
+                    break
+            else:
+                yield key, value
+        for held_key, held_value in held[i:]:
+            if held_value is not None:
+                yield held_key, held_value

@@ -25,7 +25,7 @@ from threading import get_ident
 from typing import Any
 
 from statesnap.errors import HandlerError
-from statesnap.processor.buffer import WriteBuffer
+from statesnap.processor.buffer import HELD_KEYS, HeldReads, WriteBuffer
 from statesnap.processor.context import ProcessorContext, Record, record_of
 from statesnap.processor.keyspace import (
     input_offset_key,
@@ -165,8 +165,26 @@ class ProcessorHandler:
     # --- records ---------------------------------------------------------------------------
 
     def stream_time(self, partition: int) -> int:
-        """The partition's stream time as the store holds it (-1 before any timestamp)."""
-        return stream_time_of(self.store.get(stream_time_key(partition)))
+        """The partition's stream time as the store holds it (-1 before any timestamp), or as
+        the buffer does while it holds the partition's writes."""
+        key = stream_time_key(partition)
+        held = self.buffer.held(key)
+        return stream_time_of(self.store.get(key) if held is None else held[0])
+
+    def hold_writes(self) -> bool:
+        """Hold the writes of per-record handlers across batches, up to
+        :data:`~statesnap.processor.buffer.HELD_KEYS` keys (see :mod:`statesnap.processor.buffer`):
+        what a Python task asks for. Only where every store is a plain key-value store read
+        through its view: a batch fold writes the store directly, and windows and TTL entries
+        expire from the store itself. Returns whether they are held."""
+        if self._batched is not None or self.windowed or self.expiring or self.context.window_stores:
+            return False
+        self.buffer.hold = HELD_KEYS
+        return True
+
+    def reads(self) -> HeldReads:
+        """The store as readers outside the handlers see it (held writes included)."""
+        return HeldReads(self.buffer)
 
     def apply(self, partition: int, messages: Sequence[KafkaMessage], changes: list[Change] | None) -> None:
         del changes  # processors have no on_update hook: handlers see every record
@@ -178,6 +196,7 @@ class ProcessorHandler:
         # Exactly-once restore: below this offset the outputs are committed, re-process for state only.
         until = outputs.replay_until.get(partition, -1)
         cursor.partition = partition
+        buffer.switch(partition)
         started = stream_time = self.stream_time(partition)
         offset = ts = -1
         others: dict[str, int] = {}
@@ -365,6 +384,7 @@ class ProcessorHandler:
     # --- commit points ----------------------------------------------------------------------
 
     def commit_point(self, *, checkpoint: bool) -> None:
+        self.buffer.flush()  # what the buffer holds goes into the store, and so the checkpoint
         self._expire_windows()
         self._expire_entries(every=checkpoint)
         if self.multi:
@@ -435,6 +455,7 @@ class ProcessorHandler:
     def release(self, partitions: Sequence[int]) -> None:
         """A consumer group took *partitions* away: forget what was known of them (gained again,
         they start from their restored state)."""
+        self.buffer.flush()  # the store has everything before the partitions' rows go
         gone = set(partitions)
         for p in gone:
             self._first_at_checkpoint.pop(p, None)

@@ -201,6 +201,8 @@ class Processor(Aggregations, Joins):
         )
         self.processing.check_rewind(name, self._settings.checkpoints_generation)
         self._outputs: Outputs | None = None
+        #: What runs in the task (set with it): a store's reads go through its record handler.
+        self._engine: ProcessorTaskHandler | None = None
         self._stopping = threading.Event()
         self._broker_checked = False
 
@@ -328,7 +330,7 @@ class Processor(Aggregations, Joins):
             raise TableStateError("start", "started", "new")
         if not self._handlers:
             raise ConfigError(f"processor {self.name!r} has no handler: register one with @proc.handler")
-        engine = ProcessorTaskHandler(self)
+        engine = self._engine = ProcessorTaskHandler(self)
         try:
             self._task = Task(self._spec(background=background), engine)
         finally:
@@ -490,4 +492,6 @@ class Processor(Aggregations, Joins):
             raise ConfigError(f"processor {self.name!r} has no store {name!r} (stores: {shown})")
         task = self._running("read a store")
         ks, vs = self._serdes(spec)
-        return StoreReader(spec, ks, vs, task.readable_store("read a store"), task.partitions)
+        store = task.readable_store("read a store")
+        reads = store if self._engine is None else self._engine.readable(store)
+        return StoreReader(spec, ks, vs, reads, task.partitions)

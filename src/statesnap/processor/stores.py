@@ -21,7 +21,7 @@ from typing import Any
 
 from statesnap.durations import parse_duration
 from statesnap.errors import ConfigError, StoreAccessError
-from statesnap.processor.buffer import WriteBuffer
+from statesnap.processor.buffer import StoreReads, WriteBuffer
 from statesnap.processor.keyspace import (
     WINDOW_BYTES,
     check_store_name,
@@ -35,7 +35,6 @@ from statesnap.processor.keyspace import (
 )
 from statesnap.processor.windows import Windows
 from statesnap.serde import Serde
-from statesnap.stores import StateStore
 
 __all__ = [
     "NO_CALL",
@@ -465,7 +464,7 @@ class StoreReader(Mapping[Any, Any]):
         spec: StoreSpec,
         key_serde: Serde,
         value_serde: Serde,
-        store: StateStore,
+        store: StoreReads,
         partitions: Sequence[int],
     ) -> None:
         self.spec = spec

@@ -22,6 +22,7 @@ from statesnap.checkpoint.restore import SkippedCheckpoint
 from statesnap.checkpoint.selection import resume_offsets
 from statesnap.kafka.group_reader import GroupReader
 from statesnap.kafka.reader import ChangelogReader
+from statesnap.processor.buffer import StoreReads
 from statesnap.processor.handler import ProcessorHandler
 from statesnap.processor.inputs import MergedReader, check_co_partitioned
 from statesnap.processor.outputs import Outputs
@@ -74,6 +75,7 @@ class ProcessorTaskHandler:
     def records(self, task: Task) -> ProcessorHandler:
         self._task = task
         handler = self.proc.handler_for(task.store, self._outputs_for(task))
+        handler.hold_writes()  # a Python task's per-record handlers: a write-back cache (buffer.py)
         handler.positions = self.input_positions
         handler.other_positions = self.other_positions
         self._records = handler
@@ -197,6 +199,11 @@ class ProcessorTaskHandler:
             reader.drop(partitions)
         if self._records is not None:
             self._records.release(partitions)
+
+    def readable(self, store: StateStore) -> StoreReads:
+        """*store* as readers outside the handlers see it: with the writes the record handler
+        still holds (see :mod:`statesnap.processor.buffer`)."""
+        return store if self._records is None else self._records.reads()
 
     def failure(self) -> BaseException | None:
         return None if self.outputs is None else self.outputs.failure

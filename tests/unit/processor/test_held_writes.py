@@ -1,0 +1,184 @@
+"""Per-record handlers' writes held across batches (statesnap.processor.buffer, the write-back
+cache a Python task turns on): the same state, skips, dead letters and outputs as writes handed
+to the store at every batch's end, for readers outside the handlers at any moment too, and in
+the store once a commit point or a partition's release comes. Over a real store, no broker."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from statesnap import ProcessingOptions, Processor, Windows
+from statesnap.processor import StoreSpec
+from statesnap.processor.buffer import HELD_KEYS
+from statesnap.processor.context import ProcessorContext, Record
+from statesnap.processor.handler import ProcessorHandler
+from statesnap.processor.stores import StoreReader
+from statesnap.serde import resolve_serde
+from statesnap.stores import StateStore, open_state_store
+from unit.processor_fakes import Message, Recorded
+
+T0 = 1_700_000_000_000
+PARTITIONS = (0, 1, 2)
+
+
+def batches(seed: int, *, n: int, keys: int) -> list[tuple[int, list[Message]]]:
+    """Batches of three partitions, interleaved: additions, deletes (amount 0), records without
+    key, and values the handler cannot add (dead letters)."""
+    rng = random.Random(seed)
+    offsets = dict.fromkeys(PARTITIONS, 0)
+    out: list[tuple[int, list[Message]]] = []
+    ts = T0
+    while n > 0:
+        p = rng.choice(PARTITIONS)
+        batch = []
+        for _ in range(min(n, rng.randrange(1, 60))):
+            ts += rng.randrange(0, 300)
+            key: bytes | None = b"k%d" % rng.randrange(keys) if rng.random() > 0.03 else None
+            roll = rng.random()
+            value = b'{"amount": "x"}' if roll < 0.02 else b'{"amount": %d}' % int(roll * 10)
+            batch.append(Message(key, value, offsets[p], ts))
+            offsets[p] += 1
+        n -= len(batch)
+        out.append((p, batch))
+    return out
+
+
+def tally(record: Record, ctx: ProcessorContext) -> None:
+    """Adds the amount to the key's total (0 deletes it), emits the change; a str amount raises
+    after the write: a dead letter whose write must not stay."""
+    if record.key is None:
+        ctx.skip()
+        return
+    totals = ctx.stores["t"]
+    amount = record.value["amount"]
+    if amount == 0:
+        totals.pop(record.key, None)
+        return
+    totals[record.key] = totals.get(record.key, 0) + 1
+    totals[record.key] = total = totals[record.key] - 1 + amount + 0  # a str amount raises here
+    ctx.emit("out", record.key, total)
+
+
+def processor() -> Processor:
+    proc = Processor(
+        "p",
+        inputs=["events"],
+        bootstrap_servers="localhost:1",
+        stores=["t"],
+        value_serde="json",
+        processing=ProcessingOptions(dead_letter_topic="dead"),
+    )
+    proc.handler(tally)
+    return proc
+
+
+def reader(handler: ProcessorHandler, proc: Processor, store: StateStore, *, held: bool) -> StoreReader:
+    reads: Any = handler.reads() if held else store
+    return StoreReader(StoreSpec("t"), proc.key_serde, resolve_serde("json"), reads, PARTITIONS)
+
+
+def rows_of(store: StateStore) -> dict[int, list[tuple[Any, ...]]]:
+    columns = ("key", "value", "offset", "timestamp")
+    return {
+        p: sorted(zip(*(t.column(c).to_pylist() for c in columns), strict=True))
+        for p, t in store.export().items()
+    }
+
+
+def run(*, hold: int | None, seed: int = 3) -> dict[str, Any]:
+    """The history through one handler; *hold*: writes held (that many keys at most)."""
+    proc = processor()
+    store = open_state_store("memory")
+    outputs = Recorded(proc)
+    handler = proc.handler_for(store, outputs)
+    if hold is not None:
+        assert handler.hold_writes()
+        handler.buffer.hold = hold
+    seen = []
+    for i, (p, batch) in enumerate(batches(seed, n=3000, keys=40)):
+        handler.apply(p, batch, None)
+        if i % 7 == 0:  # what a reader outside the handlers sees, between batches
+            seen.append(dict(reader(handler, proc, store, held=hold is not None).items()))
+    before_commit = rows_of(store)
+    handler.commit_point(checkpoint=True)
+    return {
+        "before_commit": before_commit,
+        "rows": rows_of(store),
+        "seen": seen,
+        "skipped": handler.skipped,
+        "dead": handler.dead_lettered,
+        "sent": outputs.sent,
+        "stream_times": [handler.stream_time(p) for p in PARTITIONS],
+    }
+
+
+@pytest.mark.parametrize("hold", [HELD_KEYS, 25])
+def test_held_writes_leave_what_writes_at_every_batch_end_leave(hold: int) -> None:
+    plain = run(hold=None)
+    held = run(hold=hold)
+    assert held["rows"] == plain["rows"]
+    assert held["seen"] == plain["seen"]
+    for what in ("skipped", "dead", "sent", "stream_times"):
+        assert held[what] == plain[what], what
+    assert plain["dead"] > 0
+    assert plain["skipped"] > 0
+    assert len(plain["seen"]) > 10
+    # Held means held: with the default hold nothing reaches the store before the commit
+    # point; a hold of 25 keys hands them all over whenever more are held.
+    if hold == HELD_KEYS:
+        assert held["before_commit"] == {}
+    else:
+        assert held["before_commit"] != {}
+
+
+def test_a_held_delete_hides_the_stored_row_from_readers() -> None:
+    proc = processor()
+    store = open_state_store("memory")
+    handler = proc.handler_for(store, Recorded(proc))
+    assert handler.hold_writes()
+    handler.apply(0, [Message(b"a", b'{"amount": 2}', 0, T0), Message(b"b", b'{"amount": 3}', 1, T0)], None)
+    handler.commit_point(checkpoint=False)  # a and b in the store
+    handler.apply(0, [Message(b"a", b'{"amount": 0}', 2, T0), Message(b"c", b'{"amount": 4}', 3, T0)], None)
+    held = reader(handler, proc, store, held=True)
+    assert dict(held.items()) == {b"b": 3, b"c": 4}
+    assert held.get(b"a") is None
+    assert held[b"c"] == 4
+    assert dict(reader(handler, proc, store, held=False).items()) == {b"a": 2, b"b": 3}  # not yet
+
+
+def test_a_released_partition_reaches_the_store_before_its_rows_go() -> None:
+    proc = processor()
+    store = open_state_store("memory")
+    handler = proc.handler_for(store, Recorded(proc))
+    assert handler.hold_writes()
+    handler.apply(1, [Message(b"a", b'{"amount": 2}', 0, T0)], None)
+    handler.apply(2, [Message(b"b", b'{"amount": 5}', 0, T0)], None)
+    assert len(store) == 0
+    handler.release([1])
+    assert len(store) == 4  # both partitions' rows and stream times
+    assert store.drop_partitions([1]) > 0
+
+
+@pytest.mark.parametrize(
+    ("stores", "declare"),
+    [
+        pytest.param([], lambda proc: proc.count("c"), id="a batch fold"),
+        pytest.param([], lambda proc: proc.count("c", window=Windows.tumbling("1m")), id="windows"),
+        pytest.param([StoreSpec("t", ttl="1h")], lambda proc: proc.handler(tally), id="a TTL store"),
+        pytest.param(
+            [StoreSpec("t"), StoreSpec("w", window=Windows.tumbling("1m"))],
+            lambda proc: proc.handler(tally),
+            id="a window store beside",
+        ),
+    ],
+)
+def test_writes_are_held_only_over_plain_key_value_stores(stores: list[StoreSpec], declare: Any) -> None:
+    """A batch fold writes the store directly; windows and TTL entries expire from the store."""
+    proc = Processor("p", inputs=["events"], bootstrap_servers="localhost:1", stores=stores)
+    declare(proc)
+    handler = proc.handler_for(open_state_store("memory"), Recorded(proc))
+    assert not handler.hold_writes()
+    assert handler.buffer.hold == 0
