@@ -71,6 +71,18 @@ class WriteBuffer:
             return write[0]
         return self._stored(key)
 
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """:meth:`get` of each of *keys* (a batch fold's reads): the held ones by one C-level
+        ``map``, the others by one ``get_many`` of the store."""
+        batch = self.batch
+        if not batch:
+            return self.store.get_many(keys)
+        writes = list(map(batch.get, keys))
+        if None not in writes:
+            return [write[0] for write in writes]  # type: ignore[index]
+        stored = iter(self.store.get_many([k for k, w in zip(keys, writes, strict=True) if w is None]))
+        return [next(stored) if write is None else write[0] for write in writes]
+
     def put(self, key: bytes, value: bytes | None, offset: int, timestamp: int) -> None:
         batch, undo = self.batch, self.undo
         if key not in undo:

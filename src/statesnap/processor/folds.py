@@ -217,11 +217,11 @@ class Fold:
             last = {g: at[j] for j, g in enumerate(groups)}
             stored = [prefix + window_bytes(s) + k for k, s in last]
         buffer = h.buffer
-        held = buffer.store.get_many(stored) if not buffer.batch else [buffer.get(k) for k in stored]
+        held = buffer.get_many(stored)
         currents = _decode_many(view.value_serde, held, self.initializer)
         results = [c + n for c, n in zip(currents, map(tally.__getitem__, last), strict=True)]
         encoded = _encode_many(view.value_serde, results)
-        if buffer.batch:  # something is buffered already: the rows join it, written in order
+        if buffer.batch or buffer.hold:  # the rows join what is buffered, written in order
             rows = [(v, messages[i].offset(), stamps[i]) for v, i in zip(encoded, last.values(), strict=True)]
             buffer.batch.update(zip(stored, rows, strict=True))
         else:  # the batch's only writes (stream time aside, another key): straight to the store
@@ -331,15 +331,15 @@ class Fold:
     def _preload(
         self, h: ProcessorHandler, prefix: bytes, messages: Sequence[KafkaMessage]
     ) -> dict[bytes, Any] | None:
-        """The stored aggregates of the batch's keys, read by one ``get_many`` and decoded at
-        once (absent keys absent), where the keys are stored as their Kafka bytes and nothing is
-        buffered; None otherwise, or if a stored value does not decode (then each is read in
-        turn, its record failing as it would per record)."""
+        """The aggregates of the batch's keys (held or stored), read by one ``get_many`` and
+        decoded at once (absent keys absent), where the keys are stored as their Kafka bytes;
+        None otherwise, or if a value does not decode (then each is read in turn, its record
+        failing as it would per record)."""
         view = h.context.stores[self.store]
-        if h.buffer.batch or not (_identity(h.key_serde) and _identity(view.key_serde)):
+        if not (_identity(h.key_serde) and _identity(view.key_serde)):
             return None
         stored = [prefix + k for k in dict.fromkeys(m.key() for m in messages) if k is not None]
-        held = h.buffer.store.get_many(stored)
+        held = h.buffer.get_many(stored)
         present = [(k, raw) for k, raw in zip(stored, held, strict=True) if raw is not None]
         try:
             values = _decode_many(view.value_serde, [raw for _, raw in present], self.initializer)

@@ -172,12 +172,11 @@ class ProcessorHandler:
         return stream_time_of(self.store.get(key) if held is None else held[0])
 
     def hold_writes(self) -> bool:
-        """Hold the writes of per-record handlers across batches, up to
+        """Hold the writes of handlers and batch folds across batches, up to
         :data:`~statesnap.processor.buffer.HELD_KEYS` keys (see :mod:`statesnap.processor.buffer`):
-        what a Python task asks for. Only where every store is a plain key-value store read
-        through its view: a batch fold writes the store directly, and windows and TTL entries
-        expire from the store itself. Returns whether they are held."""
-        if self._batched is not None or self.windowed or self.expiring or self.context.window_stores:
+        what a Python task asks for. Only where every store is a plain key-value store: windows
+        and TTL entries expire from the store itself. Returns whether they are held."""
+        if self.windowed or self.expiring or self.context.window_stores:
             return False
         self.buffer.hold = HELD_KEYS
         return True

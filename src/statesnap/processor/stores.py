@@ -138,6 +138,8 @@ class Cursor:
 class _View:
     __slots__ = (
         "_key_bytes",
+        "_last_key",
+        "_last_stored",
         "_partition",
         "_prefix_bytes",
         "buffer",
@@ -158,6 +160,10 @@ class _View:
         self._key_bytes = key_serde.serialize
         self._partition = -1
         self._prefix_bytes = b""
+        #: The last key (bytes or str: immutable) a read turned into stored bytes, and those: the
+        #: write that follows a read of the same key (``d[k] = d.get(k, 0) + 1``) reuses them.
+        self._last_key: object = _NO_KEY
+        self._last_stored = b""
 
     def _prefix(self, action: str) -> bytes:
         """The key prefix of the current record's partition (per-record hot path: cached)."""
@@ -176,7 +182,12 @@ class _View:
         if cursor.partition != self._partition:
             self._partition = cursor.partition
             self._prefix_bytes = partition_prefix(self.name, cursor.partition)
+            self._last_key = _NO_KEY
         return self._prefix_bytes
+
+
+#: :attr:`_View._last_key` before any read (no key is this object).
+_NO_KEY = object()
 
 
 class KeyValueStore(_View, MutableMapping[Any, Any]):
@@ -201,7 +212,12 @@ class KeyValueStore(_View, MutableMapping[Any, Any]):
         cursor = self.cursor
         if cursor.thread != get_ident() or cursor.partition != self._partition:
             self._prefix(action)
-        return self._prefix_bytes + self._key_bytes(key)
+        if key is self._last_key:
+            return self._last_stored
+        stored = self._prefix_bytes + self._key_bytes(key)
+        if type(key) is bytes or type(key) is str:
+            self._last_key, self._last_stored = key, stored
+        return stored
 
     def __getitem__(self, key: Any) -> Any:
         raw = self._load(self._stored(key, "read"))
@@ -213,7 +229,13 @@ class KeyValueStore(_View, MutableMapping[Any, Any]):
         cursor = self.cursor
         if cursor.thread != get_ident() or cursor.partition != self._partition:
             self._prefix("read")
-        raw = self._load(self._prefix_bytes + self._key_bytes(key))
+        if key is self._last_key:
+            stored = self._last_stored
+        else:
+            stored = self._prefix_bytes + self._key_bytes(key)
+            if type(key) is bytes or type(key) is str:
+                self._last_key, self._last_stored = key, stored
+        raw = self._load(stored)
         return default if raw is None else self._value_of(raw)
 
     def __contains__(self, key: object) -> bool:
@@ -226,7 +248,7 @@ class KeyValueStore(_View, MutableMapping[Any, Any]):
         raw = self._value_bytes(value)
         dump = self._dump
         self.buffer.put(
-            self._prefix_bytes + self._key_bytes(key),
+            self._last_stored if key is self._last_key else self._prefix_bytes + self._key_bytes(key),
             raw if dump is None else dump(raw),
             cursor.offset,
             cursor.timestamp,

@@ -165,8 +165,7 @@ def test_a_released_partition_reaches_the_store_before_its_rows_go() -> None:
 @pytest.mark.parametrize(
     ("stores", "declare"),
     [
-        pytest.param([], lambda proc: proc.count("c"), id="a batch fold"),
-        pytest.param([], lambda proc: proc.count("c", window=Windows.tumbling("1m")), id="windows"),
+        pytest.param([], lambda proc: proc.count("c", window=Windows.tumbling("1m")), id="a window fold"),
         pytest.param([StoreSpec("t", ttl="1h")], lambda proc: proc.handler(tally), id="a TTL store"),
         pytest.param(
             [StoreSpec("t"), StoreSpec("w", window=Windows.tumbling("1m"))],
@@ -176,7 +175,7 @@ def test_a_released_partition_reaches_the_store_before_its_rows_go() -> None:
     ],
 )
 def test_writes_are_held_only_over_plain_key_value_stores(stores: list[StoreSpec], declare: Any) -> None:
-    """A batch fold writes the store directly; windows and TTL entries expire from the store."""
+    """Windows and TTL entries expire from the store itself (what a window fold writes too)."""
     proc = Processor("p", inputs=["events"], bootstrap_servers="localhost:1", stores=stores)
     declare(proc)
     handler = proc.handler_for(open_state_store("memory"), Recorded(proc))
