@@ -11,12 +11,16 @@ When each partition's writes reach the store depends on :attr:`WriteBuffer.hold`
 
 - 0 (what a declared aggregation's batch fold and windowed or TTL stores use): at the end of
   every partition's batch, in one ``apply`` — the store's fast path.
-- N > 0 (a Python task's per-record handlers over plain key-value stores): they stay here,
-  across batches, until more than N keys are held or a commit point comes (:meth:`flush`), as
-  Kafka Streams' record cache holds a task's writes until its commit or until the cache is full.
-  A key written by many records between two commit points then reaches the store once, and its
-  reads are one dictionary lookup: while catching up over 200 k keys that is a quarter of the
-  per-record path's cost (``benchmarks/aggregations.py --only handler``). Readers from outside
+- N > 0 (a Python task's handlers and batch folds over plain key-value stores): they stay
+  here, across batches, until more than N keys are held or a commit point comes (:meth:`commit`),
+  as Kafka Streams' record cache holds a task's writes until its commit or until the cache is
+  full. A key written by many records between two commit points then reaches the store once, and
+  its reads are one dictionary lookup: while catching up over 200 k keys that is a fifth of the
+  per-record path's cost (``benchmarks/aggregations.py --only handler``). Where keys are seldom
+  written twice (millions of them, each touched once in a while) holding costs more than it
+  saves (a second large dictionary between the records and the store: 5-15 % more per record):
+  when N keys fill up before the records written since the last hand-over reach twice that,
+  writes go to the store at every batch's end again until the next commit point. Readers from outside
   the handlers read through :class:`HeldReads`, so what a processor's store shows and what its
   positions claim stay the same (they may see a write of the record being handled a moment
   before it counts: a rejected record's writes are put back as they are now).
@@ -45,7 +49,7 @@ HELD_KEYS = 262_144
 class WriteBuffer:
     """Buffered writes of one task (all stores share its keyspace), per partition."""
 
-    __slots__ = ("_partitions", "_stored", "batch", "hold", "store", "undo")
+    __slots__ = ("_partitions", "_paused", "_since", "_stored", "batch", "hold", "store", "undo")
 
     def __init__(self, store: StateStore, *, hold: int = 0) -> None:
         self.store = store
@@ -55,6 +59,10 @@ class WriteBuffer:
         self.undo: dict[bytes, Write] = {}
         #: Keys held across batches before :meth:`apply` hands them over (0: none, see module).
         self.hold = hold
+        #: Records applied since writes were last handed over, and whether holding is off until
+        #: the next commit point (it did not pay: see the module).
+        self._since = 0
+        self._paused = False
         #: ``store.get``, bound once: a handler's store read that misses ``batch`` calls it.
         self._stored: Callable[[bytes], bytes | None] = store.get
 
@@ -104,20 +112,30 @@ class WriteBuffer:
                 batch[key] = before
         self.undo.clear()
 
-    def apply(self, partition: int) -> None:
-        """End of *partition*'s batch: its writes go to the store, unless they may be held (fewer
-        than :attr:`hold` keys in all)."""
-        if self.hold and sum(map(len, self._partitions.values())) <= self.hold:
-            return
-        if self.hold:
-            self.flush()
-        else:
+    def apply(self, partition: int, records: int) -> None:
+        """End of *partition*'s batch of *records*: its writes go to the store, unless they may
+        be held (no more than :attr:`hold` keys in all, and holding pays)."""
+        if not self.hold or self._paused:
             self._hand_over(partition, self._partitions.get(partition))
+            return
+        self._since += records
+        held = sum(map(len, self._partitions.values()))
+        if held <= self.hold:
+            return
+        self._paused = self._since < 2 * held  # keys seldom written twice: holding does not pay
+        self.flush()
 
     def flush(self) -> None:
-        """Every held write to the store (a commit point, a partition leaving, the cache full)."""
+        """Every held write to the store (a partition leaving, the cache full)."""
         for partition, batch in self._partitions.items():
             self._hand_over(partition, batch)
+        self._since = 0
+
+    def commit(self) -> None:
+        """A commit point: every held write to the store, and writes are held again (if
+        holding stopped paying, this is where it is tried anew)."""
+        self.flush()
+        self._paused = False
 
     def _hand_over(self, partition: int, batch: dict[bytes, Write] | None) -> None:
         if batch:

@@ -221,7 +221,7 @@ class ProcessorHandler:
             for other, next_offset in others.items():
                 buffer.put(input_offset_key(partition, other), input_offset_value(next_offset), offset, ts)
             buffer.accept()
-        buffer.apply(partition)
+        buffer.apply(partition, len(messages))
         if offset >= 0:
             self._last[partition] = (offset, ts)
             if self.windowed and stream_time != started:
@@ -383,7 +383,7 @@ class ProcessorHandler:
     # --- commit points ----------------------------------------------------------------------
 
     def commit_point(self, *, checkpoint: bool) -> None:
-        self.buffer.flush()  # what the buffer holds goes into the store, and so the checkpoint
+        self.buffer.commit()  # what the buffer holds goes into the store, and so the checkpoint
         self._expire_windows()
         self._expire_entries(every=checkpoint)
         if self.multi:

@@ -181,3 +181,41 @@ def test_writes_are_held_only_over_plain_key_value_stores(stores: list[StoreSpec
     handler = proc.handler_for(open_state_store("memory"), Recorded(proc))
     assert not handler.hold_writes()
     assert handler.buffer.hold == 0
+
+
+def test_holding_stops_where_keys_are_seldom_written_twice_and_resumes_at_the_commit_point() -> None:
+    """Millions of keys each touched once in a while: held writes are a second large dictionary
+    that saves nothing. Once *hold* keys fill up before the records reach twice that, writes go
+    to the store at each batch's end again, until the next commit point tries holding anew."""
+    proc = processor()
+    store = open_state_store("memory")
+    handler = proc.handler_for(store, Recorded(proc))
+    assert handler.hold_writes()
+    handler.buffer.hold = 10
+
+    def batch(first: int, n: int, key: str = "k%d") -> list[Message]:
+        return [Message((key % i).encode(), b'{"amount": 1}', first + i, T0) for i in range(n)]
+
+    handler.apply(0, batch(0, 8), None)
+    assert len(store) == 0  # 8 keys (and the stream time): held
+    handler.apply(0, batch(8, 8, "j%d"), None)  # 17 keys held after 16 records: holding stops
+    assert len(store) == 17
+    handler.apply(0, batch(16, 3, "m%d"), None)
+    assert len(store) == 20  # written at the batch's end
+    handler.commit_point(checkpoint=False)
+    handler.apply(0, batch(19, 3, "n%d"), None)
+    assert len(store) == 23 - 3  # held again
+    # Keys written again and again: when the hold fills up, everything is handed over and
+    # writes are held again.
+    handler.commit_point(checkpoint=False)
+    assert len(store) == 23
+    for first in range(22, 72, 10):
+        again = [Message(b"k%d" % (i % 5), b'{"amount": 1}', first + i, T0) for i in range(10)]
+        handler.apply(0, again, None)
+    assert len(store) == 23  # 5 keys held (and the stream time)
+    handler.apply(0, batch(72, 6, "p%d"), None)  # 12 keys held after 56 records: handed over
+    assert len(store) == 29
+    handler.apply(0, batch(78, 2, "q%d"), None)
+    assert len(store) == 29  # held again
+    handler.commit_point(checkpoint=False)
+    assert dict(reader(handler, proc, store, held=False).items())[b"k0"] == 1 + 10
