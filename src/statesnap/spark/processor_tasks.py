@@ -98,6 +98,7 @@ def partition_task(
         outputs = Outputs(opts.settings(), proc.key_serde, proc.value_serde)
         outputs.state_only = not emit
         handler = proc.handler_for(store, outputs)
+        handler.hold_writes()  # a write-back cache, as a Python task's (statesnap.processor.buffer)
         seconds = {"load": clock() - mark}
         mark = clock()
         processed = 0
@@ -107,6 +108,7 @@ def partition_task(
                 processed += len(msgs)
                 store.forget_changes()
             handler.commit_point(checkpoint=True)  # nothing expired stays in the file, as at a Python commit
+            store.forget_changes()  # the held writes the commit point handed over
         except HandlerError as e:
             return Done(p, (), 0, {}, processed, failed=(str(e), e.offset))
         finally:
