@@ -1,5 +1,5 @@
 """The writes of the records being processed, kept apart from the task's store until they count
-and, on the per-record path, held across batches as a write-back cache.
+and, in a task, held across batches as a write-back cache.
 
 A handler's writes go straight into ``batch`` (the current partition's writes), and the first
 write of a key by the record being handled saves what ``batch`` held for it in ``undo``. When
@@ -9,21 +9,24 @@ behind. A read looks in ``batch``, then the store (read your writes).
 
 When each partition's writes reach the store depends on :attr:`WriteBuffer.hold`:
 
-- 0 (what a declared aggregation's batch fold and windowed or TTL stores use): at the end of
-  every partition's batch, in one ``apply`` — the store's fast path.
-- N > 0 (a Python task's handlers and batch folds over plain key-value stores): they stay
-  here, across batches, until more than N keys are held or a commit point comes (:meth:`commit`),
-  as Kafka Streams' record cache holds a task's writes until its commit or until the cache is
-  full. A key written by many records between two commit points then reaches the store once, and
-  its reads are one dictionary lookup: while catching up over 200 k keys that is a fifth of the
-  per-record path's cost (``benchmarks/aggregations.py --only handler``). Where keys are seldom
-  written twice (millions of them, each touched once in a while) holding costs more than it
-  saves (a second large dictionary between the records and the store: 5-15 % more per record):
-  when N keys fill up before the records written since the last hand-over reach twice that,
-  writes go to the store at every batch's end again until the next commit point. Readers from outside
-  the handlers read through :class:`HeldReads`, so what a processor's store shows and what its
-  positions claim stay the same (they may see a write of the record being handled a moment
-  before it counts: a rejected record's writes are put back as they are now).
+- 0 (a processor with a window or TTL store, whose entries expire from the store itself; a
+  handler built outside a task): at the end of every partition's batch, in one ``apply`` — the
+  store's fast path.
+- N > 0 (a task's handlers and batch folds over plain key-value stores, on either engine):
+  they stay here, across batches, until more than N keys are held or a commit point comes
+  (:meth:`commit`), as Kafka Streams' record cache holds a task's writes until its commit or
+  until the cache is full. A key written by many records between two commit points then
+  reaches the store once, and its reads are one dictionary lookup: while catching up over
+  200 k keys that is a fifth of the per-record path's cost (``benchmarks/aggregations.py --only
+  handler``). Where keys are seldom written twice (millions of them, each touched once in a
+  while) holding costs more than it saves (a second large dictionary between the records and
+  the store: 5-15 % more per record): when N keys fill up before the records written since the
+  last hand-over reach twice that, writes go to the store at every batch's end again until the
+  next commit point.
+
+Readers from outside the handlers read through :class:`HeldReads`, so what a processor's store
+shows and what its positions claim stay the same (they may see a write of the record being
+handled a moment before it counts: a rejected record's writes are put back as they are now).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ Write = tuple[bytes | None, int, int]
 #: What ``undo`` saves for a key the batch did not hold yet.
 _ABSENT: Write = (b"", -1, -1)
 
-#: Keys a per-record processor holds across batches before they go to the store (about 250 B
+#: Keys a processor holds across batches before they go to the store (about 250 B
 #: each with their values: ~64 MB at most; Kafka Streams' record cache defaults to 10 MB).
 HELD_KEYS = 262_144
 
@@ -51,14 +54,14 @@ class WriteBuffer:
 
     __slots__ = ("_partitions", "_paused", "_since", "_stored", "batch", "hold", "store", "undo")
 
-    def __init__(self, store: StateStore, *, hold: int = 0) -> None:
+    def __init__(self, store: StateStore) -> None:
         self.store = store
         #: Writes not yet in the store, per partition; ``batch`` is the current partition's.
         self._partitions: dict[int, dict[bytes, Write]] = {}
         self.batch: dict[bytes, Write] = {}
         self.undo: dict[bytes, Write] = {}
         #: Keys held across batches before :meth:`apply` hands them over (0: none, see module).
-        self.hold = hold
+        self.hold = 0
         #: Records applied since writes were last handed over, and whether holding is off until
         #: the next commit point (it did not pay: see the module).
         self._since = 0

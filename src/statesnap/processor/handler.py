@@ -174,8 +174,9 @@ class ProcessorHandler:
     def hold_writes(self) -> bool:
         """Hold the writes of handlers and batch folds across batches, up to
         :data:`~statesnap.processor.buffer.HELD_KEYS` keys (see :mod:`statesnap.processor.buffer`):
-        what a Python task asks for. Only where every store is a plain key-value store: windows
-        and TTL entries expire from the store itself. Returns whether they are held."""
+        what a task asks for, on either engine. Only where every store is a plain key-value
+        store: windows and TTL entries expire from the store itself. Returns whether they are
+        held."""
         if self.windowed or self.expiring or self.context.window_stores:
             return False
         self.buffer.hold = HELD_KEYS

@@ -75,7 +75,7 @@ class ProcessorTaskHandler:
     def records(self, task: Task) -> ProcessorHandler:
         self._task = task
         handler = self.proc.handler_for(task.store, self._outputs_for(task))
-        handler.hold_writes()  # a Python task's per-record handlers: a write-back cache (buffer.py)
+        handler.hold_writes()  # a write-back cache (statesnap.processor.buffer)
         handler.positions = self.input_positions
         handler.other_positions = self.other_positions
         self._records = handler
