@@ -15,6 +15,7 @@ checkpoint / count checkpoint, is the figure to watch (target: <= 1).
     .venv/bin/python benchmarks/window_checkpoint.py                                  # 2 M events, 200 k keys
     .venv/bin/python benchmarks/window_checkpoint.py --events 200000 --keys 20000    # a quick run
     .venv/bin/python benchmarks/window_checkpoint.py --broker apache                 # Apache Kafka
+    .venv/bin/python benchmarks/window_checkpoint.py --store rocksdb                 # each store
 
 Not a test: it prints figures for the record (``--json`` the same as JSON).
 """
@@ -39,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from processors import BenchError, broker_for, files_of
 
-from statesnap import Processor, Windows
+from statesnap import Processor, StoreOptions, Windows
 from statesnap.kafka.admin import KafkaAdmin
 from statesnap.kafka.clients import new_producer
 from statesnap.kafka.config import KafkaSettings
@@ -88,11 +89,18 @@ def produce(bs: str, topic: str, partitions: int, events: int, keys: int, per_mi
     return time.monotonic() - t0
 
 
-def run_one(bs: str, topic: str, root: Path, *, window: bool) -> dict[str, Any]:
-    """Catch up from scratch, then one checkpoint (timed): the figures of one processor."""
+def run_one(bs: str, topic: str, root: Path, *, window: bool, store: str) -> dict[str, Any]:
+    """Catch up from scratch into *store*, then one checkpoint (timed): one processor's figures."""
     gc.collect()
     name = f"{'windows' if window else 'counts'}-{uuid.uuid4().hex[:6]}"
-    proc = Processor(name, inputs=[topic], bootstrap_servers=bs, checkpoints=str(root), value_serde="json")
+    proc = Processor(
+        name,
+        inputs=[topic],
+        bootstrap_servers=bs,
+        checkpoints=str(root),
+        value_serde="json",
+        store=StoreOptions(store, path=str(root / "state")),
+    )
     if window:
         proc.count("windows", window=Windows.tumbling(timedelta(minutes=1)))
     else:
@@ -125,6 +133,12 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--per-minute", type=int, default=1_000, help="events per minute of event time")
     ap.add_argument("--broker", choices=["tansu", "apache"], default="tansu")
+    ap.add_argument(
+        "--store",
+        choices=["auto", "memory", "columnar", "rocksdb"],
+        default="auto",
+        help="the processors' state store (default: auto, what a processor gets)",
+    )
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
     load = os.getloadavg()[0]
@@ -132,8 +146,8 @@ def main() -> None:
         with broker_for(args.broker) as bs, tempfile.TemporaryDirectory() as work:
             topic = f"events-{uuid.uuid4().hex[:6]}"
             produced = produce(bs, topic, args.partitions, args.events, args.keys, args.per_minute)
-            count = run_one(bs, topic, Path(work) / "count", window=False)
-            windows = run_one(bs, topic, Path(work) / "window", window=True)
+            count = run_one(bs, topic, Path(work) / "count", window=False, store=args.store)
+            windows = run_one(bs, topic, Path(work) / "window", window=True, store=args.store)
     except BenchError as e:
         sys.exit(f"window_checkpoint: {e}")
     r = {
@@ -141,6 +155,7 @@ def main() -> None:
         "keys": args.keys,
         "partitions": args.partitions,
         "broker": args.broker,
+        "store": args.store,
         "produce_s": produced,
         "load_start": load,
         "load_end": os.getloadavg()[0],
@@ -152,8 +167,8 @@ def main() -> None:
         print(json.dumps(r, indent=2))
         return
     print(
-        f"{args.events:,} events over {args.keys:,} keys, {args.partitions} partitions, {args.broker} broker "
-        f"(load {r['load_start']:.2f} -> {r['load_end']:.2f})"
+        f"{args.events:,} events over {args.keys:,} keys, {args.partitions} partitions, "
+        f"{args.broker} broker, {args.store} store (load {r['load_start']:.2f} -> {r['load_end']:.2f})"
     )
     for what, f in (("count store", count), ("window store (1-minute tumbling)", windows)):
         print(

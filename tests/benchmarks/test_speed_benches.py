@@ -30,10 +30,12 @@ def run(script: str, *args: str) -> dict[str, Any]:
 
 @pytest.mark.integration
 @pytest.mark.long  # benchmark smoke runs (~30 s): the unit tests prove the behaviour
-def test_window_checkpoint_run_holds_only_live_windows() -> None:
+@pytest.mark.parametrize("store", ["auto", "rocksdb"])
+def test_window_checkpoint_run_holds_only_live_windows(store: str) -> None:
     """20 k events over 2 k keys, a minute's worth per 1,000 of them: of the ~20 k windows that
     came and went, only the newest minute's per partition are in the store the checkpoint wrote."""
-    r = run("window_checkpoint.py", "--events", "20000", "--keys", "2000")
+    r = run("window_checkpoint.py", "--events", "20000", "--keys", "2000", "--store", store)
+    assert r["store"] == store
     assert r["count"]["records"] == r["window"]["records"] == 20_000
     assert r["count"]["live_rows"] == 2_000
     assert 0 < r["window"]["live_rows"] <= 1_000
