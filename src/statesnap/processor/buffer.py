@@ -24,6 +24,12 @@ When each partition's writes reach the store depends on :attr:`WriteBuffer.hold`
   last hand-over reach twice that, writes go to the store at every batch's end again until the
   next commit point.
 
+A count folded per batch holds its aggregates decoded (:class:`HeldCounts`): per key an integer
+and the offset and timestamp of its last record, added to by one C-level ``Counter.update`` per
+batch instead of a read, a decode, an encode and a write per key. They are encoded into the held
+writes at every hand-over, and before any other path (a batch the count cannot fold at once, an
+exactly-once replay) reads the store (:meth:`WriteBuffer.settle`).
+
 Readers from outside the handlers read through :class:`HeldReads`, so what a processor's store
 shows and what its positions claim stay the same (they may see a write of the record being
 handled a moment before it counts: a rejected record's writes are put back as they are now).
@@ -31,13 +37,15 @@ handled a moment before it counts: a rejected record's writes are put back as th
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from operator import add
 from typing import Protocol
 
+from statesnap.processor.keyspace import partition_prefix
 from statesnap.stores import StateStore
 
-__all__ = ["HELD_KEYS", "HeldReads", "StoreReads", "WriteBuffer"]
+__all__ = ["HELD_KEYS", "HeldCounts", "HeldReads", "StoreReads", "WriteBuffer"]
 
 #: A buffered write: (value or None for a delete, input offset, input timestamp).
 Write = tuple[bytes | None, int, int]
@@ -52,7 +60,7 @@ HELD_KEYS = 262_144
 class WriteBuffer:
     """Buffered writes of one task (all stores share its keyspace), per partition."""
 
-    __slots__ = ("_partitions", "_paused", "_since", "_stored", "batch", "hold", "store", "undo")
+    __slots__ = ("_counts", "_partitions", "_paused", "_since", "_stored", "batch", "hold", "store", "undo")
 
     def __init__(self, store: StateStore) -> None:
         self.store = store
@@ -66,6 +74,8 @@ class WriteBuffer:
         #: the next commit point (it did not pay: see the module).
         self._since = 0
         self._paused = False
+        #: Batch counts' decoded aggregates, per store (see :class:`HeldCounts`).
+        self._counts: dict[str, HeldCounts] = {}
         #: ``store.get``, bound once: a handler's store read that misses ``batch`` calls it.
         self._stored: Callable[[bytes], bytes | None] = store.get
 
@@ -115,6 +125,21 @@ class WriteBuffer:
                 batch[key] = before
         self.undo.clear()
 
+    def counts(self, store: str, encode: Callable[[list[int]], list[bytes]]) -> HeldCounts | None:
+        """Where a count of *store* folded per batch holds its aggregates (*encode*: the store's
+        values' encoding), or None while writes are not held."""
+        if not self.hold or self._paused:
+            return None
+        held = self._counts.get(store)
+        if held is None:
+            held = self._counts[store] = HeldCounts(store, encode)
+        return held
+
+    def settle(self) -> None:
+        """Held counts into the held writes: before a path that reads the store otherwise."""
+        for held in self._counts.values():
+            held.hand_over(self._partitions)
+
     def apply(self, partition: int, records: int) -> None:
         """End of *partition*'s batch of *records*: its writes go to the store, unless they may
         be held (no more than :attr:`hold` keys in all, and holding pays)."""
@@ -122,7 +147,7 @@ class WriteBuffer:
             self._hand_over(partition, self._partitions.get(partition))
             return
         self._since += records
-        held = sum(map(len, self._partitions.values()))
+        held = sum(map(len, self._partitions.values())) + sum(map(len, self._counts.values()))
         if held <= self.hold:
             return
         self._paused = self._since < 2 * held  # keys seldom written twice: holding does not pay
@@ -130,6 +155,7 @@ class WriteBuffer:
 
     def flush(self) -> None:
         """Every held write to the store (a partition leaving, the cache full)."""
+        self.settle()
         for partition, batch in self._partitions.items():
             self._hand_over(partition, batch)
         self._since = 0
@@ -159,6 +185,10 @@ class WriteBuffer:
     def held(self, key: bytes) -> Write | None:
         """The write of *key* not yet in the store, in any partition (readers from other
         threads: each lookup is one atomic dictionary read)."""
+        for counts in list(self._counts.values()):
+            counted = counts.held(key)
+            if counted is not None:
+                return counted
         for batch in list(self._partitions.values()):
             write = batch.get(key)
             if write is not None:
@@ -167,10 +197,79 @@ class WriteBuffer:
 
     def held_items(self, prefix: bytes) -> list[tuple[bytes, bytes | None]]:
         """Writes not yet in the store under *prefix*, in key order (a copy: see :meth:`held`)."""
-        found: list[tuple[bytes, bytes | None]] = []
+        found: dict[bytes, bytes | None] = {}
         for batch in list(self._partitions.values()):
-            found += [(k, w[0]) for k, w in list(batch.items()) if k.startswith(prefix)]
-        found.sort()
+            found.update((k, w[0]) for k, w in list(batch.items()) if k.startswith(prefix))
+        for counts in list(self._counts.values()):  # newer than any held write of their keys
+            found.update(counts.held_items(prefix))
+        return sorted(found.items())
+
+
+class HeldCounts:
+    """A count's aggregates folded per batch and held decoded (see the module): per partition,
+    each key's count and the (offset, timestamp) of its last record."""
+
+    __slots__ = ("_encode", "_prefixes", "counts", "origins", "store")
+
+    def __init__(self, store: str, encode: Callable[[list[int]], list[bytes]]) -> None:
+        self.store = store
+        self._encode = encode
+        #: Per partition: Kafka key bytes → count, and → (offset, timestamp) of its last record.
+        self.counts: dict[int, Counter[bytes]] = {}
+        self.origins: dict[int, dict[bytes, tuple[int, int]]] = {}
+        self._prefixes: dict[int, bytes] = {}
+
+    def of(self, partition: int) -> tuple[Counter[bytes], dict[bytes, tuple[int, int]]]:
+        """*partition*'s counts and origins, to fold a batch into."""
+        counts = self.counts.get(partition)
+        if counts is None:
+            counts = self.counts[partition] = Counter()
+            self.origins[partition] = {}
+            self._prefixes[partition] = partition_prefix(self.store, partition)
+        return counts, self.origins[partition]
+
+    def __len__(self) -> int:
+        return sum(map(len, self.counts.values()))
+
+    def hand_over(self, batches: dict[int, dict[bytes, Write]]) -> None:
+        """Each count encoded into *batches* (the buffer's held writes, per partition), then
+        forgotten here: written before they leave, so a reader never finds a key in neither."""
+        for partition, counts in self.counts.items():
+            if not counts:
+                continue
+            prefix, origins = self._prefixes[partition], self.origins[partition]
+            keys = list(counts)
+            encoded = self._encode(list(counts.values()))
+            batch = batches.get(partition)
+            if batch is None:
+                batch = batches[partition] = {}
+            batch.update((prefix + k, (v, *origins[k])) for k, v in zip(keys, encoded, strict=True))
+            counts.clear()
+            origins.clear()
+
+    def held(self, stored: bytes) -> Write | None:
+        """The held count of the stored key *stored*, encoded, or None."""
+        for partition, prefix in list(self._prefixes.items()):
+            if stored.startswith(prefix):
+                key = stored[len(prefix) :]
+                count = self.counts[partition].get(key)
+                origin = self.origins[partition].get(key)
+                if count is not None and origin is not None:
+                    return (self._encode([count])[0], *origin)
+        return None
+
+    def held_items(self, prefix: bytes) -> list[tuple[bytes, bytes | None]]:
+        """(stored key, encoded count) of the held counts under *prefix*."""
+        found: list[tuple[bytes, bytes | None]] = []
+        for partition, mine in list(self._prefixes.items()):
+            if mine.startswith(prefix) or prefix.startswith(mine):
+                items = list(self.counts[partition].items())
+                encoded = self._encode([v for _, v in items])
+                found += [
+                    (mine + k, v)
+                    for (k, _), v in zip(items, encoded, strict=True)
+                    if (mine + k).startswith(prefix)
+                ]
         return found
 
 

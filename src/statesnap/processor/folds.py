@@ -19,8 +19,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
+from functools import partial
 from itertools import accumulate
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import orjson
 
@@ -31,6 +32,7 @@ from statesnap.serde import Serde
 from statesnap.serde.basic import BytesSerde, JsonSerde
 
 if TYPE_CHECKING:
+    from statesnap.processor.buffer import HeldCounts
     from statesnap.processor.handler import ProcessorHandler
     from statesnap.processor.outputs import Outputs
     from statesnap.stores.base import KafkaMessage
@@ -168,6 +170,7 @@ class Fold:
             counted = self._count_batch(h, partition, messages, stream_time)
             if counted is not None:
                 return counted
+        h.buffer.settle()  # the held counts are read from the held writes from here on
         if self.window is None:
             return self._batch_by_key(h, partition, messages, stream_time)
         return self._batch_by_window(h, partition, messages, stream_time)
@@ -197,6 +200,14 @@ class Fold:
         stamps = [ts if kind else -1 for kind, ts in [m.timestamp() for m in messages]]
         newest = max(stamps)
         prefix = partition_prefix(self.store, partition)
+        held_counts = (
+            None
+            if window is not None
+            else h.buffer.counts(self.store, partial(_encode_many, view.value_serde))
+        )
+        if held_counts is not None:
+            self._add_held(h, held_counts, partition, cast("list[bytes]", keys), messages, stamps)
+            return max(stream_time, newest), messages[-1].offset(), stamps[-1]
         if window is None:
             groups: list[Any] = keys
             tally = Counter(groups)
@@ -237,6 +248,32 @@ class Fold:
             for key, (_k, start) in zip(stored, last, strict=True):
                 index(partition, start, key)
         return max(stream_time, newest), messages[-1].offset(), stamps[-1]
+
+    def _add_held(
+        self,
+        h: ProcessorHandler,
+        held: HeldCounts,
+        partition: int,
+        keys: list[bytes],
+        messages: Sequence[KafkaMessage],
+        stamps: list[int],
+    ) -> None:
+        """A batch's records added to the counts held decoded (statesnap.processor.buffer): one
+        C-level ``Counter.update``; only keys not held yet are read (held writes, then the store)
+        and decoded, once per hand-over."""
+        counts, origins = held.of(partition)
+        new = list(dict.fromkeys(keys).keys() - counts.keys())
+        if new:
+            prefix = partition_prefix(self.store, partition)
+            values = _decode_many(
+                h.context.stores[self.store].value_serde,
+                h.buffer.get_many([prefix + k for k in new]),
+                self.initializer,
+            )
+            dict.update(counts, zip(new, values, strict=True))
+        counts.update(keys)
+        offsets = [m.offset() for m in messages]
+        origins.update(zip(keys, zip(offsets, stamps, strict=True), strict=True))
 
     def _prelude(self, h: ProcessorHandler, partition: int) -> _Lookups:
         """What both batch folds (by key, by window) look up once per batch: the aggregation's

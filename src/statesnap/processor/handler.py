@@ -206,6 +206,7 @@ class ProcessorHandler:
             stream_time, offset, ts = self._batched(self, partition, messages, stream_time)
             cursor.offset, cursor.timestamp, cursor.stream_time = offset, ts, stream_time
         else:
+            buffer.settle()  # counts a batch fold held decoded: the views read the held writes
             # The call's thread, for the whole batch: the only one its stores answer (see
             # stores.py); no code but the handlers' and punctuators' runs on it meanwhile.
             cursor.thread = get_ident()
