@@ -21,8 +21,8 @@ When each partition's writes reach the store depends on :attr:`WriteBuffer.hold`
   handler``). Where keys are seldom written twice (millions of them, each touched once in a
   while) holding costs more than it saves (a second large dictionary between the records and
   the store: 5-15 % more per record): when N keys fill up before the records written since the
-  last hand-over reach twice that, writes go to the store at every batch's end again until the
-  next commit point.
+  last hand-over reach twice that, writes go to the store at every batch's end again, and a
+  commit point tries holding anew once :data:`RETRY_AFTER` times N records went by.
 
 A count folded per batch holds its aggregates decoded (:class:`HeldCounts`): per key an integer
 and the offset and timestamp of its last record, added to by one C-level ``Counter.update`` per
@@ -45,7 +45,7 @@ from typing import Protocol
 from statesnap.processor.keyspace import partition_prefix
 from statesnap.stores import StateStore
 
-__all__ = ["HELD_KEYS", "HeldCounts", "HeldReads", "StoreReads", "WriteBuffer"]
+__all__ = ["HELD_KEYS", "RETRY_AFTER", "HeldCounts", "HeldReads", "StoreReads", "WriteBuffer"]
 
 #: A buffered write: (value or None for a delete, input offset, input timestamp).
 Write = tuple[bytes | None, int, int]
@@ -55,12 +55,26 @@ _ABSENT: Write = (b"", -1, -1)
 #: Keys a processor holds across batches before they go to the store (about 250 B
 #: each with their values: ~64 MB at most; Kafka Streams' record cache defaults to 10 MB).
 HELD_KEYS = 262_144
+#: Holding that did not pay is tried again at a commit point once this many times the hold's keys
+#: in records went by meanwhile: a try costs about 10 % while it fills, so at most ~1 % in all.
+RETRY_AFTER = 8
 
 
 class WriteBuffer:
     """Buffered writes of one task (all stores share its keyspace), per partition."""
 
-    __slots__ = ("_counts", "_partitions", "_paused", "_since", "_stored", "batch", "hold", "store", "undo")
+    __slots__ = (
+        "_counts",
+        "_partitions",
+        "_paused",
+        "_paused_for",
+        "_since",
+        "_stored",
+        "batch",
+        "hold",
+        "store",
+        "undo",
+    )
 
     def __init__(self, store: StateStore) -> None:
         self.store = store
@@ -70,10 +84,11 @@ class WriteBuffer:
         self.undo: dict[bytes, Write] = {}
         #: Keys held across batches before :meth:`apply` hands them over (0: none, see module).
         self.hold = 0
-        #: Records applied since writes were last handed over, and whether holding is off until
-        #: the next commit point (it did not pay: see the module).
+        #: Records applied since writes were last handed over; whether holding is off (it did
+        #: not pay: see the module), and the records applied since it went off.
         self._since = 0
         self._paused = False
+        self._paused_for = 0
         #: Batch counts' decoded aggregates, per store (see :class:`HeldCounts`).
         self._counts: dict[str, HeldCounts] = {}
         #: ``store.get``, bound once: a handler's store read that misses ``batch`` calls it.
@@ -125,10 +140,15 @@ class WriteBuffer:
                 batch[key] = before
         self.undo.clear()
 
+    @property
+    def holding(self) -> bool:
+        """Whether writes are held across batches now (see the module)."""
+        return self.hold > 0 and not self._paused
+
     def counts(self, store: str, encode: Callable[[list[int]], list[bytes]]) -> HeldCounts | None:
         """Where a count of *store* folded per batch holds its aggregates (*encode*: the store's
         values' encoding), or None while writes are not held."""
-        if not self.hold or self._paused:
+        if not self.holding:
             return None
         held = self._counts.get(store)
         if held is None:
@@ -143,7 +163,8 @@ class WriteBuffer:
     def apply(self, partition: int, records: int) -> None:
         """End of *partition*'s batch of *records*: its writes go to the store, unless they may
         be held (no more than :attr:`hold` keys in all, and holding pays)."""
-        if not self.hold or self._paused:
+        if not self.holding:
+            self._paused_for += records
             self._hand_over(partition, self._partitions.get(partition))
             return
         self._since += records
@@ -161,10 +182,12 @@ class WriteBuffer:
         self._since = 0
 
     def commit(self) -> None:
-        """A commit point: every held write to the store, and writes are held again (if
-        holding stopped paying, this is where it is tried anew)."""
+        """A commit point: every held write to the store; where holding stopped paying, it is
+        tried anew here once :data:`RETRY_AFTER` times the hold in records went by."""
         self.flush()
-        self._paused = False
+        if self._paused and self._paused_for >= RETRY_AFTER * self.hold:
+            self._paused = False
+            self._paused_for = 0
 
     def _hand_over(self, partition: int, batch: dict[bytes, Write] | None) -> None:
         if batch:

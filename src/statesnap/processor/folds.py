@@ -20,7 +20,8 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import partial
-from itertools import accumulate
+from itertools import accumulate, filterfalse
+from operator import methodcaller
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import orjson
@@ -54,6 +55,9 @@ def _identity(serde: Serde) -> bool:
     """Whether *serde* stores a key as its Kafka bytes (decoding and encoding change nothing)."""
     return type(serde) is BytesSerde
 
+
+#: ``message.offset()`` as a C-level callable (mapped over a batch's messages).
+_OFFSET = methodcaller("offset")
 
 #: 19 digits in a row: JsonSerde decodes such a document with the standard library (orjson
 #: would read a number that long as a float).
@@ -232,7 +236,7 @@ class Fold:
         currents = _decode_many(view.value_serde, held, self.initializer)
         results = [c + n for c, n in zip(currents, map(tally.__getitem__, last), strict=True)]
         encoded = _encode_many(view.value_serde, results)
-        if buffer.batch or buffer.hold:  # the rows join what is buffered, written in order
+        if buffer.batch or buffer.holding:  # the rows join what is buffered, written in order
             rows = [(v, messages[i].offset(), stamps[i]) for v, i in zip(encoded, last.values(), strict=True)]
             buffer.batch.update(zip(stored, rows, strict=True))
         else:  # the batch's only writes (stream time aside, another key): straight to the store
@@ -262,7 +266,9 @@ class Fold:
         C-level ``Counter.update``; only keys not held yet are read (held writes, then the store)
         and decoded, once per hand-over."""
         counts, origins = held.of(partition)
-        new = list(dict.fromkeys(keys).keys() - counts.keys())
+        last = dict(zip(keys, range(len(keys)), strict=True))  # each key's last record
+        # C-level passes per distinct key (``keys() - counts.keys()`` would walk every held key)
+        new = list(filterfalse(counts.__contains__, last))
         if new:
             prefix = partition_prefix(self.store, partition)
             values = _decode_many(
@@ -272,8 +278,9 @@ class Fold:
             )
             dict.update(counts, zip(new, values, strict=True))
         counts.update(keys)
-        offsets = [m.offset() for m in messages]
-        origins.update(zip(keys, zip(offsets, stamps, strict=True), strict=True))
+        at = list(last.values())
+        offsets = map(_OFFSET, map(messages.__getitem__, at))
+        origins.update(zip(last, zip(offsets, map(stamps.__getitem__, at), strict=True), strict=True))
 
     def _prelude(self, h: ProcessorHandler, partition: int) -> _Lookups:
         """What both batch folds (by key, by window) look up once per batch: the aggregation's

@@ -12,7 +12,7 @@ import pytest
 
 from statesnap import ProcessingOptions, Processor, Windows
 from statesnap.processor import StoreSpec
-from statesnap.processor.buffer import HELD_KEYS
+from statesnap.processor.buffer import HELD_KEYS, RETRY_AFTER
 from statesnap.processor.context import ProcessorContext, Record
 from statesnap.processor.handler import ProcessorHandler
 from statesnap.processor.stores import StoreReader
@@ -183,10 +183,11 @@ def test_writes_are_held_only_over_plain_key_value_stores(stores: list[StoreSpec
     assert handler.buffer.hold == 0
 
 
-def test_holding_stops_where_keys_are_seldom_written_twice_and_resumes_at_the_commit_point() -> None:
+def test_holding_stops_where_keys_are_seldom_written_twice_and_is_tried_again_later() -> None:
     """Millions of keys each touched once in a while: held writes are a second large dictionary
     that saves nothing. Once *hold* keys fill up before the records reach twice that, writes go
-    to the store at each batch's end again, until the next commit point tries holding anew."""
+    to the store at each batch's end again; a commit point tries holding anew once RETRY_AFTER
+    times the hold in records went by."""
     proc = processor()
     store = open_state_store("memory")
     handler = proc.handler_for(store, Recorded(proc))
@@ -200,23 +201,29 @@ def test_holding_stops_where_keys_are_seldom_written_twice_and_resumes_at_the_co
     assert len(store) == 0  # 8 keys (and the stream time): held
     handler.apply(0, batch(8, 8, "j%d"), None)  # 17 keys held after 16 records: holding stops
     assert len(store) == 17
+    assert not handler.buffer.holding
     handler.apply(0, batch(16, 3, "m%d"), None)
     assert len(store) == 20  # written at the batch's end
-    handler.commit_point(checkpoint=False)
-    handler.apply(0, batch(19, 3, "n%d"), None)
-    assert len(store) == 23 - 3  # held again
+    handler.commit_point(checkpoint=False)  # too soon to try again
+    handler.apply(0, batch(19, RETRY_AFTER * 10 - 3, "n%d"), None)
+    assert len(store) == 20 + RETRY_AFTER * 10 - 3  # still written at once
+    handler.commit_point(checkpoint=False)  # RETRY_AFTER times the hold went by: held again
+    assert handler.buffer.holding
+    first = 19 + RETRY_AFTER * 10 - 3
+    handler.apply(0, batch(first, 3, "o%d"), None)
+    assert len(store) == 20 + RETRY_AFTER * 10 - 3  # held
     # Keys written again and again: when the hold fills up, everything is handed over and
     # writes are held again.
     handler.commit_point(checkpoint=False)
-    assert len(store) == 23
-    for first in range(22, 72, 10):
-        again = [Message(b"k%d" % (i % 5), b'{"amount": 1}', first + i, T0) for i in range(10)]
+    n, start = len(store), first + 3
+    for at in range(start, start + 50, 10):
+        again = [Message(b"k%d" % (i % 5), b'{"amount": 1}', at + i, T0) for i in range(10)]
         handler.apply(0, again, None)
-    assert len(store) == 23  # 5 keys held (and the stream time)
-    handler.apply(0, batch(72, 6, "p%d"), None)  # 12 keys held after 56 records: handed over
-    assert len(store) == 29
-    handler.apply(0, batch(78, 2, "q%d"), None)
-    assert len(store) == 29  # held again
+    assert len(store) == n  # 5 keys held (and the stream time)
+    handler.apply(0, batch(start + 50, 6, "p%d"), None)  # 12 keys held after 56 records: handed over
+    assert len(store) == n + 6
+    handler.apply(0, batch(start + 56, 2, "q%d"), None)
+    assert len(store) == n + 6  # held again
     handler.commit_point(checkpoint=False)
     assert dict(reader(handler, proc, store, held=False).items())[b"k0"] == 1 + 10
 
