@@ -210,7 +210,16 @@ class Fold:
             else h.buffer.counts(self.store, partial(_encode_many, view.value_serde))
         )
         if held_counts is not None:
-            self._add_held(h, held_counts, partition, cast("list[bytes]", keys), messages, stamps)
+            self._add_held(
+                h,
+                held_counts,
+                partition,
+                prefix,
+                view.value_serde,
+                cast("list[bytes]", keys),
+                messages,
+                stamps,
+            )
             return max(stream_time, newest), messages[-1].offset(), stamps[-1]
         if window is None:
             groups: list[Any] = keys
@@ -236,7 +245,7 @@ class Fold:
         currents = _decode_many(view.value_serde, held, self.initializer)
         results = [c + n for c, n in zip(currents, map(tally.__getitem__, last), strict=True)]
         encoded = _encode_many(view.value_serde, results)
-        if buffer.batch or buffer.holding:  # the rows join what is buffered, written in order
+        if buffer.batch:  # something is buffered already: the rows join it, written in order
             rows = [(v, messages[i].offset(), stamps[i]) for v, i in zip(encoded, last.values(), strict=True)]
             buffer.batch.update(zip(stored, rows, strict=True))
         else:  # the batch's only writes (stream time aside, another key): straight to the store
@@ -258,6 +267,8 @@ class Fold:
         h: ProcessorHandler,
         held: HeldCounts,
         partition: int,
+        prefix: bytes,
+        serde: Serde,
         keys: list[bytes],
         messages: Sequence[KafkaMessage],
         stamps: list[int],
@@ -270,12 +281,7 @@ class Fold:
         # C-level passes per distinct key (``keys() - counts.keys()`` would walk every held key)
         new = list(filterfalse(counts.__contains__, last))
         if new:
-            prefix = partition_prefix(self.store, partition)
-            values = _decode_many(
-                h.context.stores[self.store].value_serde,
-                h.buffer.get_many([prefix + k for k in new]),
-                self.initializer,
-            )
+            values = _decode_many(serde, h.buffer.get_many([prefix + k for k in new]), self.initializer)
             dict.update(counts, zip(new, values, strict=True))
         counts.update(keys)
         at = list(last.values())
