@@ -9,10 +9,11 @@ behind. A read looks in ``batch``, then the store (read your writes).
 
 When each partition's writes reach the store depends on :attr:`WriteBuffer.hold`:
 
-- 0 (a processor with a window or TTL store, whose entries expire from the store itself; a
-  handler built outside a task): at the end of every partition's batch, in one ``apply`` — the
-  store's fast path.
-- N > 0 (a task's handlers and batch folds over plain key-value stores, on either engine):
+- 0 (a processor with a TTL store, whose sweep scans the store itself; a handler built outside
+  a task): at the end of every partition's batch, in one ``apply`` — the store's fast path.
+- N > 0 (a task's handlers and batch folds, on either engine; a window store's expiry forgets
+  what is held of the expired windows, :meth:`WriteBuffer.expire`, so a window that opens and
+  closes between two commit points never reaches the store):
   they stay here, across batches, until more than N keys are held or a commit point comes
   (:meth:`commit`), as Kafka Streams' record cache holds a task's writes until its commit or
   until the cache is full. A key written by many records between two commit points then
@@ -24,11 +25,11 @@ When each partition's writes reach the store depends on :attr:`WriteBuffer.hold`
   last hand-over reach twice that, writes go to the store at every batch's end again, and a
   commit point tries holding anew once :data:`RETRY_AFTER` times N records went by.
 
-A count folded per batch holds its aggregates decoded (:class:`HeldCounts`): per key an integer
-and the offset and timestamp of its last record, added to by one C-level ``Counter.update`` per
-batch instead of a read, a decode, an encode and a write per key. They are encoded into the held
-writes at every hand-over, and before any other path (a batch the count cannot fold at once, an
-exactly-once replay) reads the store (:meth:`WriteBuffer.settle`).
+A count folded per batch holds its aggregates decoded (:class:`HeldCounts`): per key (per key
+and tumbling window) an integer and the offset and timestamp of its last record, added to by one
+C-level ``Counter.update`` per batch instead of a read, a decode, an encode and a write per key.
+They are encoded into the held writes at every hand-over, and before any other path (a batch the
+count cannot fold at once, an exactly-once replay) reads the store (:meth:`WriteBuffer.settle`).
 
 Readers from outside the handlers read through :class:`HeldReads`, so what a processor's store
 shows and what its positions claim stay the same (they may see a write of the record being
@@ -42,7 +43,7 @@ from collections.abc import Callable, Iterator, Sequence
 from operator import add
 from typing import Protocol
 
-from statesnap.processor.keyspace import partition_prefix
+from statesnap.processor.keyspace import partition_prefix, window_bytes
 from statesnap.stores import StateStore
 
 __all__ = ["HELD_KEYS", "RETRY_AFTER", "HeldCounts", "HeldReads", "StoreReads", "WriteBuffer"]
@@ -145,15 +146,33 @@ class WriteBuffer:
         """Whether writes are held across batches now (see the module)."""
         return self.hold > 0 and not self._paused
 
-    def counts(self, store: str, encode: Callable[[list[int]], list[bytes]]) -> HeldCounts | None:
-        """Where a count of *store* folded per batch holds its aggregates (*encode*: the store's
-        values' encoding), or None while writes are not held."""
+    def counts(
+        self,
+        store: str,
+        encode: Callable[[list[int]], list[bytes]],
+        index: Callable[[int, int, list[bytes]], None] | None = None,
+    ) -> HeldCounts | None:
+        """Where a count of *store* folded per batch holds its aggregates (*encode*, *index*: see
+        :class:`HeldCounts`), or None while writes are not held."""
         if not self.holding:
             return None
         held = self._counts.get(store)
         if held is None:
-            held = self._counts[store] = HeldCounts(store, encode)
+            held = self._counts[store] = HeldCounts(store, encode, index)
         return held
+
+    def expire(self, store: str, partition: int, through: int, keys: Sequence[bytes]) -> None:
+        """*store*'s windows in *partition* starting at or before *through* expired: their held
+        counts and the held writes of *keys* (their stored keys) are forgotten. What reached the
+        store of them the caller deletes there, after this: a held write can never land later."""
+        counts = self._counts.get(store)
+        if counts is not None:
+            counts.drop(partition, through)
+        batch = self._partitions.get(partition)
+        if batch and keys:
+            pop = batch.pop
+            for key in keys:
+                pop(key, None)
 
     def settle(self) -> None:
         """Held counts into the held writes: before a path that reads the store otherwise."""
@@ -229,54 +248,80 @@ class WriteBuffer:
 
 
 class HeldCounts:
-    """A count's aggregates folded per batch and held decoded (see the module): per partition,
-    each key's count and the (offset, timestamp) of its last record."""
+    """A count's aggregates folded per batch and held decoded (see the module), per group: a
+    partition's keys, or (a windowed count) a partition's window — each key's count and the
+    (offset, timestamp) of its last record. A window's group that expires before a hand-over is
+    dropped whole (:meth:`drop`): a window that opens and closes between two commit points never
+    reaches the store."""
 
-    __slots__ = ("_encode", "_prefixes", "counts", "origins", "store")
+    __slots__ = ("_encode", "_index", "groups", "store")
 
-    def __init__(self, store: str, encode: Callable[[list[int]], list[bytes]]) -> None:
+    def __init__(
+        self,
+        store: str,
+        encode: Callable[[list[int]], list[bytes]],
+        index: Callable[[int, int, list[bytes]], None] | None = None,
+    ) -> None:
+        """*encode*: the store's values' encoding; *index*: where a window store lists the
+        stored keys of a partition's window (:meth:`WindowStore.index_many
+        <statesnap.processor.stores.WindowStore.index_many>`) as they reach the store."""
         self.store = store
         self._encode = encode
-        #: Per partition: Kafka key bytes → count, and → (offset, timestamp) of its last record.
-        self.counts: dict[int, Counter[bytes]] = {}
-        self.origins: dict[int, dict[bytes, tuple[int, int]]] = {}
-        self._prefixes: dict[int, bytes] = {}
+        self._index = index
+        #: Per (partition, window start or None): the group's counts.
+        self.groups: dict[tuple[int, int | None], CountGroup] = {}
 
-    def of(self, partition: int) -> tuple[Counter[bytes], dict[bytes, tuple[int, int]]]:
-        """*partition*'s counts and origins, to fold a batch into."""
-        counts = self.counts.get(partition)
-        if counts is None:
-            counts = self.counts[partition] = Counter()
-            self.origins[partition] = {}
-            self._prefixes[partition] = partition_prefix(self.store, partition)
-        return counts, self.origins[partition]
+    def of(self, partition: int, start: int | None = None, *, fresh: bool = False) -> CountGroup:
+        """The group of *partition*'s keys, or of its window at *start*, to fold a batch into;
+        created *fresh* (see :class:`CountGroup`) if there is none yet."""
+        group = self.groups.get((partition, start))
+        if group is None:
+            prefix = partition_prefix(self.store, partition)
+            if start is not None:
+                prefix += window_bytes(start)
+            group = self.groups[(partition, start)] = CountGroup(prefix, fresh=fresh)
+        return group
+
+    def group(self, partition: int, start: int | None = None) -> CountGroup | None:
+        """The group :meth:`of` gives, if there is one."""
+        return self.groups.get((partition, start))
 
     def __len__(self) -> int:
-        return sum(map(len, self.counts.values()))
+        return sum(len(group.counts) for group in self.groups.values())
 
     def hand_over(self, batches: dict[int, dict[bytes, Write]]) -> None:
         """Each count encoded into *batches* (the buffer's held writes, per partition), then
         forgotten here: written before they leave, so a reader never finds a key in neither."""
-        for partition, counts in self.counts.items():
+        for (partition, start), group in self.groups.items():
+            counts, prefix = group.counts, group.prefix
             if not counts:
                 continue
-            prefix, origins = self._prefixes[partition], self.origins[partition]
-            keys = list(counts)
+            stored = [prefix + k for k in counts]
             encoded = self._encode(list(counts.values()))
             batch = batches.get(partition)
             if batch is None:
                 batch = batches[partition] = {}
-            batch.update((prefix + k, (v, *origins[k])) for k, v in zip(keys, encoded, strict=True))
-            counts.clear()
-            origins.clear()
+            origins = group.resolved()
+            writes = [(v, *origins[k]) for k, v in zip(counts, encoded, strict=True)]
+            batch.update(zip(stored, writes, strict=True))
+            if start is not None and self._index is not None:
+                self._index(partition, start, stored)
+        self.groups.clear()
+
+    def drop(self, partition: int, through: int) -> None:
+        """*partition*'s windows starting at or before *through* expired: their counts are
+        forgotten (what the store held of them is deleted by the store's expiry)."""
+        for group in [g for g in self.groups if g[0] == partition and g[1] is not None and g[1] <= through]:
+            del self.groups[group]
 
     def held(self, stored: bytes) -> Write | None:
         """The held count of the stored key *stored*, encoded, or None."""
-        for partition, prefix in list(self._prefixes.items()):
+        for group in list(self.groups.values()):
+            prefix = group.prefix
             if stored.startswith(prefix):
                 key = stored[len(prefix) :]
-                count = self.counts[partition].get(key)
-                origin = self.origins[partition].get(key)
+                count = group.counts.get(key)
+                origin = group.origin(key)
                 if count is not None and origin is not None:
                     return (self._encode([count])[0], *origin)
         return None
@@ -284,9 +329,10 @@ class HeldCounts:
     def held_items(self, prefix: bytes) -> list[tuple[bytes, bytes | None]]:
         """(stored key, encoded count) of the held counts under *prefix*."""
         found: list[tuple[bytes, bytes | None]] = []
-        for partition, mine in list(self._prefixes.items()):
+        for group in list(self.groups.values()):
+            mine = group.prefix
             if mine.startswith(prefix) or prefix.startswith(mine):
-                items = list(self.counts[partition].items())
+                items = list(group.counts.items())
                 encoded = self._encode([v for _, v in items])
                 found += [
                     (mine + k, v)
@@ -294,6 +340,47 @@ class HeldCounts:
                     if (mine + k).startswith(prefix)
                 ]
         return found
+
+
+class CountGroup:
+    """One group of :class:`HeldCounts`: its stored keys' prefix, and per Kafka key bytes the
+    count and the (offset, timestamp) of its last record.
+
+    A *fresh* group is a window none of whose keys the store or the held writes hold (a window
+    store's index says so): its keys are counted without a read, and the origins of its records
+    are kept as the batches' lists until a hand-over needs them (:meth:`resolved`) — most such
+    windows expire before one, and their origins are then never built."""
+
+    __slots__ = ("chunks", "counts", "fresh", "origins", "prefix")
+
+    def __init__(self, prefix: bytes, *, fresh: bool = False) -> None:
+        self.prefix = prefix
+        self.fresh = fresh
+        self.counts: Counter[bytes] = Counter()
+        self.origins: dict[bytes, tuple[int, int]] = {}
+        #: A fresh group's records not in :attr:`origins` yet: (keys, offsets, timestamps).
+        self.chunks: list[tuple[list[bytes], list[int], list[int]]] = []
+
+    def add_fresh(self, keys: list[bytes], offsets: list[int], stamps: list[int]) -> None:
+        """Records of a fresh group counted: one ``Counter.update``, their origins kept."""
+        self.counts.update(keys)
+        self.chunks.append((keys, offsets, stamps))
+
+    def resolved(self) -> dict[bytes, tuple[int, int]]:
+        """:attr:`origins`, the kept chunks folded in (the thread that folds batches only)."""
+        origins = self.origins
+        for keys, offsets, stamps in self.chunks:
+            origins.update(zip(keys, zip(offsets, stamps, strict=True), strict=True))
+        self.chunks.clear()
+        return origins
+
+    def origin(self, key: bytes) -> tuple[int, int] | None:
+        """(offset, timestamp) of *key*'s last record, changing nothing (readers' threads)."""
+        for keys, offsets, stamps in reversed(list(self.chunks)):
+            if key in keys:
+                at = len(keys) - 1 - keys[::-1].index(key)
+                return offsets[at], stamps[at]
+        return self.origins.get(key)
 
 
 class StoreReads(Protocol):

@@ -17,10 +17,11 @@ dead-letter topic (or stops) with nothing of it written.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
-from itertools import accumulate, filterfalse
+from itertools import accumulate, filterfalse, groupby
 from operator import methodcaller
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
@@ -33,7 +34,7 @@ from statesnap.serde import Serde
 from statesnap.serde.basic import BytesSerde, JsonSerde
 
 if TYPE_CHECKING:
-    from statesnap.processor.buffer import HeldCounts
+    from statesnap.processor.buffer import CountGroup, HeldCounts
     from statesnap.processor.handler import ProcessorHandler
     from statesnap.processor.outputs import Outputs
     from statesnap.stores.base import KafkaMessage
@@ -91,6 +92,24 @@ def _encode_many(serde: Serde, values: list[Any]) -> list[bytes]:
     if type(serde) is JsonSerde and (not values or set(map(type, values)) == {int}):
         return [str(v).encode() for v in values]
     return [serde.serialize(v) for v in values]
+
+
+def _runs(stamps: list[int], size: int) -> Iterator[tuple[int, int, int]]:
+    """(window start, first, end) of each run of records in one tumbling window of *size*, in
+    order: by bisection where the timestamps rise (the usual batch), else record by record."""
+    if stamps == sorted(stamps):
+        at, n = 0, len(stamps)
+        while at < n:
+            start = stamps[at] - stamps[at] % size
+            end = bisect_left(stamps, start + size, at)
+            yield start, at, end
+            at = end
+        return
+    at = 0
+    for start, run in groupby([t - t % size for t in stamps]):
+        end = at + len(list(run))
+        yield start, at, end
+        at = end
 
 
 class _Lookups(NamedTuple):
@@ -203,23 +222,19 @@ class Fold:
             return None
         stamps = [ts if kind else -1 for kind, ts in [m.timestamp() for m in messages]]
         newest = max(stamps)
+        if window is not None and min(stamps) < 0:
+            return None
         prefix = partition_prefix(self.store, partition)
-        held_counts = (
-            None
-            if window is not None
-            else h.buffer.counts(self.store, partial(_encode_many, view.value_serde))
-        )
+        listed = view.index_many if window is not None and view.expires else None
+        held_counts = h.buffer.counts(self.store, partial(_encode_many, view.value_serde), listed)
         if held_counts is not None:
-            self._add_held(
-                h,
-                held_counts,
-                partition,
-                prefix,
-                view.value_serde,
-                cast("list[bytes]", keys),
-                messages,
-                stamps,
-            )
+            serde, held_keys = view.value_serde, cast("list[bytes]", keys)
+            if window is None:
+                self._add_held(h, held_counts.of(partition), serde, held_keys, messages, stamps, 0)
+            else:
+                self._add_held_windows(
+                    h, held_counts, partition, serde, held_keys, messages, stamps, stream_time
+                )
             return max(stream_time, newest), messages[-1].offset(), stamps[-1]
         if window is None:
             groups: list[Any] = keys
@@ -227,8 +242,6 @@ class Fold:
             last = dict(zip(groups, range(len(groups)), strict=True))
             stored = [prefix + k for k in last]
         else:
-            if min(stamps) < 0:
-                return None
             size, closes_after = window.size_ms, window.size_ms + window.grace_ms
             # stream time at each record (a running max), and each record's window start
             clock = accumulate(stamps, max, initial=stream_time)
@@ -265,28 +278,64 @@ class Fold:
     def _add_held(
         self,
         h: ProcessorHandler,
-        held: HeldCounts,
-        partition: int,
-        prefix: bytes,
+        group: CountGroup,
         serde: Serde,
         keys: list[bytes],
         messages: Sequence[KafkaMessage],
         stamps: list[int],
+        first: int,
     ) -> None:
-        """A batch's records added to the counts held decoded (statesnap.processor.buffer): one
-        C-level ``Counter.update``; only keys not held yet are read (held writes, then the store)
-        and decoded, once per hand-over."""
-        counts, origins = held.of(partition)
-        last = dict(zip(keys, range(len(keys)), strict=True))  # each key's last record
+        """Records added to a group of the counts held decoded (statesnap.processor.buffer):
+        *keys* are those of ``messages[first:]``' first ``len(keys)``. One C-level
+        ``Counter.update``; only keys not held yet are read (held writes, then the store) and
+        decoded, once per hand-over."""
+        counts, origins = group.counts, group.origins
+        last = dict(zip(keys, range(first, first + len(keys)), strict=True))  # each key's last record
         # C-level passes per distinct key (``keys() - counts.keys()`` would walk every held key)
         new = list(filterfalse(counts.__contains__, last))
         if new:
+            prefix = group.prefix
             values = _decode_many(serde, h.buffer.get_many([prefix + k for k in new]), self.initializer)
             dict.update(counts, zip(new, values, strict=True))
         counts.update(keys)
         at = list(last.values())
         offsets = map(_OFFSET, map(messages.__getitem__, at))
         origins.update(zip(last, zip(offsets, map(stamps.__getitem__, at), strict=True), strict=True))
+
+    def _add_held_windows(
+        self,
+        h: ProcessorHandler,
+        held: HeldCounts,
+        partition: int,
+        serde: Serde,
+        keys: list[bytes],
+        messages: Sequence[KafkaMessage],
+        stamps: list[int],
+        stream_time: int,
+    ) -> None:
+        """A tumbling window count's batch into the counts held decoded, a run of records of one
+        window at a time (timestamps mostly rise: a batch has few runs). A run's records are all
+        open or all late: each is earlier than its window's end, so none of them moves stream
+        time to the window's close — only what came before the run can have. A window the store
+        has no keys of is counted without reads (:class:`~statesnap.processor.buffer.CountGroup`)."""
+        window = self.window
+        assert window is not None
+        view = h.context.window_stores[self.store]
+        closes_after = window.size_ms + window.grace_ms
+        offsets: list[int] | None = None
+        now = stream_time
+        for start, at, end in _runs(stamps, window.size_ms):
+            if now < start + closes_after:
+                group = held.group(partition, start)
+                if group is None:
+                    group = held.of(partition, start, fresh=view.expires and not view.lists(partition, start))
+                if group.fresh:
+                    if offsets is None:
+                        offsets = list(map(_OFFSET, messages))
+                    group.add_fresh(keys[at:end], offsets[at:end], stamps[at:end])
+                else:
+                    self._add_held(h, group, serde, keys[at:end], messages, stamps, at)
+            now = max(now, *stamps[at:end])
 
     def _prelude(self, h: ProcessorHandler, partition: int) -> _Lookups:
         """What both batch folds (by key, by window) look up once per batch: the aggregation's

@@ -174,10 +174,10 @@ class ProcessorHandler:
     def hold_writes(self) -> bool:
         """Hold the writes of handlers and batch folds across batches, up to
         :data:`~statesnap.processor.buffer.HELD_KEYS` keys (see :mod:`statesnap.processor.buffer`):
-        what a task asks for, on either engine. Only where every store is a plain key-value
-        store: windows and TTL entries expire from the store itself. Returns whether they are
-        held."""
-        if self.windowed or self.expiring or self.context.window_stores:
+        what a task asks for, on either engine. Not where a store has a TTL: its sweep scans the
+        store itself (a window store's expiry goes through the buffer, :meth:`WriteBuffer.expire
+        <statesnap.processor.buffer.WriteBuffer.expire>`). Returns whether they are held."""
+        if self.expiring:
             return False
         self.buffer.hold = HELD_KEYS
         return True
@@ -430,6 +430,7 @@ class ProcessorHandler:
         than the live windows and those of one batch, and expiry costs what expires."""
         for windows in self.windowed:
             dead = windows.expired_keys(partition, stream_time)
+            self.buffer.expire(windows.name, partition, stream_time - windows.windows.retention_ms, dead)
             if dead and self.store.expire(partition, dead, offset, ts):
                 self._expired.add(partition)
 

@@ -389,19 +389,24 @@ class WindowStore(_View):
         else:
             keys.add(stored)
 
+    def index_many(self, partition: int, window_start: int, stored: list[bytes]) -> None:
+        """List *stored* (keys of *partition*'s window at *window_start*) in :attr:`live`."""
+        starts = self.live.get(partition)
+        if starts is None:
+            starts = self.live[partition] = {}
+        keys = starts.get(window_start)
+        if keys is None:
+            starts[window_start] = set(stored)
+        else:
+            keys.update(stored)
+
     def expired_keys(self, partition: int, stream_time: int) -> list[bytes]:
         """Stored keys of *partition*'s windows past retention at *stream_time*, taken out of the
         index (some may be gone from the store already: the caller deletes those still there).
         The first call for a partition lists its rows in the store first (one scan)."""
         if not self.expires:
             return []
-        if partition not in self._indexed:
-            self._indexed.add(partition)
-            prefix = partition_prefix(self.name, partition)
-            for stored, _ in self.buffer.store.scan(prefix=prefix):
-                rest = stored[len(prefix) :]
-                if len(rest) >= WINDOW_BYTES:
-                    self.index(partition, window_start_of(rest), stored)
+        self._index_stored(partition)
         starts = self.live.get(partition)
         if not starts:
             return []
@@ -411,6 +416,23 @@ class WindowStore(_View):
         for start in sorted(dead):
             gone += starts.pop(start)
         return gone
+
+    def lists(self, partition: int, window_start: int) -> bool:
+        """Whether the index lists keys of *partition*'s window at *window_start*: if not (and
+        the store expires), neither the store nor the buffer holds any."""
+        self._index_stored(partition)
+        return window_start in self.live.get(partition, ())
+
+    def _index_stored(self, partition: int) -> None:
+        """The first time a partition is asked about: its rows in the store (restored ones)
+        listed in :attr:`live` (one scan)."""
+        if partition not in self._indexed:
+            self._indexed.add(partition)
+            prefix = partition_prefix(self.name, partition)
+            for stored, _ in self.buffer.store.scan(prefix=prefix):
+                rest = stored[len(prefix) :]
+                if len(rest) >= WINDOW_BYTES:
+                    self.index(partition, window_start_of(rest), stored)
 
     def forget(self, partitions: Iterable[int]) -> None:
         """The task no longer owns *partitions*: drop their index (gained again, they are

@@ -163,24 +163,86 @@ def test_a_released_partition_reaches_the_store_before_its_rows_go() -> None:
 
 
 @pytest.mark.parametrize(
-    ("stores", "declare"),
+    ("stores", "declare", "held"),
     [
-        pytest.param([], lambda proc: proc.count("c", window=Windows.tumbling("1m")), id="a window fold"),
-        pytest.param([StoreSpec("t", ttl="1h")], lambda proc: proc.handler(tally), id="a TTL store"),
+        pytest.param(
+            [], lambda proc: proc.count("c", window=Windows.tumbling("1m")), True, id="a window fold"
+        ),
+        pytest.param([StoreSpec("t", ttl="1h")], lambda proc: proc.handler(tally), False, id="a TTL store"),
         pytest.param(
             [StoreSpec("t"), StoreSpec("w", window=Windows.tumbling("1m"))],
             lambda proc: proc.handler(tally),
+            True,
             id="a window store beside",
         ),
     ],
 )
-def test_writes_are_held_only_over_plain_key_value_stores(stores: list[StoreSpec], declare: Any) -> None:
-    """Windows and TTL entries expire from the store itself (what a window fold writes too)."""
+def test_writes_are_held_except_beside_a_ttl_store(stores: list[StoreSpec], declare: Any, held: bool) -> None:
+    """A TTL store's sweep scans the store itself; a window store's expiry goes through the
+    buffer, which forgets what it holds of the expired windows."""
     proc = Processor("p", inputs=["events"], bootstrap_servers="localhost:1", stores=stores)
     declare(proc)
     handler = proc.handler_for(open_state_store("memory"), Recorded(proc))
-    assert not handler.hold_writes()
-    assert handler.buffer.hold == 0
+    assert handler.hold_writes() is held
+    assert handler.buffer.hold == (HELD_KEYS if held else 0)
+
+
+WINDOW = Windows.tumbling("20s")
+
+
+@pytest.mark.parametrize("hold", [HELD_KEYS, 25])
+@pytest.mark.parametrize(
+    "declare",
+    [
+        pytest.param(lambda proc: proc.count("c", window=WINDOW), id="count"),
+        pytest.param(lambda proc: proc.count("c", window=Windows.tumbling("20s", grace="30s")), id="grace"),
+        pytest.param(lambda proc: proc.sum("c", "amount", window=WINDOW), id="sum"),
+        pytest.param(lambda proc: proc.count("c", window=WINDOW, emit="final", to="out"), id="final"),
+    ],
+)
+def test_held_window_writes_land_as_writes_at_every_batch_end(hold: int, declare: Any) -> None:
+    """Window aggregations with their writes held (counts held decoded, windows that expire
+    before a hand-over dropped from what is held, final results read back from what is held)
+    leave, show readers between batches and emit what writing every batch's end does."""
+
+    def run_windows(*, held: int | None) -> dict[str, Any]:
+        proc = Processor(
+            "p",
+            inputs=["events"],
+            bootstrap_servers="localhost:1",
+            value_serde="json",
+            processing=ProcessingOptions(dead_letter_topic="dead"),
+        )
+        declare(proc)
+        store = open_state_store("memory")
+        outputs = Recorded(proc)
+        handler = proc.handler_for(store, outputs)
+        if held is not None:
+            assert handler.hold_writes()
+            handler.buffer.hold = held
+        spec = proc.stores["c"]
+        ks, vs = proc.key_serde, resolve_serde("json")
+        seen = []
+        for i, (p, batch) in enumerate(batches(17, n=4000, keys=40)):
+            handler.apply(p, batch, None)
+            if i % 5 == 0:
+                reads: Any = handler.reads() if held is not None else store
+                seen.append(dict(StoreReader(spec, ks, vs, reads, PARTITIONS).items()))
+        if held == HELD_KEYS:
+            assert len(store) == 0  # nothing reached the store before the commit point
+        handler.commit_point(checkpoint=True)
+        return {
+            "seen": seen,
+            "rows": rows_of(store),
+            "skipped": handler.skipped,
+            "dead": handler.dead_lettered,
+            "sent": outputs.sent,
+        }
+
+    plain, held = run_windows(held=None), run_windows(held=hold)
+    assert held == plain
+    assert plain["rows"]
+    assert any(plain["seen"])
 
 
 def test_holding_stops_where_keys_are_seldom_written_twice_and_is_tried_again_later() -> None:
