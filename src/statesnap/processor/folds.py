@@ -289,7 +289,7 @@ class Fold:
         *keys* are those of ``messages[first:]``' first ``len(keys)``. One C-level
         ``Counter.update``; only keys not held yet are read (held writes, then the store) and
         decoded, once per hand-over."""
-        counts, origins = group.counts, group.origins
+        counts = group.counts
         last = dict(zip(keys, range(first, first + len(keys)), strict=True))  # each key's last record
         # C-level passes per distinct key (``keys() - counts.keys()`` would walk every held key)
         new = list(filterfalse(counts.__contains__, last))
@@ -299,8 +299,8 @@ class Fold:
             dict.update(counts, zip(new, values, strict=True))
         counts.update(keys)
         at = list(last.values())
-        offsets = map(_OFFSET, map(messages.__getitem__, at))
-        origins.update(zip(last, zip(offsets, map(stamps.__getitem__, at), strict=True), strict=True))
+        group.offsets.update(zip(last, map(_OFFSET, map(messages.__getitem__, at)), strict=True))
+        group.stamps.update(zip(last, map(stamps.__getitem__, at), strict=True))
 
     def _add_held_windows(
         self,
