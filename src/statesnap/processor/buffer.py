@@ -25,9 +25,9 @@ When each partition's writes reach the store depends on :attr:`WriteBuffer.hold`
   last hand-over reach twice that, writes go to the store at every batch's end again, and a
   commit point tries holding anew once :data:`RETRY_AFTER` times N records went by.
 
-A count folded per batch holds its aggregates decoded (:class:`HeldCounts`): per key (per key
-and tumbling window) an integer and the offset and timestamp of its last record, added to by one
-C-level ``Counter.update`` per batch instead of a read, a decode, an encode and a write per key.
+A count folded per batch holds its aggregates decoded (:mod:`statesnap.processor.held_counts`):
+per key (per key and tumbling window) an integer and the offset and timestamp of its last record,
+added to by vector operations per batch instead of a read, a decode, an encode and a write per key.
 They are encoded into the held writes at every hand-over, and before any other path (a batch the
 count cannot fold at once, an exactly-once replay) reads the store (:meth:`WriteBuffer.settle`).
 
@@ -38,15 +38,14 @@ handled a moment before it counts: a rejected record's writes are put back as th
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from operator import add
-from typing import Protocol
+from typing import Any, Protocol
 
-from statesnap.processor.keyspace import partition_prefix, window_bytes
+from statesnap.processor.held_counts import HeldCounts
 from statesnap.stores import StateStore
 
-__all__ = ["HELD_KEYS", "RETRY_AFTER", "HeldCounts", "HeldReads", "StoreReads", "WriteBuffer"]
+__all__ = ["HELD_KEYS", "RETRY_AFTER", "HeldReads", "StoreReads", "WriteBuffer"]
 
 #: A buffered write: (value or None for a delete, input offset, input timestamp).
 Write = tuple[bytes | None, int, int]
@@ -149,7 +148,7 @@ class WriteBuffer:
     def counts(
         self,
         store: str,
-        encode: Callable[[list[int]], list[bytes]],
+        encode: Callable[[list[Any]], list[bytes]],
         index: Callable[[int, int, list[bytes]], None] | None = None,
     ) -> HeldCounts | None:
         """Where a count of *store* folded per batch holds its aggregates (*encode*, *index*: see
@@ -245,147 +244,6 @@ class WriteBuffer:
         for counts in list(self._counts.values()):  # newer than any held write of their keys
             found.update(counts.held_items(prefix))
         return sorted(found.items())
-
-
-class HeldCounts:
-    """A count's aggregates folded per batch and held decoded (see the module), per group: a
-    partition's keys, or (a windowed count) a partition's window — each key's count and the
-    (offset, timestamp) of its last record. A window's group that expires before a hand-over is
-    dropped whole (:meth:`drop`): a window that opens and closes between two commit points never
-    reaches the store."""
-
-    __slots__ = ("_encode", "_index", "groups", "store")
-
-    def __init__(
-        self,
-        store: str,
-        encode: Callable[[list[int]], list[bytes]],
-        index: Callable[[int, int, list[bytes]], None] | None = None,
-    ) -> None:
-        """*encode*: the store's values' encoding; *index*: where a window store lists the
-        stored keys of a partition's window (:meth:`WindowStore.index_many
-        <statesnap.processor.stores.WindowStore.index_many>`) as they reach the store."""
-        self.store = store
-        self._encode = encode
-        self._index = index
-        #: Per (partition, window start or None): the group's counts.
-        self.groups: dict[tuple[int, int | None], CountGroup] = {}
-
-    def of(self, partition: int, start: int | None = None, *, fresh: bool = False) -> CountGroup:
-        """The group of *partition*'s keys, or of its window at *start*, to fold a batch into;
-        created *fresh* (see :class:`CountGroup`) if there is none yet."""
-        group = self.groups.get((partition, start))
-        if group is None:
-            prefix = partition_prefix(self.store, partition)
-            if start is not None:
-                prefix += window_bytes(start)
-            group = self.groups[(partition, start)] = CountGroup(prefix, fresh=fresh)
-        return group
-
-    def group(self, partition: int, start: int | None = None) -> CountGroup | None:
-        """The group :meth:`of` gives, if there is one."""
-        return self.groups.get((partition, start))
-
-    def __len__(self) -> int:
-        return sum(len(group.counts) for group in self.groups.values())
-
-    def hand_over(self, batches: dict[int, dict[bytes, Write]]) -> None:
-        """Each count encoded into *batches* (the buffer's held writes, per partition), then
-        forgotten here: written before they leave, so a reader never finds a key in neither."""
-        for (partition, start), group in self.groups.items():
-            counts, prefix = group.counts, group.prefix
-            if not counts:
-                continue
-            stored = [prefix + k for k in counts]
-            encoded = self._encode(list(counts.values()))
-            batch = batches.get(partition)
-            if batch is None:
-                batch = batches[partition] = {}
-            group.resolve()
-            offsets, stamps = group.offsets, group.stamps
-            writes = [(v, offsets[k], stamps[k]) for k, v in zip(counts, encoded, strict=True)]
-            batch.update(zip(stored, writes, strict=True))
-            if start is not None and self._index is not None:
-                self._index(partition, start, stored)
-        self.groups.clear()
-
-    def drop(self, partition: int, through: int) -> None:
-        """*partition*'s windows starting at or before *through* expired: their counts are
-        forgotten (what the store held of them is deleted by the store's expiry)."""
-        for group in [g for g in self.groups if g[0] == partition and g[1] is not None and g[1] <= through]:
-            del self.groups[group]
-
-    def held(self, stored: bytes) -> Write | None:
-        """The held count of the stored key *stored*, encoded, or None."""
-        for group in list(self.groups.values()):
-            prefix = group.prefix
-            if stored.startswith(prefix):
-                key = stored[len(prefix) :]
-                count = group.counts.get(key)
-                origin = group.origin(key)
-                if count is not None and origin is not None:
-                    return (self._encode([count])[0], *origin)
-        return None
-
-    def held_items(self, prefix: bytes) -> list[tuple[bytes, bytes | None]]:
-        """(stored key, encoded count) of the held counts under *prefix*."""
-        found: list[tuple[bytes, bytes | None]] = []
-        for group in list(self.groups.values()):
-            mine = group.prefix
-            if mine.startswith(prefix) or prefix.startswith(mine):
-                items = list(group.counts.items())
-                encoded = self._encode([v for _, v in items])
-                found += [
-                    (mine + k, v)
-                    for (k, _), v in zip(items, encoded, strict=True)
-                    if (mine + k).startswith(prefix)
-                ]
-        return found
-
-
-class CountGroup:
-    """One group of :class:`HeldCounts`: its stored keys' prefix, and per Kafka key bytes the
-    count and the offset and timestamp of its last record — in dictionaries of integers, which
-    the garbage collector does not track (a (offset, timestamp) tuple per key would be: its
-    collections over ~200 k held keys took 15 % of a count's time).
-
-    A *fresh* group is a window none of whose keys the store or the held writes hold (a window
-    store's index says so): its keys are counted without a read, and the offsets and timestamps
-    of its records are kept as the batches' lists until a hand-over needs them
-    (:meth:`resolve`) — most such windows expire before one, and never build them."""
-
-    __slots__ = ("chunks", "counts", "fresh", "offsets", "prefix", "stamps")
-
-    def __init__(self, prefix: bytes, *, fresh: bool = False) -> None:
-        self.prefix = prefix
-        self.fresh = fresh
-        self.counts: Counter[bytes] = Counter()
-        self.offsets: dict[bytes, int] = {}
-        self.stamps: dict[bytes, int] = {}
-        #: A fresh group's records not in :attr:`offsets` yet: (keys, offsets, timestamps).
-        self.chunks: list[tuple[list[bytes], list[int], list[int]]] = []
-
-    def add_fresh(self, keys: list[bytes], offsets: list[int], stamps: list[int]) -> None:
-        """Records of a fresh group counted: one ``Counter.update``, their origins kept."""
-        self.counts.update(keys)
-        self.chunks.append((keys, offsets, stamps))
-
-    def resolve(self) -> None:
-        """The kept chunks into :attr:`offsets` and :attr:`stamps` (the thread that folds
-        batches only)."""
-        for keys, offsets, stamps in self.chunks:
-            self.offsets.update(zip(keys, offsets, strict=True))
-            self.stamps.update(zip(keys, stamps, strict=True))
-        self.chunks.clear()
-
-    def origin(self, key: bytes) -> tuple[int, int] | None:
-        """(offset, timestamp) of *key*'s last record, changing nothing (readers' threads)."""
-        for keys, offsets, stamps in reversed(list(self.chunks)):
-            if key in keys:
-                at = len(keys) - 1 - keys[::-1].index(key)
-                return offsets[at], stamps[at]
-        offset, stamp = self.offsets.get(key), self.stamps.get(key)
-        return None if offset is None or stamp is None else (offset, stamp)
 
 
 class StoreReads(Protocol):

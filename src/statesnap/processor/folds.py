@@ -21,21 +21,22 @@ from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
-from itertools import accumulate, filterfalse, groupby
+from itertools import accumulate, groupby
 from operator import methodcaller
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import orjson
 
 from statesnap.processor.context import ProcessorContext, Record
+from statesnap.processor.held_counts import FreshWindow
 from statesnap.processor.keyspace import partition_prefix, window_bytes
 from statesnap.processor.windows import Windows
 from statesnap.serde import Serde
 from statesnap.serde.basic import BytesSerde, JsonSerde
 
 if TYPE_CHECKING:
-    from statesnap.processor.buffer import CountGroup, HeldCounts
     from statesnap.processor.handler import ProcessorHandler
+    from statesnap.processor.held_counts import CountGroup, HeldCounts
     from statesnap.processor.outputs import Outputs
     from statesnap.stores.base import KafkaMessage
 
@@ -285,22 +286,18 @@ class Fold:
         stamps: list[int],
         first: int,
     ) -> None:
-        """Records added to a group of the counts held decoded (statesnap.processor.buffer):
-        *keys* are those of ``messages[first:]``' first ``len(keys)``. One C-level
-        ``Counter.update``; only keys not held yet are read (held writes, then the store) and
-        decoded, once per hand-over."""
-        counts = group.counts
+        """Records added to a group of the counts held decoded (statesnap.processor.held_counts):
+        *keys* are those of ``messages[first:]``' first ``len(keys)``. Only keys not held yet
+        are read (held writes, then the store) and decoded, once per hand-over."""
         last = dict(zip(keys, range(first, first + len(keys)), strict=True))  # each key's last record
-        # C-level passes per distinct key (``keys() - counts.keys()`` would walk every held key)
-        new = list(filterfalse(counts.__contains__, last))
-        if new:
-            prefix = group.prefix
-            values = _decode_many(serde, h.buffer.get_many([prefix + k for k in new]), self.initializer)
-            dict.update(counts, zip(new, values, strict=True))
-        counts.update(keys)
         at = list(last.values())
-        group.offsets.update(zip(last, map(_OFFSET, map(messages.__getitem__, at)), strict=True))
-        group.stamps.update(zip(last, map(stamps.__getitem__, at), strict=True))
+        offsets = list(map(_OFFSET, map(messages.__getitem__, at)))
+        load = partial(self._load, h, group.prefix, serde)
+        group.add(keys, last, offsets, list(map(stamps.__getitem__, at)), load)
+
+    def _load(self, h: ProcessorHandler, prefix: bytes, serde: Serde, keys: list[bytes]) -> list[Any]:
+        """The current aggregates of *keys* (Kafka key bytes under *prefix*): held or stored."""
+        return _decode_many(serde, h.buffer.get_many([prefix + k for k in keys]), self.initializer)
 
     def _add_held_windows(
         self,
@@ -322,18 +319,19 @@ class Fold:
         assert window is not None
         view = h.context.window_stores[self.store]
         closes_after = window.size_ms + window.grace_ms
-        offsets: list[int] | None = None
         now = stream_time
+        offsets: list[int] | None = None
         for start, at, end in _runs(stamps, window.size_ms):
             if now < start + closes_after:
                 group = held.group(partition, start)
-                if group is None:
-                    group = held.of(partition, start, fresh=view.expires and not view.lists(partition, start))
-                if group.fresh:
+                if group is None and view.expires and not view.lists(partition, start):
+                    group = held.fresh(partition, start)
+                if isinstance(group, FreshWindow):
                     if offsets is None:
                         offsets = list(map(_OFFSET, messages))
-                    group.add_fresh(keys[at:end], offsets[at:end], stamps[at:end])
+                    group.add(keys[at:end], offsets[at:end], stamps[at:end])
                 else:
+                    group = held.of(partition, start)
                     self._add_held(h, group, serde, keys[at:end], messages, stamps, at)
             now = max(now, *stamps[at:end])
 

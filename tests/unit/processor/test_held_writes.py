@@ -15,6 +15,7 @@ from statesnap.processor import StoreSpec
 from statesnap.processor.buffer import HELD_KEYS, RETRY_AFTER
 from statesnap.processor.context import ProcessorContext, Record
 from statesnap.processor.handler import ProcessorHandler
+from statesnap.processor.keyspace import partition_prefix
 from statesnap.processor.stores import StoreReader
 from statesnap.serde import resolve_serde
 from statesnap.stores import StateStore, open_state_store
@@ -319,3 +320,27 @@ def test_a_count_held_decoded_reads_and_lands_as_the_per_record_count(hold: int)
         return seen, rows_of(store), handler.skipped
 
     assert run_count(held=hold) == run_count(held=None)
+
+
+def test_a_held_count_the_store_holds_beyond_int64_stays_exact() -> None:
+    """Held counts live in int64 columns; a count the store holds beyond int64 (written by
+    another version, or a very old key) turns its group's column into Python integers."""
+    proc = Processor("p", inputs=["events"], bootstrap_servers="localhost:1", value_serde="json")
+    proc.count("c")
+    store = open_state_store("memory")
+    big = 2**70
+    store.apply(0, [(partition_prefix("c", 0) + b"k1", b"%d" % big, 0, T0)])
+    handler = proc.handler_for(store, Recorded(proc))
+    assert handler.hold_writes()
+    batch = [
+        Message(b"k1", b"{}", 1, T0 + 1),
+        Message(b"k2", b"{}", 2, T0 + 2),
+        Message(b"k1", b"{}", 3, T0 + 3),
+    ]
+    handler.apply(0, batch, None)
+    spec, ks, vs = StoreSpec("c"), proc.key_serde, resolve_serde("json")
+    assert dict(StoreReader(spec, ks, vs, handler.reads(), (0,)).items()) == {b"k1": big + 2, b"k2": 1}
+    handler.commit_point(checkpoint=True)
+    assert dict(StoreReader(spec, ks, vs, store, (0,)).items()) == {b"k1": big + 2, b"k2": 1}
+    offsets = {key: offset for key, _value, offset, _ts in rows_of(store)[0]}
+    assert offsets[partition_prefix("c", 0) + b"k1"] == 3  # its last record's
