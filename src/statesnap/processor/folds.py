@@ -22,7 +22,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from itertools import accumulate, groupby
-from operator import methodcaller
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import orjson
@@ -57,9 +56,6 @@ def _identity(serde: Serde) -> bool:
     """Whether *serde* stores a key as its Kafka bytes (decoding and encoding change nothing)."""
     return type(serde) is BytesSerde
 
-
-#: ``message.offset()`` as a C-level callable (mapped over a batch's messages).
-_OFFSET = methodcaller("offset")
 
 #: 19 digits in a row: JsonSerde decodes such a document with the standard library (orjson
 #: would read a number that long as a float).
@@ -291,7 +287,7 @@ class Fold:
         are read (held writes, then the store) and decoded, once per hand-over."""
         last = dict(zip(keys, range(first, first + len(keys)), strict=True))  # each key's last record
         at = list(last.values())
-        offsets = list(map(_OFFSET, map(messages.__getitem__, at)))
+        offsets = [messages[i].offset() for i in at]
         load = partial(self._load, h, group.prefix, serde)
         group.add(keys, last, offsets, list(map(stamps.__getitem__, at)), load)
 
@@ -328,7 +324,7 @@ class Fold:
                     group = held.fresh(partition, start)
                 if isinstance(group, FreshWindow):
                     if offsets is None:
-                        offsets = list(map(_OFFSET, messages))
+                        offsets = [m.offset() for m in messages]
                     group.add(keys[at:end], offsets[at:end], stamps[at:end])
                 else:
                     group = held.of(partition, start)
