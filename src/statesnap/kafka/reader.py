@@ -29,6 +29,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Collection, Mapping
+from itertools import groupby
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
@@ -210,23 +211,27 @@ class ChangelogReader:
             raise KafkaError(f"consuming {self.topic!r} from {self.settings.bootstrap_servers}: {e}") from e
         self.fatal.raise_if_any()
         self._report_outages()
-        batches: dict[int, list[Any]] = {}
-        current_p = -1
-        current: list[Any] = []
-        # Messages arrive in runs of one partition: look the list up once per run.
         ended: dict[int, int] = {}
-        for msg in messages:
-            if msg.error() is not None:
-                if msg.error().code() == RdKafkaError._PARTITION_EOF:
-                    ended[msg.partition()] = msg.offset()
-                self._handle_error(msg.error(), msg)
-                current_p = -1
-                continue
-            p = msg.partition()
-            if p != current_p:
-                current = batches.setdefault(p, [])
-                current_p = p
-            current.append(msg)
+        # (``list.count(None)`` would compare each KafkaError to None, which it cannot do cleanly)
+        if not [m for m in messages if m.error() is not None]:  # records only: the usual batch
+            batches = _by_partition(messages, [m.partition() for m in messages])
+        else:
+            batches = {}
+            current_p = -1
+            current: list[Any] = []
+            # Messages arrive in runs of one partition: look the list up once per run.
+            for msg in messages:
+                if msg.error() is not None:
+                    if msg.error().code() == RdKafkaError._PARTITION_EOF:
+                        ended[msg.partition()] = msg.offset()
+                    self._handle_error(msg.error(), msg)
+                    current_p = -1
+                    continue
+                p = msg.partition()
+                if p != current_p:
+                    current = batches.setdefault(p, [])
+                    current_p = p
+                current.append(msg)
         for p, end in ended.items():
             # At its end with nothing more delivered, everything below the end is applied: the
             # position moves there even without a record (a partition whose records retention
@@ -605,3 +610,23 @@ def epoch_end_offsets(
             sorted(pending),
         )
     return found
+
+
+def _by_partition(messages: list[Any], partitions: list[int]) -> dict[int, list[Any]]:
+    """*messages* (records, each of ``partitions[i]``) grouped by partition in their order: they
+    arrive in runs of one partition, so whole runs are sliced off (no call per message)."""
+    if not messages:
+        return {}
+    if partitions.count(partitions[0]) == len(partitions):
+        return {partitions[0]: messages}
+    batches: dict[int, list[Any]] = {}
+    at = 0
+    for p, run in groupby(partitions):
+        end = at + len(list(run))
+        batch = batches.get(p)
+        if batch is None:
+            batches[p] = messages[at:end]
+        else:
+            batch += messages[at:end]
+        at = end
+    return batches
