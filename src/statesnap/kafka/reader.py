@@ -214,7 +214,7 @@ class ChangelogReader:
         ended: dict[int, int] = {}
         # (``list.count(None)`` would compare each KafkaError to None, which it cannot do cleanly)
         if not [m for m in messages if m.error() is not None]:  # records only: the usual batch
-            batches = _by_partition(messages, [m.partition() for m in messages])
+            batches = group_by_partition(messages, [m.partition() for m in messages])
         else:
             batches = {}
             current_p = -1
@@ -612,7 +612,7 @@ def epoch_end_offsets(
     return found
 
 
-def _by_partition(messages: list[Any], partitions: list[int]) -> dict[int, list[Any]]:
+def group_by_partition(messages: list[Any], partitions: list[int]) -> dict[int, list[Any]]:
     """*messages* (records, each of ``partitions[i]``) grouped by partition in their order: they
     arrive in runs of one partition, so whole runs are sliced off (no call per message)."""
     if not messages:

@@ -174,10 +174,13 @@ class ProcessorHandler:
     def hold_writes(self) -> bool:
         """Hold the writes of handlers and batch folds across batches, up to
         :data:`~statesnap.processor.buffer.HELD_KEYS` keys (see :mod:`statesnap.processor.buffer`):
-        what a task asks for, on either engine. Not where a store has a TTL: its sweep scans the
-        store itself (a window store's expiry goes through the buffer, :meth:`WriteBuffer.expire
-        <statesnap.processor.buffer.WriteBuffer.expire>`). Returns whether they are held."""
-        if self.expiring:
+        what a task asks for, on either engine. A window store's expiry goes through the buffer
+        (:meth:`WriteBuffer.expire <statesnap.processor.buffer.WriteBuffer.expire>`), and its
+        range scans find the held writes in range by its index of live windows. Not where a
+        store has a TTL (its sweep scans the store itself) or a window store never expires (a
+        join's buffers: without that index, a range scan would walk every held write). Returns
+        whether they are held."""
+        if self.expiring or any(not w.expires for w in self.context.window_stores.values()):
             return False
         self.buffer.hold = HELD_KEYS
         return True

@@ -443,7 +443,10 @@ class WindowStore(_View):
 
     def delete(self, key: Any, window_start: int) -> None:
         stored = self._key("delete", key, window_start)
-        self.buffer.put(stored, None, self.cursor.offset, self.cursor.timestamp)
+        cursor = self.cursor
+        self.buffer.put(stored, None, cursor.offset, cursor.timestamp)
+        if self.expires:  # the index lists every write the buffer holds (see fetch_all)
+            self.index(cursor.partition, window_start, stored)
 
     def fetch_all(self, time_from: int, time_to: int, *, expired: bool = False) -> list[tuple[Any, int, Any]]:
         """(key, window start, value) of this partition's windows starting in [time_from,
@@ -461,9 +464,21 @@ class WindowStore(_View):
                 break
             if stored >= low:
                 found[stored] = held
-        for stored, (written, _offset, _ts) in self.buffer.batch.items():  # this batch's writes win
-            if low <= stored < high:
-                found[stored] = written
+        writes = self.buffer.batch  # the writes not in the store yet win
+        if writes and self.expires:
+            # Held across batches, they may be many: the index lists every one of them (and
+            # more), by window start, so only those in range are looked up.
+            starts = self.live.get(self.cursor.partition, {})
+            first, last = max(time_from, 0), time_to
+            for start in [s for s in starts if first <= s <= last]:
+                for stored in starts[start]:
+                    write = writes.get(stored)
+                    if write is not None and low <= stored < high:
+                        found[stored] = write[0]
+        else:
+            for stored, (written, _offset, _ts) in writes.items():
+                if low <= stored < high:
+                    found[stored] = written
         stream_time = self.cursor.stream_time
         out = []
         for stored in sorted(found):

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from statesnap import ProcessingOptions, Processor, Windows
+from statesnap import JoinWindows, ProcessingOptions, Processor, Windows
 from statesnap.processor import StoreSpec
 from statesnap.processor.buffer import HELD_KEYS, RETRY_AFTER
 from statesnap.processor.context import ProcessorContext, Record
@@ -171,6 +171,12 @@ def test_a_released_partition_reaches_the_store_before_its_rows_go() -> None:
         ),
         pytest.param([StoreSpec("t", ttl="1h")], lambda proc: proc.handler(tally), False, id="a TTL store"),
         pytest.param(
+            [],
+            lambda proc: proc.join("j", left="events", right="more", window=JoinWindows.of("1m"), to="out"),
+            False,
+            id="a join's buffers",
+        ),
+        pytest.param(
             [StoreSpec("t"), StoreSpec("w", window=Windows.tumbling("1m"))],
             lambda proc: proc.handler(tally),
             True,
@@ -178,10 +184,13 @@ def test_a_released_partition_reaches_the_store_before_its_rows_go() -> None:
         ),
     ],
 )
-def test_writes_are_held_except_beside_a_ttl_store(stores: list[StoreSpec], declare: Any, held: bool) -> None:
-    """A TTL store's sweep scans the store itself; a window store's expiry goes through the
-    buffer, which forgets what it holds of the expired windows."""
-    proc = Processor("p", inputs=["events"], bootstrap_servers="localhost:1", stores=stores)
+def test_writes_are_held_except_beside_a_ttl_store_or_a_join(
+    stores: list[StoreSpec], declare: Any, held: bool
+) -> None:
+    """A TTL store's sweep scans the store itself, and a join's buffers (window stores that never
+    expire) have no index to find held writes in a range scan by; a window store's expiry goes
+    through the buffer, which forgets what it holds of the expired windows."""
+    proc = Processor("p", inputs=["events", "more"], bootstrap_servers="localhost:1", stores=stores)
     declare(proc)
     handler = proc.handler_for(open_state_store("memory"), Recorded(proc))
     assert handler.hold_writes() is held
@@ -344,3 +353,49 @@ def test_a_held_count_the_store_holds_beyond_int64_stays_exact() -> None:
     assert dict(StoreReader(spec, ks, vs, store, (0,)).items()) == {b"k1": big + 2, b"k2": 1}
     offsets = {key: offset for key, _value, offset, _ts in rows_of(store)[0]}
     assert offsets[partition_prefix("c", 0) + b"k1"] == 3  # its last record's
+
+
+def test_a_window_handler_s_range_scans_see_held_writes_and_deletes() -> None:
+    """A handler that writes and deletes windows and reads them back by ``fetch_all`` (the range
+    scan that finds held writes through the window index) sees and leaves, writes held, what it
+    sees and leaves with writes at every batch's end."""
+    spec = StoreSpec("w", window=Windows.tumbling("20s", grace="40s"))
+
+    def handle(record: Record, ctx: ProcessorContext) -> None:
+        if record.key is None:
+            return
+        windows = ctx.window_stores["w"]
+        start = record.timestamp // 20_000 * 20_000
+        if record.value["amount"] == 0:
+            windows.delete(record.key, start)
+        else:
+            windows.put(record.key, start, (windows.get(record.key, start) or 0) + 1)
+        seen = windows.fetch_all(start - 40_000, start)
+        ctx.emit("out", record.key, [[k, s, v] for k, s, v in seen][-3:])
+
+    def run_handler(*, held: int | None) -> dict[str, Any]:
+        proc = Processor(
+            "p",
+            inputs=["events"],
+            bootstrap_servers="localhost:1",
+            stores=[spec],
+            value_serde="json",
+            processing=ProcessingOptions(dead_letter_topic="dead"),
+        )
+        proc.handler(handle)
+        store = open_state_store("memory")
+        outputs = Recorded(proc)
+        handler = proc.handler_for(store, outputs)
+        if held is not None:
+            assert handler.hold_writes()
+            handler.buffer.hold = held
+        for p, batch in batches(23, n=3000, keys=30):
+            handler.apply(p, batch, None)
+        handler.commit_point(checkpoint=True)
+        return {"rows": rows_of(store), "sent": outputs.sent, "dead": handler.dead_lettered}
+
+    plain = run_handler(held=None)
+    assert plain["rows"]
+    assert plain["sent"]
+    assert run_handler(held=HELD_KEYS) == plain
+    assert run_handler(held=25) == plain
