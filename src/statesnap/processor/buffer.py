@@ -42,13 +42,11 @@ from collections.abc import Callable, Iterator, Sequence
 from operator import add
 from typing import Any, Protocol
 
-from statesnap.processor.held_counts import HeldCounts
+from statesnap.processor.held_counts import HeldCounts, Write
 from statesnap.stores import StateStore
 
 __all__ = ["HELD_KEYS", "RETRY_AFTER", "HeldReads", "StoreReads", "WriteBuffer"]
 
-#: A buffered write: (value or None for a delete, input offset, input timestamp).
-Write = tuple[bytes | None, int, int]
 #: What ``undo`` saves for a key the batch did not hold yet.
 _ABSENT: Write = (b"", -1, -1)
 

@@ -310,7 +310,7 @@ class Fold:
         window at a time (timestamps mostly rise: a batch has few runs). A run's records are all
         open or all late: each is earlier than its window's end, so none of them moves stream
         time to the window's close — only what came before the run can have. A window the store
-        has no keys of is counted without reads (:class:`~statesnap.processor.buffer.CountGroup`)."""
+        has no keys of is counted without reads (:class:`~statesnap.processor.held_counts.FreshWindow`)."""
         window = self.window
         assert window is not None
         view = h.context.window_stores[self.store]

@@ -6,8 +6,9 @@ offset and timestamp of its last record, instead of a store read, a decode, an e
 buffered write per key and batch. Where they live is what makes it fast: a dictionary from Kafka
 key bytes to a slot, and three NumPy columns (count, offset, timestamp) indexed by slot. Over
 ~50 k keys a partition each probe of a large dictionary is a cache miss (about 200-350 ns), so a
-batch probes one dictionary per record, once — the plain loop's ``counts.get(k, 0) + 1`` probes
-one too — and everything else is a vector operation over the batch. Integers and arrays are
+batch probes one dictionary once per record (the plain loop's ``counts.get(k, 0) + 1`` probes one
+too; the other probes of a batch's keys find them in cache) and everything else is a vector
+operation over the batch. Integers and arrays are
 also invisible to the garbage collector: an (offset, timestamp) tuple per key took 15 % of a
 count's time in collections, and a second dictionary of origins a fifth more.
 
@@ -29,10 +30,14 @@ from statesnap.processor.keyspace import partition_prefix, window_bytes
 
 __all__ = ["CountGroup", "FreshWindow", "HeldCounts"]
 
-#: A buffered write: (value or None for a delete, input offset, input timestamp).
+#: A buffered write (statesnap.processor.buffer): (value or None for a delete, input offset,
+#: input timestamp).
 Write = tuple[bytes | None, int, int]
 
 _INT64 = np.iinfo(np.int64)
+#: The largest count an int64 column takes in: 2**40 records below int64's end, so no run of
+#: records between two hand-overs can overflow it.
+_HIGHEST = int(_INT64.max) - (1 << 40)
 
 
 class _Columns(NamedTuple):
@@ -58,10 +63,10 @@ class _Columns(NamedTuple):
 
 
 def _machine_ints(values: list[Any]) -> bool:
-    """Whether *values* are all ``int`` (not bool) within int64: an int64 column holds them."""
+    """Whether *values* are all ``int`` (not bool) an int64 column holds without overflowing."""
     if not values:
         return True
-    return set(map(type, values)) == {int} and _INT64.min <= min(values) and max(values) <= _INT64.max
+    return set(map(type, values)) == {int} and _INT64.min <= min(values) and max(values) <= _HIGHEST
 
 
 class CountGroup:

@@ -331,13 +331,13 @@ def test_a_count_held_decoded_reads_and_lands_as_the_per_record_count(hold: int)
     assert run_count(held=hold) == run_count(held=None)
 
 
-def test_a_held_count_the_store_holds_beyond_int64_stays_exact() -> None:
-    """Held counts live in int64 columns; a count the store holds beyond int64 (written by
-    another version, or a very old key) turns its group's column into Python integers."""
+@pytest.mark.parametrize("big", [2**63 - 2, 2**70], ids=["at int64's end", "beyond int64"])
+def test_a_held_count_the_store_holds_near_or_beyond_int64_stays_exact(big: int) -> None:
+    """Held counts live in int64 columns; a count the store holds near int64's end (where
+    adding would overflow) or beyond it turns its group's column into Python integers."""
     proc = Processor("p", inputs=["events"], bootstrap_servers="localhost:1", value_serde="json")
     proc.count("c")
     store = open_state_store("memory")
-    big = 2**70
     store.apply(0, [(partition_prefix("c", 0) + b"k1", b"%d" % big, 0, T0)])
     handler = proc.handler_for(store, Recorded(proc))
     assert handler.hold_writes()
